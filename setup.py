@@ -1,0 +1,58 @@
+"""Install orchestra_jax: `pip install -e .` (add `[test]` for the test suite)."""
+
+import setuptools
+
+INSTALL_REQUIRES = [
+    "jax>=0.6",
+    "flax>=0.11",
+    "optax>=0.2.4",
+    "orbax-checkpoint>=0.11",
+    "grain>=0.2.10",
+    "ml-collections>=1.0",
+    "tensorstore>=0.1.70",
+    "absl-py>=2.0",
+    "numpy>=1.26",
+    "tokenizers>=0.21",
+    "transformers>=4.51",  # Qwen3 configs/tokenizers; runtime model code is ours.
+    "safetensors>=0.4",
+    "aiohttp>=3.9",  # rollout server, SGLang client, OpenAI-compatible experts
+    "bm25s>=0.2",
+    "rich>=13",
+    "tqdm>=4.66",
+    "tensorboardX>=2.6",
+    "matplotlib>=3.8",
+    "math-verify>=0.7",
+    "pyarrow>=15",
+]
+
+EXTRAS = {
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3.5",
+        "hypothesis>=6.100",
+        "torch>=2.4",  # HF parity tests only; CI installs the CPU build first.
+        "nbformat>=5.9",
+        "nbclient>=0.10",
+        "ipykernel>=6.29",
+        "faiss-cpu>=1.8",
+    ],
+    "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
+    "sglang": ["sglang[all]>=0.4.9"],
+    "tpu": ["jax[tpu]>=0.6"],
+    "gpu": ["jax[cuda12]>=0.6"],
+}
+
+setuptools.setup(
+    name="orchestra_jax",
+    version="0.1.0",
+    description="GRPO training of tool-orchestrating Qwen3 models in JAX/Flax NNX.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["orchestra_jax*", "experiments*"]),
+    package_data={"orchestra_jax": ["chat/assets/*.json", "envs/assets/*"]},
+    include_package_data=True,
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+    license="Apache-2.0",
+)
