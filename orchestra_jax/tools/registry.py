@@ -1,0 +1,67 @@
+"""Everything a task's tools need at run time, and `make_tools` to build them.
+
+`Backends` is what stays the same across tasks (expert clients, a retriever,
+the sandbox); `ToolConfig` is what changes per task (aliases, prices).
+`make_tools(tool_config, backends)` joins them into `{name: Tool}` for the
+agent loop. `envs.synthetic.build_offline_backends` builds a full offline set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from orchestra_jax.tools import config as config_lib
+from orchestra_jax.tools import function_tools
+from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.experts import ExpertClient
+from orchestra_jax.tools.meta_tools import META_TOOL_CLASSES
+from orchestra_jax.tools.python_sandbox import run_python
+from orchestra_jax.tools.retrieval import Retriever
+
+
+@dataclasses.dataclass
+class Backends:
+  """Run-time services behind the tools.
+
+  Attributes:
+    experts: backend name (`ModelAlias.backend`) -> expert client.
+    retriever: serves `search`; None disables it (calls return an error).
+    run_code: `(code, *, timeout_s) -> SandboxResult`, the sandbox.
+    expert_max_tokens / expert_temperature: sampling for expert calls.
+    experts_for_config: optional `(tool_config) -> experts`; when set,
+      `make_tools` uses its experts for that task instead of `experts`
+      (simulated experts take their latencies from the task's config).
+  """
+
+  experts: dict[str, ExpertClient]
+  retriever: Retriever | None = None
+  run_code: Callable[..., Any] = run_python
+  expert_max_tokens: int = 2048
+  expert_temperature: float = 0.0
+  experts_for_config: Callable[[Any], dict[str, ExpertClient]] | None = None
+
+
+def make_tools(tool_config: config_lib.ToolConfig,
+               backends: Backends) -> dict[str, Tool]:
+  """{tool name: Tool} for every tool enabled in `tool_config`.
+
+  Raises ValueError when an alias names a backend that `backends` lacks, so a
+  misconfigured run fails at start-up rather than mid-episode.
+  """
+  if backends.experts_for_config is not None:
+    backends = dataclasses.replace(
+        backends, experts=backends.experts_for_config(tool_config))
+  missing = sorted({a.backend for a in tool_config.aliases
+                    if a.tool in tool_config.tools}
+                   - set(backends.experts))
+  if missing:
+    raise ValueError(f"ToolConfig aliases use backends {missing} that are not "
+                     f"in Backends.experts {sorted(backends.experts)}")
+  tools = {}
+  for name in tool_config.tools:
+    if name in META_TOOL_CLASSES:
+      tools[name] = META_TOOL_CLASSES[name](tool_config, backends)
+    else:
+      tools[name] = function_tools.make_plain_tool(name, tool_config, backends)
+  return tools
