@@ -186,10 +186,11 @@ def read_file(
   return tasks, report
 
 
-def _synthetic(*, seed: int = 0, split: str = "train", n: int = 256) -> tuple[list[Task], ReadReport]:
+def _synthetic(*, seed: int = 0, split: str = "train", n: int = 256,
+               num_entities: int = 400) -> tuple[list[Task], ReadReport]:
   from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv  # pylint: disable=g-import-not-at-top
 
-  tasks = list(SyntheticOrchestrationEnv(seed=seed).tasks(split, n))
+  tasks = list(SyntheticOrchestrationEnv(seed=seed, num_entities=num_entities).tasks(split, n))
   return tasks, ReadReport(source=f"synthetic:{split}", rows=len(tasks), tasks=len(tasks))
 
 

@@ -1,0 +1,247 @@
+r"""GRPO training of a tool orchestrator (ToolOrchestra, arXiv 2511.21689).
+
+Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
+
+  demo        tiny random Qwen3 + bundled tokenizer + the offline synthetic
+              environment; warm start, GRPO and held-out evaluation on a
+              2-core CPU in minutes. The README's main command.
+  micro       the smallest config the end-to-end test runs (two GRPO steps).
+  qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts.
+  qwen3_8b    Qwen3-8B as in the paper (G=8, 16 tasks per step, lr 1e-6,
+              dual clip 10, KL 1e-4 as ½Δ², 30 turns), TPU pods / GPU clusters.
+
+Every field is validated at start-up by `orchestra_jax.training.config_checks`.
+Override any field on the command line: `--config.rl.lr=3e-6`.
+"""
+
+import ml_collections
+
+VARIANTS = ("demo", "micro", "qwen3_0p6b", "qwen3_8b")
+
+
+def _base() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.variant = ""
+  c.seed = 0
+  c.workdir = ""  # Empty: runs/<variant>.
+  c.num_steps = 100
+
+  # --- the policy ------------------------------------------------------------
+  c.model = ml_collections.ConfigDict()
+  c.model.preset = ""        # A Qwen3Config preset name ("demo", "qwen3_8b", ...),
+  c.model.hf_path = ""       # or a Hugging Face folder (config.json + safetensors).
+  c.model.param_dtype = "float32"
+  c.model.dtype = "float32"  # Compute dtype.
+  c.model.scan_layers = False
+  c.model.remat = "none"
+  c.model.overrides = ml_collections.ConfigDict()  # Qwen3Config fields over the preset.
+  c.tokenizer = "demo"       # "demo" (bundled) or a folder with tokenizer.json.
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = 1
+  c.mesh.fsdp = -1  # -1: every remaining device.
+  c.mesh.tensor = 1
+
+  # --- rollouts --------------------------------------------------------------
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.engine = "jax"       # "jax" (in process) or "sglang" (servers).
+  c.rollout.urls = ""            # sglang: comma-separated server or router URLs.
+  c.rollout.weights_dir = ""     # sglang: where HF weights are written per sync.
+  c.rollout.max_batch_size = 64  # jax: concurrent sequences in the decode batch.
+  c.rollout.max_seq_len = 2048   # jax: KV-cache length per sequence.
+  c.rollout.temperature = 1.0
+  c.rollout.top_p = 1.0
+  c.rollout.top_k = -1
+
+  # --- episodes --------------------------------------------------------------
+  c.agent = ml_collections.ConfigDict()
+  c.agent.max_turns = 30
+  c.agent.max_context_tokens = 2048
+  c.agent.max_new_tokens_per_turn = 128
+  c.agent.tool_timeout_s = 60.0
+  c.agent.enable_thinking = False
+
+  # --- tasks -----------------------------------------------------------------
+  c.data = ml_collections.ConfigDict()
+  # Comma-separated `source[:weight]` list; sources are data readers
+  # ("synthetic", "frames", "hle", "generalthought", "toolscale", "jsonl").
+  c.data.sources = "synthetic"
+  c.data.paths = ml_collections.ConfigDict()  # source name -> file path.
+  c.data.synthetic_num_entities = 400
+  c.data.num_train_tasks = 4096     # synthetic: training tasks generated.
+  c.data.eval_split = "heldout"
+
+  # --- tools, prices, preferences ---------------------------------------------
+  c.tools = ml_collections.ConfigDict()
+  c.tools.backends = "offline"      # "offline": simulated experts + BM25 + sandbox.
+  c.tools.randomize = True          # Sample aliases, prices and preferences per task.
+  c.tools.price_scale_min = 0.5     # Price multipliers sampled log-uniformly.
+  c.tools.price_scale_max = 2.0
+  c.tools.latency_scale_min = 0.5
+  c.tools.latency_scale_max = 2.0
+  c.tools.keep_probability = 0.75  # Chance each model is offered under its tool.
+  c.tools.shuffle_aliases = True    # Aliases say nothing about quality (paper).
+  c.tools.cost_weight_max = 1.0     # Preference weights drawn from U(0, max).
+  c.tools.latency_weight_max = 1.0
+  c.tools.efficiency_off_prob = 0.2  # Chance a task cares about accuracy only.
+  c.tools.preference_prob = 0.2     # Chance a task states a tool preference.
+  c.tools.sleep_scale = 0.0         # Simulated tools really sleep latency × this.
+
+  # --- reward ----------------------------------------------------------------
+  c.reward = ml_collections.ConfigDict()
+  c.reward.type = "preference"      # "preference" | "efficiency" | "outcome".
+  c.reward.efficiency_alpha = 1.0   # efficiency: 1 - alpha·cost - beta·latency.
+  c.reward.efficiency_beta = 0.0
+  c.reward.efficiency_floor = 0.0
+
+  # --- GRPO ------------------------------------------------------------------
+  c.rl = ml_collections.ConfigDict()
+  c.rl.group_size = 8
+  c.rl.tasks_per_step = 16
+  c.rl.lr = 1e-6
+  c.rl.warmup_steps = 0
+  c.rl.weight_decay = 0.01
+  c.rl.grad_clip = 1.0
+  c.rl.micro_batch_size = 8
+  c.rl.clip_low = 0.2
+  c.rl.clip_high = 0.28
+  c.rl.dual_clip = 10.0
+  c.rl.kl_coef = 1e-4
+  c.rl.kl_type = "mse"
+  c.rl.loss_agg = "token-mean"
+  c.rl.adv_clip = 3.0
+  c.rl.filter_reward_std = 0.1      # Drop groups whose reward std is at most this.
+  c.rl.filter_invalid_format = True  # Drop episodes with a malformed tool call.
+  c.rl.filter_no_answer = False     # Drop groups where nobody answered.
+  c.rl.tis_cap = 2.0                # Truncated importance sampling cap (0: off).
+  c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)
+
+  # --- supervised warm start ---------------------------------------------------
+  c.sft = ml_collections.ConfigDict()
+  c.sft.steps = 0                   # 0: no warm start.
+  c.sft.lr = 1e-5
+  c.sft.batch_size = 16
+  c.sft.num_demos = 512
+  c.sft.demo_policy = "random"      # How demonstrations pick tools.
+
+  # --- checkpoints, evaluation, logs ------------------------------------------
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every_steps = 10
+  c.checkpoint.keep = 3
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_steps = 0            # 0: only at the end.
+  c.eval.num_tasks = 64
+  c.eval.baselines = "always_strongest,always_cheapest,random"
+  c.eval.temperature = 0.0          # 0: greedy decoding.
+  # Held-out reward: correct * max(0, 1 - P_cost*cost/scale - P_latency*latency/scale).
+  c.eval.cost_scale_usd = 0.02
+  c.eval.latency_scale_s = 120.0
+  c.log = ml_collections.ConfigDict()
+  c.log.trajectories_every = 1      # Write trajectories JSONL every N steps.
+  c.log.tensorboard = True
+  return c
+
+
+def _demo(c):
+  c.model.preset = "demo"
+  # A tiny model learns which alias suits which domain; with the aliases
+  # shuffled per task it would first have to learn to read the price tables.
+  c.tools.keep_probability = 1.0
+  c.tools.shuffle_aliases = False
+  c.tokenizer = "demo"
+  c.num_steps = 16
+  c.rollout.max_batch_size = 64
+  c.rollout.max_seq_len = 1536
+  c.agent.max_turns = 4
+  c.agent.max_context_tokens = 1536
+  c.agent.max_new_tokens_per_turn = 48
+  c.agent.tool_timeout_s = 30.0
+  c.rl.group_size = 8
+  c.rl.tasks_per_step = 8
+  c.rl.lr = 3e-4
+  c.rl.warmup_steps = 2
+  c.rl.kl_coef = 0.0
+  c.rl.micro_batch_size = 16
+  c.rl.filter_reward_std = 0.0
+  c.rl.filter_invalid_format = False  # Malformed calls earn 0 and are learned away.
+  c.rl.seq_buckets = (512, 768, 1024, 1536)
+  c.sft.steps = 60
+  c.sft.lr = 1e-3
+  c.sft.num_demos = 512
+  c.checkpoint.every_steps = 8
+  c.eval.num_tasks = 48
+  return c
+
+
+def _micro(c):
+  c = _demo(c)
+  c.model.preset = "tiny"
+  c.model.overrides.vocab_size = 4096  # The bundled tokenizer's ids.
+  c.model.overrides.max_position_embeddings = 4096
+  c.num_steps = 2
+  c.rl.group_size = 2
+  c.rl.tasks_per_step = 2
+  c.rollout.max_batch_size = 4
+  c.agent.max_turns = 2
+  c.agent.max_new_tokens_per_turn = 8
+  c.sft.steps = 0
+  c.checkpoint.every_steps = 1
+  c.eval.num_tasks = 4
+  c.eval.baselines = ""
+  c.log.tensorboard = False
+  return c
+
+
+def _qwen3_0p6b(c):
+  c.model.hf_path = "/path/to/Qwen3-0.6B"  # Set with --config.model.hf_path.
+  c.tokenizer = "/path/to/Qwen3-0.6B"
+  c.model.dtype = "bfloat16"
+  c.rollout.max_seq_len = 8192
+  c.agent.max_turns = 10
+  c.agent.max_context_tokens = 8192
+  c.agent.max_new_tokens_per_turn = 1024
+  c.agent.enable_thinking = True
+  c.rl.group_size = 8
+  c.rl.tasks_per_step = 8
+  c.rl.lr = 1e-6
+  c.rl.micro_batch_size = 4
+  return c
+
+
+def _qwen3_8b(c):
+  """The paper's settings (DESIGN.md: Advantage, Loss)."""
+  c.model.hf_path = "/path/to/Qwen3-8B"
+  c.tokenizer = "/path/to/Qwen3-8B"
+  c.model.param_dtype = "float32"
+  c.model.dtype = "bfloat16"
+  c.model.scan_layers = True
+  c.model.remat = "full"
+  c.rollout.engine = "sglang"
+  c.rollout.urls = "http://127.0.0.1:30000"
+  c.rollout.weights_dir = "/tmp/orchestra_jax_weights"
+  c.rollout.max_seq_len = 32768
+  c.agent.max_turns = 30
+  c.agent.max_context_tokens = 24576 + 8768
+  c.agent.max_new_tokens_per_turn = 8768
+  c.agent.enable_thinking = True
+  c.rl.group_size = 8
+  c.rl.tasks_per_step = 16
+  c.rl.lr = 1e-6
+  c.rl.micro_batch_size = 1
+  c.rl.seq_buckets = (4096, 8192, 16384, 32768)
+  c.num_steps = 1000
+  c.checkpoint.every_steps = 25
+  c.eval.every_steps = 50
+  return c
+
+
+def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
+  variant = (arg or "demo").strip()
+  builders = {"demo": _demo, "micro": _micro, "qwen3_0p6b": _qwen3_0p6b,
+              "qwen3_8b": _qwen3_8b}
+  if variant not in builders:
+    raise ValueError(
+        f"unknown config variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+  c = builders[variant](_base())
+  c.variant = variant
+  return c

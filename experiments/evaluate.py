@@ -1,0 +1,73 @@
+r"""Evaluate policies on held-out tasks with held-out prices; compare them.
+
+  python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:demo \
+      --policies=checkpoint,always_strongest,always_cheapest,random
+
+Policies (comma-separated):
+  checkpoint           the latest GRPO checkpoint in <workdir>/checkpoints
+  hf:/path/to/folder   a Hugging Face Qwen3 folder (e.g. one written by sft.py)
+  <router>             a baseline router: always_strongest, always_cheapest,
+                       direct_strongest, random
+
+Writes <workdir>/eval_<policy>.json, the episodes for the trajectory viewer,
+and eval_report.md + eval_pareto.png over every policy evaluated in the folder.
+"""
+
+import logging
+
+from absl import flags
+from ml_collections import config_flags
+
+from experiments import flags_util
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True)
+_POLICIES = flags.DEFINE_string(
+    "policies", "checkpoint,always_strongest,always_cheapest,random",
+    "Comma-separated policies: checkpoint, hf:<folder>, or a router name.")
+
+
+def main(argv):
+  del argv
+  flags_util.init_distributed()
+  from orchestra_jax.eval.report import write_report
+  from orchestra_jax.eval.routers import ROUTERS, RouterEngine
+  from orchestra_jax.training import builders, experiment, grpo_loop
+  from orchestra_jax.training.config_checks import split_list
+  from orchestra_jax.training.evaluation import eval_tool_configs
+
+  config = flags_util.validated(_CONFIG.value)
+  tokenizer = builders.build_tokenizer(config)
+  env = builders.build_env(config)
+  tasks = experiment.eval_tasks(config)
+  tool_configs = eval_tool_configs(env, tasks, seed=config.seed)
+  for policy in split_list(_POLICIES.value):
+    if policy in ROUTERS:
+      engine, extra = RouterEngine(policy, tokenizer, tool_configs, seed=config.seed), {
+          "baseline": True}
+    elif policy == "checkpoint":
+      run = grpo_loop.setup_run(config)
+      step = grpo_loop.restore(run, iterator=None)
+      if not step:
+        raise SystemExit(f"error: no checkpoint in {run.checkpointer.directory}")
+      engine, extra = run.engine, {"steps": step}
+      policy = "grpo"
+    elif policy.startswith("hf:"):
+      with config.unlocked():
+        config.model.preset, config.model.hf_path = "", policy[3:]
+      mesh = builders.build_mesh(config)
+      model, model_config = builders.build_model(config, mesh, tokenizer)
+      engine = builders.build_engine(config, model, model_config, tokenizer)
+      extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
+    else:
+      raise SystemExit(f"error: unknown policy {policy!r}; see --help")
+    experiment.evaluate(config, policy, engine, env=env, tokenizer=tokenizer, tasks=tasks,
+                        tool_configs=tool_configs, extra=extra)
+    if hasattr(engine, "close"):
+      engine.close()
+  md, png = write_report(grpo_loop.workdir_of(config))
+  logging.info("report: %s, %s", md, png)
+
+
+if __name__ == "__main__":
+  flags_util.run(main)

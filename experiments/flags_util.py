@@ -1,0 +1,43 @@
+"""Shared absl plumbing of the experiment drivers: one-line errors, logging, multi-host."""
+
+import logging
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+
+def parse_flags_or_exit(argv):
+  """absl flag parsing, but a bad config or override exits with one line, not a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError) as e:  # an unknown --config.a.b field
+    sys.exit(f"error: no config field {str(e).strip(chr(34))} (check the --config.* overrides)")
+  except (flags.Error, TypeError, ValueError) as e:
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    # ml_collections embeds get_config()'s traceback; its last line is the reason.
+    sys.exit(f"error: {lines[-1] if lines else e}")
+
+
+def validated(config):
+  """The config, or exit with every problem listed (training/config_checks.py)."""
+  from orchestra_jax.training.config_checks import ConfigError, validate
+  try:
+    validate(config)
+  except ConfigError as e:
+    sys.exit(f"error: {e}")
+  return config
+
+
+def init_distributed():
+  """Multi-host launches (launch/tpu_pod.sh) set ORCHESTRA_JAX_DISTRIBUTED=1."""
+  if os.environ.get("ORCHESTRA_JAX_DISTRIBUTED") == "1":
+    import jax
+    jax.distributed.initialize()
+
+
+def run(main):
+  flags.mark_flag_as_required("config")
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+  app.run(main, flags_parser=parse_flags_or_exit)

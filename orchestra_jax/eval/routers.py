@@ -1,0 +1,129 @@
+"""Baseline routers: fixed tool-calling plans that run through the same agent loop.
+
+A router is a policy without a model. Given a task's `ToolConfig` it writes a
+plan, a list of `(tool, alias)` calls ending with `answer`; `RouterEngine` plays
+the plan back one call per turn as the exact text an orchestrator would emit,
+so routers are graded, priced and logged exactly like a trained policy.
+
+  always_strongest   search, enhance_reasoning, answer, each with the alias of
+                     the highest output price (the strongest model on offer)
+  always_cheapest    the same three steps with the lowest output price
+  direct_strongest   answer at once with the strongest answer model
+  random             1 to 3 steps, uniformly random tools and aliases, then answer
+
+The `random` router is also the demonstrator of the demo's warm start: it
+teaches the call format while saying nothing about which tool is right.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from orchestra_jax.chat.template import to_json
+from orchestra_jax.rollout.engine import GenerateRequest
+from orchestra_jax.rollout.scripted import ScriptedEngine
+
+Plan = list[tuple[str, str]]  # (tool name, model alias)
+
+
+def tool_call_text(name: str, arguments: Mapping[str, Any]) -> str:
+  """A call exactly as Qwen3's template writes an assistant `tool_calls` entry."""
+  return ("<tool_call>\n" + to_json({"name": name, "arguments": dict(arguments)})
+          + "\n</tool_call>")
+
+
+def _by_price(config, tool: str, pick: Callable) -> str:
+  aliases = config.aliases_for(tool)
+  return pick(aliases, key=lambda a: (a.price_out, a.price_in)).alias
+
+
+def _fixed_plan(pick: Callable) -> Callable[[Any, np.random.Generator], Plan]:
+  def plan(config, rng):
+    del rng
+    return [(tool, _by_price(config, tool, pick))
+            for tool in ("search", "enhance_reasoning", "answer")
+            if tool in config.tools]
+  return plan
+
+
+def _direct_strongest(config, rng) -> Plan:
+  del rng
+  return [("answer", _by_price(config, "answer", max))]
+
+
+def _random(config, rng) -> Plan:
+  steps = []
+  for _ in range(int(rng.integers(0, 3))):
+    tool = ("search", "enhance_reasoning")[int(rng.integers(2))]
+    if tool in config.tools:
+      options = config.aliases_for(tool)
+      steps.append((tool, options[int(rng.integers(len(options)))].alias))
+  answers = config.aliases_for("answer")
+  steps.append(("answer", answers[int(rng.integers(len(answers)))].alias))
+  return steps
+
+
+ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
+    "always_strongest": _fixed_plan(max),
+    "always_cheapest": _fixed_plan(min),
+    "direct_strongest": _direct_strongest,
+    "random": _random,
+}
+
+
+def make_plan(router: str, tool_config, seed: int) -> Plan:
+  """The plan of `router` for one episode (deterministic in `seed`)."""
+  if router not in ROUTERS:
+    raise ValueError(f"unknown router {router!r}; choose one of {sorted(ROUTERS)}")
+  return ROUTERS[router](tool_config, np.random.default_rng(seed))
+
+
+def parse_request_id(request_id: str) -> tuple[str, int, int]:
+  """`"<task id>/<group index>/<turn>"` as the agent loop writes it."""
+  task_id, group, turn = request_id.rsplit("/", 2)
+  return task_id, int(group), int(turn)
+
+
+class RouterEngine(ScriptedEngine):
+  """A `RolloutEngine` that plays each episode's router plan, one call a turn.
+
+  Args:
+    router: a name in `ROUTERS`.
+    tokenizer: the policy's tokenizer (calls are emitted as its token ids).
+    tool_configs: task id -> the ToolConfig that episode runs with.
+    seed: plans are drawn from (seed, task, group index).
+  """
+
+  def __init__(self, router: str, tokenizer, tool_configs: Mapping[str, Any], *,
+               seed: int = 0):
+    if router not in ROUTERS:
+      raise ValueError(f"unknown router {router!r}; choose one of {sorted(ROUTERS)}")
+    self.router = router
+    self.tokenizer = tokenizer
+    self.tool_configs = dict(tool_configs)
+    self.seed = seed
+    self._plans: dict[tuple[str, int], Plan] = {}
+    super().__init__(self._next_call)
+
+  def plan_for(self, task_id: str, group_index: int) -> Plan:
+    key = (task_id, group_index)
+    if key not in self._plans:
+      config = self.tool_configs.get(task_id)
+      if config is None:
+        raise KeyError(f"RouterEngine has no ToolConfig for task {task_id!r}")
+      seed = int(np.random.SeedSequence(
+          [self.seed, group_index, *task_id.encode()]).generate_state(1)[0])
+      self._plans[key] = make_plan(self.router, config, seed)
+    return self._plans[key]
+
+  def _next_call(self, input_ids: Sequence[int], request: GenerateRequest) -> list[int]:
+    del input_ids
+    if request.request_id is None:
+      raise ValueError("RouterEngine needs request ids '<task>/<group>/<turn>'")
+    task_id, group, turn = parse_request_id(request.request_id)
+    plan = self.plan_for(task_id, group)
+    tool, alias = plan[min(turn, len(plan) - 1)]
+    text = tool_call_text(tool, {"model": alias})
+    return self.tokenizer.encode(text) + [self.tokenizer.im_end_id]

@@ -1,0 +1,126 @@
+"""A whole experiment: warm start → held-out eval → GRPO → held-out eval → report.
+
+    1. warm start (config.sft.steps > 0, and no GRPO checkpoint yet): behaviour
+       cloning of router demonstrations (training/warm_start.py);
+    2. evaluate the warm-start policy on held-out tasks and prices;
+    3. GRPO to config.num_steps, resuming from the last checkpoint;
+    4. evaluate the trained policy and the baseline routers on the same tasks;
+    5. eval_report.md, eval_pareto.png and training curves in the workdir.
+
+Each stage that already left its result in the workdir is skipped on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+from orchestra_jax.agent.loop import derive_seed
+from orchestra_jax.data.sources import load_sources
+from orchestra_jax.eval.report import write_report
+from orchestra_jax.eval.routers import RouterEngine
+from orchestra_jax.rollout.engine import SamplingParams
+from orchestra_jax.training import builders, grpo_loop, warm_start
+from orchestra_jax.training.config_checks import split_list
+from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy
+from orchestra_jax.training.metrics import plot_metrics
+
+log = logging.getLogger(__name__)
+
+CURVES = ("reward", "accuracy", "cost_usd", "learner/loss", "learner/pg_clip_frac",
+          "learner/grad_norm")
+
+
+def eval_tasks(config):
+  specs = builders.source_specs(config, config.data.eval_split,
+                                num_synthetic=config.eval.num_tasks)
+  sources, _ = load_sources(specs)
+  return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
+
+
+def _eval_sampling(config) -> SamplingParams:
+  return SamplingParams(temperature=config.eval.temperature, top_p=1.0, top_k=-1,
+                        max_new_tokens=config.agent.max_new_tokens_per_turn)
+
+
+def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None):
+  summary = asyncio.run(evaluate_policy(
+      name, engine, tasks=tasks, tool_configs=tool_configs, env=env, tokenizer=tokenizer,
+      sampling=_eval_sampling(config), loop_kwargs=builders.loop_kwargs(config),
+      workdir=grpo_loop.workdir_of(config), seed=derive_seed(config.seed, 99),
+      cost_scale=config.eval.cost_scale_usd, latency_scale=config.eval.latency_scale_s,
+      extra=extra))
+  log.info("eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
+           name, summary["accuracy"], summary["mean_cost_usd"], summary["mean_latency_s"],
+           summary["heldout_reward"])
+  return summary
+
+
+def run_warm_start(config, run) -> None:
+  """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1)."""
+  tasks = grpo_loop.train_task_iterator(config)
+  demo_tasks = []
+  while len(demo_tasks) < config.sft.num_demos:
+    demo_tasks.extend(next(tasks))
+  demo_tasks = demo_tasks[: config.sft.num_demos]
+  configs = [run.sampler.sample(t, derive_seed(config.seed, 7, i))
+             for i, t in enumerate(demo_tasks)]
+  demos = asyncio.run(warm_start.router_demonstrations(
+      config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
+      loop_kwargs=builders.loop_kwargs(config), seed=derive_seed(config.seed, 8)))
+  from orchestra_jax.rl.learner import Learner
+  learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
+  batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
+
+  def report(step, metrics):
+    if step % 10 == 0 or step == config.sft.steps:
+      log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
+  warm_start.run_sft(learner, demos, batch_size=config.sft.batch_size,
+                     steps=config.sft.steps, seed=config.seed, batching=batching,
+                     on_step=report)
+  # The GRPO learner and engine were built on the same model object: refresh both.
+  run.learner.load_state(learner.params, run.learner.opt_state, step=0)
+  asyncio.run(grpo_loop.sync_weights(run, 0))
+
+
+def run_experiment(config) -> dict:
+  """Runs every stage of the module docstring; returns the evaluation summaries."""
+  workdir = grpo_loop.workdir_of(config)
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+  run = grpo_loop.setup_run(config)
+  tasks = eval_tasks(config)
+  tool_configs = eval_tool_configs(run.env, tasks, seed=config.seed)
+  summaries = {}
+  fresh = run.checkpointer.latest_step() is None
+  if fresh and config.sft.steps:
+    log.info("warm start: %d steps on %d %s demonstrations", config.sft.steps,
+             config.sft.num_demos, config.sft.demo_policy)
+    run_warm_start(config, run)
+  if fresh and config.eval.num_tasks:
+    summaries["warm_start"] = evaluate(config, "warm_start", run.engine, env=run.env,
+                                       tokenizer=run.tokenizer, tasks=tasks,
+                                       tool_configs=tool_configs)
+  grpo_loop.grpo_train(run)
+  if config.eval.num_tasks:
+    summaries["grpo"] = evaluate(config, "grpo", run.engine, env=run.env,
+                                 tokenizer=run.tokenizer, tasks=tasks,
+                                 tool_configs=tool_configs, extra={"steps": config.num_steps})
+    for router in split_list(config.eval.baselines):
+      engine = RouterEngine(router, run.tokenizer, tool_configs, seed=config.seed)
+      summaries[router] = evaluate(config, router, engine, env=run.env,
+                                   tokenizer=run.tokenizer, tasks=tasks,
+                                   tool_configs=tool_configs, extra={"baseline": True})
+    md, png = write_report(workdir)
+    log.info("evaluation report: %s, %s", md, png)
+  metrics_file = os.path.join(workdir, "metrics.jsonl")
+  if os.path.exists(metrics_file):
+    plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
+  if hasattr(run.engine, "close"):
+    run.engine.close()
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summaries, f, indent=2, sort_keys=True)
+  return summaries

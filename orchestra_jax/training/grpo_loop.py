@@ -1,0 +1,188 @@
+"""The GRPO loop: data → tool configs → rollouts → rewards → batches → update → sync.
+
+    for step in range(restored step, num_steps):
+      tasks        = next(Grain iterator)                       (tasks_per_step)
+      configs      = ToolConfigSampler.sample(task, seed(step, i))
+      trajectories = G episodes per task on the rollout engine, graded
+      experience   = group rewards, advantages, filters         (training/rollouts.py)
+      metrics      = learner.train_step(batch of kept episodes) (rl/learner.py)
+      engine.update_weights(new params)                         (weight sync)
+      write metrics, trajectories; checkpoint every N steps
+
+Every random choice of step s is a function of (config.seed, s) and the data
+iterator's position, so a run killed at any point and restarted from its last
+checkpoint takes the same path as one that never stopped (on CPU, bitwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from orchestra_jax.agent.loop import derive_seed
+from orchestra_jax.agent.trajectory import write_jsonl
+from orchestra_jax.data.pipeline import task_iterator
+from orchestra_jax.data.sources import load_sources
+from orchestra_jax.rewards.registry import make_reward
+from orchestra_jax.rl.batching import build_train_batch
+from orchestra_jax.rl.learner import Learner
+from orchestra_jax.training import builders
+from orchestra_jax.training.checkpointing import Checkpointer
+from orchestra_jax.training.metrics import MetricsWriter
+from orchestra_jax.training.rollouts import Timer, run_graded_episodes, score_groups
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Run:
+  """Everything a GRPO run holds between steps (built by `setup_run`)."""
+
+  config: Any
+  workdir: str
+  tokenizer: Any
+  mesh: Any
+  model: Any
+  model_config: Any
+  env: Any
+  sampler: Any
+  reward_fn: Any
+  learner: Learner
+  engine: Any
+  batching: Any
+  checkpointer: Checkpointer
+
+
+def workdir_of(config) -> str:
+  return config.workdir or os.path.join("runs", config.variant or "run")
+
+
+def make_reward_fn(config):
+  if config.reward.type == "efficiency":
+    return make_reward("efficiency", cost_weight=config.reward.efficiency_alpha,
+                       latency_weight=config.reward.efficiency_beta,
+                       floor=config.reward.efficiency_floor)
+  return make_reward(config.reward.type)
+
+
+def setup_run(config, *, model=None, model_config=None) -> Run:
+  """Builds the parts; `model` may come from a warm start."""
+  workdir = workdir_of(config)
+  tokenizer = builders.build_tokenizer(config)
+  mesh = builders.build_mesh(config)
+  if model is None:
+    model, model_config = builders.build_model(config, mesh, tokenizer)
+  env = builders.build_env(config)
+  sampler = env.tool_config_sampler(seed=config.seed, ranges=builders.sampler_ranges(config))
+  learner = Learner(model, builders.build_learner_config(config, total_steps=config.num_steps),
+                    mesh=mesh)
+  engine = builders.build_engine(config, model, model_config, tokenizer)
+  batching = builders.build_batching(config, learner.row_multiple())
+  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
+                              max_to_keep=config.checkpoint.keep,
+                              save_interval_steps=max(1, config.checkpoint.every_steps))
+  return Run(config, workdir, tokenizer, mesh, model, model_config, env, sampler,
+             make_reward_fn(config), learner, engine, batching, checkpointer)
+
+
+def train_task_iterator(config):
+  specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
+  sources, _ = load_sources(specs)
+  return task_iterator(sources, tasks_per_step=config.rl.tasks_per_step, seed=config.seed)
+
+
+def restore(run: Run, iterator) -> int:
+  """Restores the last checkpoint into the learner and iterator; returns its step."""
+  step = run.checkpointer.latest_step()
+  if step is None:
+    return 0
+  restored = run.checkpointer.restore(step, params=run.learner.params,
+                                      opt_state=run.learner.opt_state,
+                                      rng=jax.random.key(run.config.seed))
+  run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
+  if iterator is not None and restored.data_state is not None:
+    iterator.set_state(restored.data_state)
+  log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
+  return restored.step
+
+
+async def collect_experience(run: Run, tasks, step: int):
+  """Rollouts of one step, graded and scored (see `training/rollouts.py`)."""
+  config = run.config
+  tool_configs = [run.sampler.sample(task, derive_seed(config.seed, step, i))
+                  for i, task in enumerate(tasks)]
+  backend_seed = derive_seed(config.seed, step, 1 << 20)
+  trajectories = await run_graded_episodes(
+      tasks, tool_configs, engine=run.engine, tokenizer=run.tokenizer,
+      backends_for=lambda c: run.env.build_backends(c, seed=backend_seed,
+                                                    sleep_scale=config.tools.sleep_scale),
+      group_size=config.rl.group_size, seed=derive_seed(config.seed, step),
+      sampling=builders.sampling_params(config), loop_kwargs=builders.loop_kwargs(config))
+  return score_groups(trajectories, group_size=config.rl.group_size,
+                      reward_fn=run.reward_fn, adv_clip=config.rl.adv_clip,
+                      filter_reward_std=config.rl.filter_reward_std,
+                      filter_invalid_format=config.rl.filter_invalid_format,
+                      filter_no_answer=config.rl.filter_no_answer)
+
+
+def train_step(run: Run, experience) -> dict[str, float]:
+  """One learner update on the kept episodes (skipped, and said so, when none are kept)."""
+  kept = experience.kept
+  if not kept:
+    return {"learner/skipped_no_signal": 1.0}
+  batch = build_train_batch(kept, config=run.batching)
+  metrics = run.learner.train_step(batch)
+  out = {f"learner/{k}": v for k, v in metrics.items()}
+  out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
+  return out
+
+
+async def sync_weights(run: Run, version: int) -> None:
+  await run.engine.update_weights(run.learner.params, version=version)
+
+
+def grpo_train(run: Run, *, progress=None) -> int:
+  """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step."""
+  config = run.config
+  iterator = train_task_iterator(config)
+  start = restore(run, iterator)
+  if start:
+    asyncio.run(sync_weights(run, start))
+  writer = MetricsWriter(run.workdir, total_steps=config.num_steps,
+                         use_tensorboard=config.log.tensorboard, resume_step=start)
+  timer = Timer()
+  try:
+    for step in range(start, config.num_steps):
+      with timer("data"):
+        tasks = next(iterator)
+      with timer("rollout"):
+        experience = asyncio.run(collect_experience(run, tasks, step))
+      with timer("learner"):
+        learner_metrics = train_step(run, experience)
+      with timer("weight_sync"):
+        asyncio.run(sync_weights(run, step + 1))
+      if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
+        write_jsonl(os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
+                    experience.trajectories)
+      with timer("checkpoint"):
+        run.checkpointer.save(step + 1, params=run.learner.params,
+                              opt_state=run.learner.opt_state,
+                              rng=jax.random.key(config.seed),
+                              data_state=iterator.get_state(), config=config,
+                              force=step + 1 == config.num_steps)
+      tool_time = float(np.mean([sum(turn.tool_latency_s for turn in t.turns)
+                                 for t in experience.trajectories]))
+      writer.write(step + 1, {**experience.metrics, **learner_metrics, **timer.pop(),
+                              "episode_tool_latency_s": tool_time})
+      if progress is not None:
+        progress(step + 1, experience.metrics)
+  finally:
+    run.checkpointer.wait_until_finished()
+    writer.close()
+  return config.num_steps

@@ -1,0 +1,100 @@
+"""Supervised warm start: behaviour cloning of demonstration episodes.
+
+Demonstrations are real episodes: a router (`eval/routers.py`) plays its plan
+through the same agent loop, tools and tokenizer as the policy, so the tokens
+are exactly those the policy will later produce and read. The loss is
+cross-entropy on the demonstrator's tokens only (loss mask 1), never on the
+prompt or on tool results.
+
+Any jsonl of chat conversations works too (`experiments/sft.py --demos=...`):
+each conversation is rendered with the chat template and the assistant turns
+are trained on (`conversation_example`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from orchestra_jax.agent.trajectory import Trajectory
+from orchestra_jax.chat.template import render
+from orchestra_jax.eval.routers import RouterEngine
+from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
+from orchestra_jax.training.rollouts import run_graded_episodes
+
+log = logging.getLogger(__name__)
+
+
+async def router_demonstrations(router: str, tasks: Sequence[Any], tool_configs: Sequence[Any],
+                                *, env, tokenizer, loop_kwargs: dict, seed: int
+                                ) -> list[Trajectory]:
+  """One demonstration episode per task, played by `router`."""
+  engine = RouterEngine(router, tokenizer, {t.id: c for t, c in zip(tasks, tool_configs)},
+                        seed=seed)
+  return await run_graded_episodes(
+      tasks, tool_configs, engine=engine, tokenizer=tokenizer,
+      backends_for=lambda c: env.build_backends(c, seed=seed), group_size=1, seed=seed,
+      sampling=_greedy(loop_kwargs), loop_kwargs=loop_kwargs)
+
+
+def _greedy(loop_kwargs):
+  from orchestra_jax.rollout.engine import SamplingParams
+  return SamplingParams(temperature=0.0, max_new_tokens=loop_kwargs["max_new_tokens_per_turn"])
+
+
+def conversation_example(messages: Sequence[dict], tokenizer, *, tools=None,
+                         enable_thinking: bool = True) -> Trajectory:
+  """A chat conversation as a trajectory whose loss mask covers the assistant turns.
+
+  The final assistant message is the target: `render(messages)` minus
+  `render(messages[:-1], add_generation_prompt=True)`, up to its `<|im_end|>`.
+  Earlier assistant turns are prompt (masked): Qwen3's template rewrites them
+  (it strips their reasoning), so they are not what the model would generate.
+  """
+  messages = list(messages)
+  if not messages or messages[-1].get("role") != "assistant":
+    raise ValueError("a demonstration must end with an assistant message")
+  prompt = render(messages[:-1], tools=tools, add_generation_prompt=True,
+                  enable_thinking=enable_thinking)
+  full = render(messages, tools=tools, enable_thinking=enable_thinking)
+  if not full.startswith(prompt):
+    raise ValueError("the final assistant turn does not continue the rendered prompt "
+                     "(render with enable_thinking matching the data)")
+  # The "\n" after <|im_end|> belongs to the next turn, not to what is generated.
+  target = full[len(prompt):].removesuffix("\n")
+  prompt_ids = tokenizer.encode(prompt)
+  target_ids = tokenizer.encode(target)
+  ids = prompt_ids + target_ids
+  return Trajectory(task_id="sft", group_index=0, seed=0, token_ids=ids,
+                    loss_mask=[0] * len(prompt_ids) + [1] * len(target_ids),
+                    rollout_logprobs=[0.0] * len(ids), prompt_length=len(prompt_ids),
+                    finish_reason="answer")
+
+
+def sft_batches(examples: Sequence[Trajectory], *, batch_size: int, steps: int, seed: int,
+                batching: BatchingConfig) -> Iterator[Any]:
+  """`steps` batches of `batch_size` examples, reshuffled every epoch (seeded)."""
+  if not examples:
+    raise ValueError("no demonstrations to train on")
+  rng = np.random.default_rng([seed, 5])
+  order: list[int] = []
+  for _ in range(steps):
+    while len(order) < batch_size:
+      order.extend(rng.permutation(len(examples)).tolist())
+    chosen, order = order[:batch_size], order[batch_size:]
+    yield build_train_batch([examples[i] for i in chosen], [0.0] * batch_size, batching)
+
+
+def run_sft(learner, examples: Sequence[Trajectory], *, batch_size: int, steps: int,
+            seed: int, batching: BatchingConfig, on_step=None) -> list[dict[str, float]]:
+  """`steps` supervised updates; returns each step's metrics."""
+  history = []
+  for step, batch in enumerate(sft_batches(examples, batch_size=batch_size, steps=steps,
+                                           seed=seed, batching=batching), start=1):
+    metrics = learner.sft_step(batch)
+    history.append(metrics)
+    if on_step is not None:
+      on_step(step, metrics)
+  return history
