@@ -1,0 +1,163 @@
+"""LLM-as-judge grading for free-form answers, cached, with its cost kept apart.
+
+Protocol: the judge model sees the question, the reference answer and the
+prediction, and must end its reply with `<correct>True</correct>` or
+`<correct>False</correct>`. A reply without that tag counts as "not correct"
+(and is reported as a parse failure). The judge's dollars and seconds are
+grading overhead, not the orchestrator's spending, so they are returned in the
+verdict and summed on the judge, never added to a trajectory's cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import re
+from typing import Any, MutableMapping, Protocol, runtime_checkable
+
+from orchestra_jax.rewards.outcome import GradableTask, is_correct, is_valid_answer
+from orchestra_jax.tools.pricing import token_cost
+
+_VERDICT = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
+
+JUDGE_PROMPT = """You are grading an answer to a question.
+
+Question:
+{question}
+
+Reference answer:
+{reference}
+
+Answer to grade:
+{prediction}
+
+Is the answer to grade correct, i.e. does it state the same final answer as the
+reference (ignore wording, formatting and extra explanation)? Think briefly,
+then finish with exactly <correct>True</correct> or <correct>False</correct>."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeVerdict:
+    """A judge's decision and what it cost (zero when served from the cache)."""
+
+    correct: bool
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    cached: bool = False
+    parse_failed: bool = False
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Grades a free-form prediction against a reference answer."""
+
+    async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict:
+        ...
+
+
+def parse_verdict(text: str) -> bool | None:
+    """The last `<correct>True|False</correct>` tag in `text`, or None when absent."""
+    tags = _VERDICT.findall(text)
+    return tags[-1].lower() == "true" if tags else None
+
+
+class JudgeCache(dict):
+    """Verdicts keyed by a hash of (judge settings, question, reference, prediction).
+
+    With a `path`, verdicts are appended to a JSON-lines file as they are added
+    and read back on construction, so a resumed run does not pay twice.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        super().__init__()
+        self.path = os.fspath(path) if path is not None else None
+        if self.path and os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        row = json.loads(line)
+                        super().__setitem__(row["key"], bool(row["correct"]))
+
+    def __setitem__(self, key: str, correct: bool) -> None:
+        super().__setitem__(key, bool(correct))
+        if self.path:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "correct": bool(correct)}) + "\n")
+
+
+class LLMJudge:
+    """A `Judge` backed by an expert client (`tools` room's `ExpertClient`).
+
+    Args:
+      expert_client: has `complete(messages, *, max_tokens, temperature)`
+        returning (or resolving to) an object with `text`, `prompt_tokens`,
+        `completion_tokens` and `latency_s`.
+      cache: a mutable mapping from verdict key to bool (`JudgeCache`, a dict,
+        or None for no caching).
+      price_in, price_out: the judge model's USD price per million input/output
+        tokens, for the separately reported grading cost.
+    """
+
+    def __init__(self, expert_client: Any, cache: MutableMapping[str, bool] | None = None, *,
+                 price_in: float = 0.0, price_out: float = 0.0, max_tokens: int = 512,
+                 temperature: float = 0.0, name: str = "judge"):
+        self.client = expert_client
+        self.cache = cache
+        self.price_in, self.price_out = price_in, price_out
+        self.max_tokens, self.temperature, self.name = max_tokens, temperature, name
+        self.total_cost_usd = 0.0
+        self.num_calls = 0
+        self.num_cache_hits = 0
+        self.num_parse_failures = 0
+
+    def cache_key(self, question: str, prediction: str, reference: str) -> str:
+        blob = json.dumps([self.name, self.temperature, question, reference, prediction])
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict:
+        key = self.cache_key(question, prediction, reference)
+        if self.cache is not None and key in self.cache:
+            self.num_cache_hits += 1
+            return JudgeVerdict(correct=self.cache[key], cached=True)
+        prompt = JUDGE_PROMPT.format(question=question, reference=reference, prediction=prediction)
+        reply = self.client.complete([{"role": "user", "content": prompt}],
+                                     max_tokens=self.max_tokens, temperature=self.temperature)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        cost = token_cost(reply.prompt_tokens, reply.completion_tokens,
+                          self.price_in, self.price_out)
+        self.num_calls += 1
+        self.total_cost_usd += cost
+        parsed = parse_verdict(reply.text)
+        if parsed is None:
+            self.num_parse_failures += 1
+        elif self.cache is not None:  # a reply without a verdict is not worth remembering
+            self.cache[key] = parsed
+        return JudgeVerdict(correct=bool(parsed), cost_usd=cost, latency_s=reply.latency_s,
+                            parse_failed=parsed is None)
+
+    def stats(self) -> dict[str, float]:
+        """Grading overhead for metrics: calls, cache hits, parse failures, dollars."""
+        return {"judge/calls": self.num_calls, "judge/cache_hits": self.num_cache_hits,
+                "judge/parse_failures": self.num_parse_failures,
+                "judge/cost_usd": self.total_cost_usd}
+
+
+async def grade(prediction: str | None, task: GradableTask, *,
+                judge: Judge | None = None) -> JudgeVerdict:
+    """Grades any answer type: rule-based types locally, "judge" tasks with `judge`.
+
+    Invalid answers (empty, > 500 words) are wrong without asking the judge.
+    """
+    if task.answer_type != "judge":
+        return JudgeVerdict(correct=is_correct(prediction, task))
+    if not is_valid_answer(prediction):
+        return JudgeVerdict(correct=False)
+    if judge is None:
+        raise ValueError(f"task {getattr(task, 'id', '?')!r} has answer_type 'judge' "
+                         "but no judge was configured")
+    return await judge(task.question, prediction, str(task.answer))

@@ -1,0 +1,134 @@
+"""Is a final answer right? Rule-based checks dispatched on `task.answer_type`.
+
+Answer types (`envs/base.Task.answer_type`):
+  "exact"   normalised string equality (lower case, no punctuation/articles,
+            collapsed white space), also accepting a bare `\\boxed{...}` answer;
+  "numeric" the first number in the prediction equals the reference number
+            within a relative/absolute tolerance (commas, `$`, `%` ignored);
+  "math"    symbolic equivalence through `math-verify` (falls back to "numeric"
+            and then "exact" when math-verify parses nothing);
+  "judge"   free-form answers graded by an LLM judge (`rewards/judge.py`).
+An empty answer, or one longer than `MAX_ANSWER_WORDS` words, is always wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from orchestra_jax.envs.base import ANSWER_TYPES
+
+MAX_ANSWER_WORDS = 500
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
+
+
+class GradableTask(Protocol):
+    """The fields of `envs/base.Task` that grading reads."""
+
+    question: str
+    answer: Any
+    answer_type: str
+
+
+def is_valid_answer(prediction: str | None) -> bool:
+    """True when the answer is non-empty and at most `MAX_ANSWER_WORDS` words."""
+    if prediction is None:
+        return False
+    words = prediction.split()
+    return 0 < len(words) <= MAX_ANSWER_WORDS
+
+
+def normalize_answer(text: str) -> str:
+    """Lower case, strip a `\\boxed{}` wrapper, punctuation and articles, collapse spaces."""
+    boxed = _BOXED.search(text)
+    if boxed:
+        text = boxed.group(1)
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in string.punctuation)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, reference: str) -> bool:
+    """normalize(prediction) == normalize(reference)."""
+    return normalize_answer(prediction) == normalize_answer(str(reference))
+
+
+def parse_number(text: str) -> float | None:
+    """The first number in `text` (thousands separators, `$` and `%` ignored), or None."""
+    match = _NUMBER.search(text.replace(",", "").replace("$", ""))
+    return float(match.group(0)) if match else None
+
+
+def numeric_match(prediction: str, reference: str | float, *,
+                  rel_tol: float = 1e-4, abs_tol: float = 1e-8) -> bool:
+    """|p − r| <= max(rel_tol · max(|p|, |r|), abs_tol) for the first numbers found."""
+    pred = parse_number(prediction)
+    ref = reference if isinstance(reference, (int, float)) else parse_number(str(reference))
+    if pred is None or ref is None:
+        return False
+    return math.isclose(pred, float(ref), rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def math_match(prediction: str, reference: str) -> bool | None:
+    """Symbolic equivalence via math-verify; None when either side does not parse."""
+    from math_verify import parse, verify  # heavy import (sympy), only when needed
+
+    try:
+        gold = parse(_as_math(str(reference)))
+        pred = parse(_as_math(prediction))
+        if not gold or not pred:
+            return None
+        return bool(verify(gold, pred))
+    except Exception:  # math-verify raises on pathological LaTeX; that is a "no"
+        return None
+
+
+def _as_math(text: str) -> str:
+    """math-verify finds answers inside `$…$` or `\\boxed{}`; wrap bare expressions."""
+    if "$" in text or "\\boxed" in text or "\\(" in text or "\\[" in text:
+        return text
+    return f"${text}$"
+
+
+def is_correct(prediction: str | None, task: GradableTask) -> bool:
+    """Grades `prediction` against `task.answer` by `task.answer_type` (rule-based types).
+
+    "judge" tasks need a model call: grade them with `rewards.judge.grade`,
+    which also accepts every rule-based type.
+    """
+    answer_type = task.answer_type
+    if answer_type not in ANSWER_TYPES:
+        raise ValueError(f"unknown answer_type {answer_type!r}; expected one of {ANSWER_TYPES}")
+    if not is_valid_answer(prediction):
+        return False
+    if answer_type == "exact":
+        return exact_match(prediction, task.answer)
+    if answer_type == "numeric":
+        return numeric_match(prediction, task.answer)
+    if answer_type == "math":
+        verdict = math_match(prediction, task.answer)
+        if verdict is not None:
+            return verdict
+        return numeric_match(prediction, task.answer) or exact_match(prediction, task.answer)
+    raise ValueError(
+        f"task {getattr(task, 'id', '?')!r} has answer_type 'judge': it needs an LLM "
+        "judge; use `orchestra_jax.rewards.judge.grade(prediction, task, judge=...)`")
+
+
+def outcome_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
+                    preference: Mapping[str, float] | None = None) -> np.ndarray:
+    """R_i = 1 if episode i is correct else 0 (the plain outcome reward, for ablations).
+
+    Same group signature as the other registered rewards; features and preference
+    are ignored.
+    """
+    del features, preference
+    return np.asarray(correct, dtype=bool).astype(np.float32)

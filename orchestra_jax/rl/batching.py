@@ -1,0 +1,152 @@
+"""Trajectories -> fixed-shape training arrays, bucketed so few shapes ever compile.
+
+Alignment. A trajectory's arrays index *tokens*: `loss_mask[i]` and
+`rollout_logprobs[i]` describe `token_ids[i]`. The model's logits at position t
+predict the token at t + 1, so a sequence of L tokens becomes L − 1 positions:
+
+    input_ids[t]    = token_ids[t]              t = 0 … L − 2
+    target_ids[t]   = token_ids[t + 1]
+    loss_mask[t]    = loss_mask[t + 1]          (was token t + 1 sampled?)
+    old_logprobs[t] = rollout_logprobs[t + 1]   (its rollout log-prob)
+    advantages[t]   = the trajectory's advantage where loss_mask[t] = 1, else 0
+
+so `token_logprobs(logits, target_ids)` lines up with `old_logprobs` index by
+index. The last token is never an input (nothing follows it).
+
+Shapes. Rows are padded to a sequence-length bucket (the smallest configured
+bucket that fits the longest sequence) and the row count to
+`row_multiple · 2^k`, so a run compiles at most #buckets × log2(#rows) shapes.
+Padding has segment id 0 and loss mask 0. With `pack=True`, several sequences
+share a row (first-fit decreasing); segment ids 1, 2, … keep them apart and
+positions restart at 0 for each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+DEFAULT_SEQ_BUCKETS = tuple(2 ** k for k in range(7, 16))  # 128 … 32768
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainBatch:
+    """Fixed-shape [B, T] arrays for one learner step (see the module docstring)."""
+
+    input_ids: Any      # int32, token fed at position t
+    positions: Any      # int32, position within its sequence
+    segment_ids: Any    # int32, 1, 2, … per sequence in the row; 0 = padding
+    target_ids: Any     # int32, token predicted at position t
+    loss_mask: Any      # float32, 1 where target_ids[t] was sampled by the policy
+    advantages: Any     # float32, the sequence's advantage on loss tokens, else 0
+    old_logprobs: Any   # float32, rollout log-prob of target_ids[t] (0 off the mask)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.input_ids.shape)
+
+    def num_loss_tokens(self) -> int:
+        return int(np.asarray(self.loss_mask).sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingConfig:
+    """seq_buckets: allowed padded lengths T (ascending); row_multiple: rows are
+    row_multiple · 2^k (use micro_batch_size × batch shards); pack: share rows."""
+
+    seq_buckets: tuple[int, ...] = DEFAULT_SEQ_BUCKETS
+    row_multiple: int = 1
+    pack: bool = False
+
+    def __post_init__(self):
+        if not self.seq_buckets or list(self.seq_buckets) != sorted(set(self.seq_buckets)):
+            raise ValueError(f"seq_buckets must be ascending and distinct, got {self.seq_buckets}")
+        if self.seq_buckets[0] < 1 or self.row_multiple < 1:
+            raise ValueError("seq_buckets and row_multiple must be positive")
+
+
+def bucket_length(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= length; a clear error when none is big enough."""
+    for bucket in buckets:
+        if bucket >= length:
+            return bucket
+    raise ValueError(f"a sequence of {length} positions exceeds the largest bucket "
+                     f"{buckets[-1]}; add a bigger bucket or cap the episode length")
+
+
+def bucket_rows(num_rows: int, multiple: int) -> int:
+    """multiple · 2^k, the smallest such number >= num_rows."""
+    blocks = -(-num_rows // multiple)
+    return multiple * (1 << max(blocks - 1, 0).bit_length())
+
+
+def _shifted(traj: Any, advantage: float, index: int) -> dict[str, np.ndarray]:
+    ids = np.asarray(traj.token_ids, np.int32)
+    mask = np.asarray(traj.loss_mask, np.float32)
+    logprobs = np.asarray(traj.rollout_logprobs, np.float32)
+    if not len(ids) == len(mask) == len(logprobs):
+        raise ValueError(f"trajectory {index}: token_ids, loss_mask and rollout_logprobs differ "
+                         f"in length ({len(ids)}, {len(mask)}, {len(logprobs)})")
+    if len(ids) < 2:
+        raise ValueError(f"trajectory {index} has {len(ids)} tokens; training needs at least 2")
+    if not np.isfinite(advantage):
+        raise ValueError(f"trajectory {index} has a non-finite advantage {advantage}")
+    target_mask = mask[1:]
+    return {"input_ids": ids[:-1], "target_ids": ids[1:], "loss_mask": target_mask,
+            "old_logprobs": logprobs[1:] * target_mask,
+            "advantages": np.float32(advantage) * target_mask}
+
+
+def _pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """First-fit decreasing: lists of sequence indices whose lengths fit in `capacity`."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, space in enumerate(free):
+            if lengths[i] <= space:
+                rows[r].append(i)
+                free[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            free.append(capacity - lengths[i])
+    return rows
+
+
+def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] | None = None,
+                      config: BatchingConfig = BatchingConfig()) -> TrainBatch:
+    """Packs trajectories (anything with `token_ids`, `loss_mask`, `rollout_logprobs`,
+    and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`."""
+    if not trajectories:
+        raise ValueError("cannot build a training batch from zero trajectories")
+    if advantages is None:
+        advantages = [t.advantage for t in trajectories]
+        if any(a is None for a in advantages):
+            raise ValueError("trajectories carry no advantage; compute advantages first "
+                             "or pass them explicitly")
+    if len(advantages) != len(trajectories):
+        raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
+    seqs = [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
+    lengths = [len(s["input_ids"]) for s in seqs]
+    seq_len = bucket_length(max(lengths), config.seq_buckets)
+    rows = _pack(lengths, seq_len) if config.pack else [[i] for i in range(len(seqs))]
+    num_rows = bucket_rows(len(rows), config.row_multiple)
+
+    out = {name: np.zeros((num_rows, seq_len), np.int32)
+           for name in ("input_ids", "positions", "segment_ids", "target_ids")}
+    out.update({name: np.zeros((num_rows, seq_len), np.float32)
+                for name in ("loss_mask", "advantages", "old_logprobs")})
+    for r, members in enumerate(rows):
+        start = 0
+        for segment, i in enumerate(members, start=1):
+            end = start + lengths[i]
+            for name, values in seqs[i].items():
+                out[name][r, start:end] = values
+            out["positions"][r, start:end] = np.arange(lengths[i])
+            out["segment_ids"][r, start:end] = segment
+            start = end
+    return TrainBatch(**out)

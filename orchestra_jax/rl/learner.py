@@ -1,0 +1,272 @@
+"""The learner: a jit-compiled, mesh-sharded optimizer step with exact micro-batching.
+
+    params, opt_state = train_step(params, opt_state, ref_params, batch)
+
+1. The loss denominator (rl/aggregation.py) is computed once over the full batch.
+2. The batch [B, T] is split into B / micro_batch_size micro-batches; a
+   `lax.scan` adds their losses and gradients. Each micro loss is already divided
+   by the full-batch denominator, so the sum equals the full-batch loss exactly.
+3. optax: clip by global norm -> AdamW (decay on matrices only) with a schedule.
+4. If the loss or the gradient norm is not finite, parameters and optimizer
+   state are left untouched and `skipped` = 1 in the metrics.
+
+Shardings are explicit: parameters follow `parallel/mesh.py`'s rules, optimizer
+moments follow their parameters, batch rows split over ("data", "fsdp"), metrics
+are replicated. Without a mesh the step runs on a one-device mesh, same code.
+Micro-batches are strided rows (row j·n + i goes to micro-batch i), so each one
+keeps the batch's split over devices and no rows move between devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
+from orchestra_jax.rl import grpo
+from orchestra_jax.rl.aggregation import check_aggregation, loss_denominator
+from orchestra_jax.rl.batching import TrainBatch
+from orchestra_jax.rl.objectives import (OBJECTIVES, combine_stats, compute_logprobs,
+                                         empty_stats, finalize_stats)
+
+__all__ = ["LearnerConfig", "Learner", "make_optimizer", "compute_logprobs"]
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Optimizer and loss settings; defaults follow the ToolOrchestra reference."""
+
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0           # global-norm clip
+    schedule: str = "constant"       # "constant" | "cosine" | "linear" (decay to 0)
+    warmup_steps: int = 0            # linear warm-up from 0
+    total_steps: int | None = None   # warm-up included; needed by "cosine" / "linear"
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-8
+    micro_batch_size: int | None = None  # rows per micro-batch; None = whole batch
+    loss: str = "ppo_clip"           # rl/grpo.py POLICY_LOSSES
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 10.0
+    agg: str = "token-mean"          # rl/aggregation.py AGGREGATIONS
+    norm_length: int | None = None   # L of "seq-mean-token-sum-norm"; None = padded T
+    kl_coef: float = 1e-4            # 0 disables the reference model entirely
+    kl_type: str = "mse"             # "k1" | "mse" | "k3"
+    entropy_coef: float = 0.0
+    temperature: float = 1.0         # the rollout's sampling temperature
+    tis_cap: float | None = None     # truncated importance sampling cap C
+
+    def __post_init__(self):
+        check_aggregation(self.agg)
+        grpo.POLICY_LOSSES.get(self.loss)
+        grpo.KL_PENALTIES.get(self.kl_type)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; expected one of {SCHEDULES}")
+        if self.schedule != "constant" and (self.total_steps or 0) <= self.warmup_steps:
+            raise ValueError(f"schedule {self.schedule!r} needs total_steps > warmup_steps")
+        if self.learning_rate <= 0 or self.temperature <= 0 or self.grad_clip <= 0:
+            raise ValueError("learning_rate, temperature and grad_clip must be > 0")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.kl_coef < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ValueError("kl_coef, weight_decay and warmup_steps must be >= 0")
+
+
+def make_schedule(config: LearnerConfig) -> optax.Schedule:
+    """lr(step): linear warm-up 0 -> lr over `warmup_steps`, then constant/cosine/linear."""
+    lr = config.learning_rate
+    if config.schedule == "constant":
+        main = optax.constant_schedule(lr)
+    else:
+        decay_steps = config.total_steps - config.warmup_steps
+        main = (optax.cosine_decay_schedule(lr, decay_steps) if config.schedule == "cosine"
+                else optax.linear_schedule(lr, 0.0, decay_steps))
+    if not config.warmup_steps:
+        return main
+    warmup = optax.linear_schedule(0.0, lr, config.warmup_steps)
+    return optax.join_schedules([warmup, main], [config.warmup_steps])
+
+
+def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+    """clip_by_global_norm(grad_clip) -> AdamW(schedule); no weight decay on vectors (norms)."""
+    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)  # noqa: E731
+    return optax.chain(
+        optax.clip_by_global_norm(config.grad_clip),
+        optax.adamw(make_schedule(config), b1=config.adam_b1, b2=config.adam_b2,
+                    eps=config.adam_eps, weight_decay=config.weight_decay, mask=decay_mask))
+
+
+def _split_micro_batches(batch: TrainBatch, num_micro: int) -> TrainBatch:
+    """[B, T] -> [n, B / n, T] with micro-batch i = rows i, n + i, 2n + i, …"""
+    def split(x):
+        rows, length = x.shape
+        return jnp.swapaxes(x.reshape(rows // num_micro, num_micro, length), 0, 1)
+    return jax.tree.map(split, batch)
+
+
+def _update_count(opt_state: Any) -> jax.Array:
+    """How many updates the optimizer has applied (its schedule's step)."""
+    counts = optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+    if not counts:
+        raise ValueError("optimizer state has no update count")
+    return counts[0][1]
+
+
+class Learner:
+    """Owns the policy's parameters and optimizer state; `train_step` / `sft_step` update them.
+
+    The model passed in stays valid: after every step its parameters are replaced
+    by the new ones (`learner.model` is the same object). The step donates the old
+    parameter buffers, so arrays read from the model before a step must be read
+    again after it. A reference model is kept only when `config.kl_coef != 0`:
+    `reference_model`, or a frozen copy of the initial policy.
+    """
+
+    def __init__(self, model: nnx.Module, config: LearnerConfig, *, mesh: Mesh | None = None,
+                 reference_model: nnx.Module | None = None):
+        self.config, self.model = config, model
+        self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
+        self.tx = make_optimizer(config)
+        self._graphdef, params, self._rest = nnx.split(model, nnx.Param, ...)
+        self._param_shardings = state_shardings(params, self.mesh)
+        self.params = jax.device_put(params, self._param_shardings)
+        self._rest = jax.device_put(self._rest, NamedSharding(self.mesh, P()))
+        abstract_opt = jax.eval_shape(self.tx.init, self.params)
+        self._replicated = NamedSharding(self.mesh, P())
+        self._opt_shardings = optax.tree_map_params(
+            self.tx, lambda _, sharding: sharding, abstract_opt, self._param_shardings,
+            transform_non_params=lambda _: self._replicated)
+        self.opt_state = self._fresh_opt_state()
+        self.ref_params = None
+        if reference_model is not None and not config.kl_coef:
+            raise ValueError("a reference model was given but kl_coef == 0: it would be unused")
+        if config.kl_coef:
+            source = (nnx.state(reference_model, nnx.Param) if reference_model is not None
+                      else jax.tree.map(jnp.copy, self.params))
+            self.ref_params = jax.device_put(source, self._param_shardings)
+        self.step = 0
+        self._compiled: dict[tuple[str, int], Any] = {}  # (objective, #micro-batches) -> step
+        nnx.update(self.model, self.params)
+
+    def load_state(self, params: Any, opt_state: Any | None = None, *, step: int = 0,
+                   reference_params: Any | None = None) -> None:
+        """Replaces parameters (and optimizer state, step, reference) e.g. from a checkpoint.
+
+        Arrays are placed on this learner's shardings; `opt_state=None` starts the
+        optimizer afresh; `reference_params` replaces the KL reference (only
+        meaningful when `kl_coef != 0`).
+        """
+        self.params = jax.device_put(params, self._param_shardings)
+        self.opt_state = (jax.device_put(opt_state, self._opt_shardings)
+                          if opt_state is not None else self._fresh_opt_state())
+        if reference_params is not None:
+            if not self.config.kl_coef:
+                raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
+            self.ref_params = jax.device_put(reference_params, self._param_shardings)
+        self.step = int(step)
+        nnx.update(self.model, self.params)
+
+    def _fresh_opt_state(self) -> Any:
+        return jax.device_put(self.tx.init(self.params), self._opt_shardings)
+
+    @property
+    def num_batch_shards(self) -> int:
+        return math.prod(self.mesh.shape[a] for a in BATCH_AXES)
+
+    def row_multiple(self, batch_size: int | None = None) -> int:
+        """Rows per batch must be a multiple of this (for `BatchingConfig.row_multiple`)."""
+        micro = self.config.micro_batch_size or batch_size or 1
+        return math.lcm(micro, self.num_batch_shards)
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO update on `batch`; returns metrics as floats (blocks until done)."""
+        return self._run("grpo", batch)
+
+    def sft_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One supervised update (cross-entropy on `batch.loss_mask` tokens)."""
+        return self._run("sft", batch)
+
+    def _run(self, objective: str, batch: TrainBatch) -> dict[str, float]:
+        rows = batch.input_ids.shape[0]
+        micro = self.config.micro_batch_size or rows
+        if rows % micro or micro % self.num_batch_shards:
+            raise ValueError(
+                f"batch of {rows} rows: micro_batch_size {micro} must divide it and be a "
+                f"multiple of the {self.num_batch_shards} batch shards of the mesh "
+                f"(build batches with row_multiple={self.row_multiple(rows)})")
+        key = (objective, rows // micro)
+        if key not in self._compiled:
+            self._compiled[key] = self._build_step(objective, rows // micro)
+        batch = jax.device_put(jax.tree.map(np.asarray, batch), batch_sharding(self.mesh))
+        ref_params = self.ref_params if objective == "grpo" else None
+        self.params, self.opt_state, metrics = self._compiled[key](
+            self.params, self.opt_state, ref_params, batch)
+        nnx.update(self.model, self.params)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self.step += int(not metrics["skipped"])
+        return metrics
+
+    def _build_step(self, objective_name: str, num_micro: int):
+        config, graphdef, rest, tx = self.config, self._graphdef, self._rest, self.tx
+        param_shardings, schedule = self._param_shardings, make_schedule(config)
+        objective = OBJECTIVES.get(objective_name)
+        use_ref = objective_name == "grpo" and bool(config.kl_coef)
+        micro_sharding = NamedSharding(self.mesh, P(None, BATCH_AXES, None))
+
+        def micro_loss(params, ref_params, micro, denominator):
+            model = nnx.merge(graphdef, params, rest)
+            ref = nnx.merge(graphdef, ref_params, rest) if use_ref else None
+            return objective(model, ref, micro, denominator, config)
+
+        def step(params, opt_state, ref_params, batch):
+            denominator = loss_denominator(batch.loss_mask, config.agg,
+                                           segment_ids=batch.segment_ids,
+                                           norm_length=config.norm_length)
+            micros = jax.lax.with_sharding_constraint(
+                _split_micro_batches(batch, num_micro), micro_sharding)
+            grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+            def accumulate(carry, micro):
+                grads, stats = carry
+                (_, new_stats), new_grads = grad_fn(params, ref_params, micro, denominator)
+                grads = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads, new_grads)
+                return (grads, combine_stats(stats, new_stats)), None
+
+            first_micro = jax.tree.map(lambda x: x[0], micros)
+            stats_shape = jax.eval_shape(
+                lambda: grad_fn(params, ref_params, first_micro, denominator)[0][1])
+            zero_grads = jax.lax.with_sharding_constraint(  # accumulate in the params' layout
+                jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params), param_shardings)
+            carry, _ = jax.lax.scan(accumulate, (zero_grads, empty_stats(stats_shape)), micros)
+            grads, stats = carry
+            metrics = finalize_stats(stats, batch.loss_mask.sum())
+            grad_norm = optax.global_norm(grads)
+            finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+            updates, new_opt_state = tx.update(grads, opt_state, params)
+            new_params = optax.apply_updates(params, updates)
+            keep = lambda new, old: jax.tree.map(  # noqa: E731
+                lambda n, o: jnp.where(finite, n, o), new, old)
+            metrics.update(grad_norm=grad_norm, skipped=1.0 - finite.astype(jnp.float32),
+                           num_loss_tokens=batch.loss_mask.sum(),
+                           learning_rate=schedule(_update_count(opt_state)))
+            return keep(new_params, params), keep(new_opt_state, opt_state), metrics
+
+        batch_sh = batch_sharding(self.mesh)
+        ref_sh = self._param_shardings if use_ref else None
+        return jax.jit(
+            step,
+            in_shardings=(self._param_shardings, self._opt_shardings, ref_sh, batch_sh),
+            out_shardings=(self._param_shardings, self._opt_shardings, self._replicated),
+            donate_argnums=(0, 1))

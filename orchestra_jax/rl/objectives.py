@@ -1,0 +1,147 @@
+"""What one micro-batch contributes to a learner step: loss and metric sums.
+
+An objective maps (model, reference model, micro-batch, full-batch loss
+denominator, config) to (loss, stats). The loss is already divided by the full
+batch's denominator, so the learner just adds micro-batch losses and gradients.
+Stats are named by how they combine across micro-batches:
+
+    "total/<name>"  added up as is (already normalised, like the loss)
+    "token/<name>"  added up, then divided by the batch's loss-token count
+    "max/<name>", "min/<name>"  maximum / minimum over micro-batches
+
+Objectives: "grpo" (clipped policy gradient + KL + entropy bonus) and "sft"
+(cross-entropy on loss-masked tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from orchestra_jax.rl import grpo
+from orchestra_jax.rl.aggregation import aggregate
+from orchestra_jax.rl.batching import TrainBatch
+from orchestra_jax.rl.registry import Registry
+from orchestra_jax.rl.sft import sft_loss
+
+OBJECTIVES = Registry("learner objective")
+
+
+def model_logprobs(model: nnx.Module, batch: TrainBatch,
+                   temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+    """(log softmax(logits / T)[target] [B, T], logits [B, T, V]) for a TrainBatch."""
+    logits = model(batch.input_ids, batch.positions, segment_ids=batch.segment_ids)
+    return grpo.token_logprobs(logits, batch.target_ids, temperature), logits
+
+
+@nnx.jit(static_argnames=("temperature",))
+def compute_logprobs(model: nnx.Module, batch: TrainBatch, temperature: float = 1.0) -> jax.Array:
+    """Jitted log p(target_ids[t]) at temperature T, [B, T] (reference model, evaluation)."""
+    return model_logprobs(model, batch, temperature)[0]
+
+
+def _masked_sum(values: jax.Array, mask: jax.Array) -> jax.Array:
+    return (values * mask).sum()
+
+
+def _masked_extreme(values: jax.Array, mask: jax.Array, fn, fill: float) -> jax.Array:
+    return fn(jnp.where(mask > 0, values, fill))
+
+
+@OBJECTIVES.register("grpo")
+def grpo_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: TrainBatch,
+                   denominator: jax.Array, config: Any) -> tuple[jax.Array, dict]:
+    """loss = policy_loss + kl_coef · KL − entropy_coef · H, each aggregated by `config.agg`.
+
+    Without `tis_cap` the PPO ratio is taken against the rollout log-probs
+    (π_old = π_rollout). With it, the learner is its own π_old (one optimizer
+    update per batch, so π_old = stop_gradient(π) at this step's parameters) and
+    the rollout/learner mismatch is corrected by w = min(exp(log π_old −
+    log π_rollout), C) instead.
+    """
+    logp, logits = model_logprobs(model, micro, config.temperature)
+    mask, rollout = micro.loss_mask, micro.old_logprobs
+    agg = dict(segment_ids=micro.segment_ids, norm_length=config.norm_length)
+    if config.tis_cap is None:
+        old, weights = rollout, None
+    else:
+        old = jax.lax.stop_gradient(logp)
+        weights = grpo.truncated_importance_weights(old, rollout, config.tis_cap)
+    pg_loss, pg = grpo.POLICY_LOSSES.get(config.loss)(
+        logp, old, micro.advantages, mask, clip_low=config.clip_low, clip_high=config.clip_high,
+        dual_clip=config.dual_clip, agg=config.agg, importance_weights=weights,
+        denominator=denominator, **agg)
+    num_tokens = jnp.maximum(mask.sum(), 1.0)  # policy_loss's fractions are over this count
+    ratio = jnp.exp(logp - old)
+    entropy = grpo.entropy_from_logits(logits, config.temperature)
+    stats = {
+        "total/pg_loss": pg_loss,
+        "token/entropy": _masked_sum(entropy, mask),
+        "token/logprob_gap": _masked_sum(jnp.abs(logp - rollout), mask),
+        "token/ratio_mean": _masked_sum(ratio, mask),
+        "max/ratio_max": _masked_extreme(ratio, mask, jnp.max, -jnp.inf),
+        "min/ratio_min": _masked_extreme(ratio, mask, jnp.min, jnp.inf),
+    }
+    for flag in ("pg_clip_frac_low", "pg_clip_frac_high", "dual_clip_frac"):
+        stats["token/" + flag] = pg[flag] * num_tokens
+    if weights is not None:
+        stats["token/tis_weight_mean"] = _masked_sum(weights, mask)
+    loss = pg_loss
+    if config.kl_coef:
+        ref_logp, _ = model_logprobs(ref_model, micro, config.temperature)
+        kl = grpo.kl_penalty(logp, jax.lax.stop_gradient(ref_logp), config.kl_type)
+        kl_loss = aggregate(kl, mask, config.agg, denominator=denominator, **agg)[0]
+        loss = loss + config.kl_coef * kl_loss
+        stats["total/kl_loss"] = kl_loss
+        stats["token/kl"] = _masked_sum(kl, mask)
+    if config.entropy_coef:
+        entropy_loss = aggregate(entropy, mask, config.agg, denominator=denominator, **agg)[0]
+        loss = loss - config.entropy_coef * entropy_loss
+    stats["total/loss"] = loss
+    return loss, stats
+
+
+@OBJECTIVES.register("sft")
+def sft_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: TrainBatch,
+                  denominator: jax.Array, config: Any) -> tuple[jax.Array, dict]:
+    """loss = mean NLL of the loss-masked target tokens (aggregated by `config.agg`).
+
+    Always at temperature 1: SFT fits the distribution itself, not a sampler of it.
+    """
+    del ref_model
+    logp, _ = model_logprobs(model, micro, 1.0)
+    loss, _ = sft_loss(logp, micro.loss_mask, agg=config.agg, segment_ids=micro.segment_ids,
+                       norm_length=config.norm_length, denominator=denominator)
+    return loss, {"total/loss": loss, "token/nll": _masked_sum(-logp, micro.loss_mask)}
+
+
+def empty_stats(shapes: dict) -> dict:
+    """The identity of `combine_stats`: 0 for sums, −inf for maxima, +inf for minima."""
+    fill = {"max": -jnp.inf, "min": jnp.inf}
+    return {name: jnp.full(s.shape, fill.get(name.split("/")[0], 0.0), s.dtype)
+            for name, s in shapes.items()}
+
+
+def combine_stats(a: dict, b: dict) -> dict:
+    """Merges two micro-batches' stats by their prefix rule (see module docstring)."""
+    out = {}
+    for name, value in a.items():
+        if name.startswith("max/"):
+            out[name] = jnp.maximum(value, b[name])
+        elif name.startswith("min/"):
+            out[name] = jnp.minimum(value, b[name])
+        else:
+            out[name] = value + b[name]
+    return out
+
+
+def finalize_stats(stats: dict, num_tokens: jax.Array) -> dict:
+    """Strips prefixes; "token/" sums become means over the batch's loss tokens."""
+    out = {}
+    for name, value in stats.items():
+        kind, short = name.split("/", 1)
+        out[short] = value / jnp.maximum(num_tokens, 1.0) if kind == "token" else value
+    return out

@@ -1,0 +1,115 @@
+"""Outcome checks: normalised match, numbers, math-verify, the LLM judge protocol."""
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from orchestra_jax.envs.base import Task
+from orchestra_jax.rewards import judge as judge_lib
+from orchestra_jax.rewards.outcome import (exact_match, is_correct, is_valid_answer,
+                                           normalize_answer, numeric_match, outcome_rewards)
+
+
+def task(answer, answer_type="exact"):
+    return Task(id="t", question="q?", answer=answer, answer_type=answer_type)
+
+
+def test_normalisation_and_exact_match():
+    assert normalize_answer("  The  Eiffel-Tower! ") == "eiffeltower"
+    assert normalize_answer(r"\boxed{Paris}") == "paris"
+    assert is_correct("the paris.", task("Paris"))
+    assert not is_correct("Lyon", task("Paris"))
+    assert exact_match("An Apple", "apple")
+
+
+@pytest.mark.parametrize("prediction", ["", "   ", None, "word " * 501])
+def test_empty_and_overlong_answers_are_wrong(prediction):
+    assert not is_valid_answer(prediction)
+    assert not is_correct(prediction, task("word"))
+    assert not is_correct(prediction, task("1", "numeric"))
+
+
+def test_exactly_500_words_is_still_valid():
+    assert is_valid_answer("w " * 500)
+
+
+def test_numeric_tolerance():
+    assert numeric_match("The answer is 1,234.5 dollars", "1234.5")
+    assert numeric_match("$0.30000001", "0.3")
+    assert not numeric_match("0.31", "0.3")
+    assert not numeric_match("no number", "3")
+    assert is_correct("-2e3", task("-2000", "numeric"))
+
+
+def test_math_verify_equivalence():
+    assert is_correct(r"\boxed{\frac{1}{2}}", task("0.5", "math"))
+    assert is_correct("x(x+2)", task("x^2+2x", "math"))
+    assert not is_correct("1/3", task("0.5", "math"))
+
+
+def test_judge_tasks_need_a_judge_and_unknown_types_fail():
+    with pytest.raises(ValueError, match="judge"):
+        is_correct("anything", task("a", "judge"))
+    bad = dataclasses.replace(task("a"))
+    object.__setattr__(bad, "answer_type", "fuzzy")
+    with pytest.raises(ValueError, match="fuzzy"):
+        is_correct("a", bad)
+
+
+def test_outcome_reward_is_one_for_correct():
+    assert outcome_rewards([{}, {}], [True, False]).tolist() == [1.0, 0.0]
+
+
+@dataclasses.dataclass
+class Reply:
+    text: str
+    prompt_tokens: int = 1000
+    completion_tokens: int = 100
+    latency_s: float = 0.5
+
+
+class FakeExpert:
+    def __init__(self, texts):
+        self.texts, self.calls = list(texts), []
+
+    async def complete(self, messages, *, max_tokens, temperature):
+        self.calls.append(messages)
+        return Reply(self.texts.pop(0))
+
+
+def test_parse_verdict_takes_the_last_tag():
+    assert judge_lib.parse_verdict("hmm <correct>False</correct> no: <correct> true </correct>")
+    assert judge_lib.parse_verdict("<correct>False</correct>") is False
+    assert judge_lib.parse_verdict("I think yes") is None
+
+
+def test_llm_judge_caches_and_reports_cost_separately(tmp_path):
+    expert = FakeExpert(["Same. <correct>True</correct>", "no tag", "<correct>False</correct>"])
+    cache = judge_lib.JudgeCache(tmp_path / "judge.jsonl")
+    judge = judge_lib.LLMJudge(expert, cache, price_in=1.0, price_out=10.0)
+    t = task("Marie Curie", "judge")
+
+    first = asyncio.run(judge_lib.grade("Curie", t, judge=judge))
+    assert first.correct and not first.cached
+    assert first.cost_usd == pytest.approx((1000 * 1.0 + 100 * 10.0) / 1e6)
+    again = asyncio.run(judge_lib.grade("Curie", t, judge=judge))
+    assert again.correct and again.cached and again.cost_usd == 0.0
+    assert len(expert.calls) == 1 and "Marie Curie" in expert.calls[0][0]["content"]
+
+    untagged = asyncio.run(judge_lib.grade("Pierre", t, judge=judge))
+    assert not untagged.correct and untagged.parse_failed  # not cached: asked again next time
+    assert not asyncio.run(judge_lib.grade("Pierre", t, judge=judge)).correct
+    assert judge.stats()["judge/calls"] == 3 and judge.stats()["judge/cache_hits"] == 1
+    assert judge.stats()["judge/cost_usd"] == pytest.approx(3 * 0.002)
+
+    reloaded = judge_lib.JudgeCache(tmp_path / "judge.jsonl")  # a resumed run pays nothing
+    assert len(reloaded) == 2
+
+
+def test_grade_skips_the_judge_for_invalid_answers_and_rule_types():
+    judge = judge_lib.LLMJudge(FakeExpert([]), None)
+    assert not asyncio.run(judge_lib.grade("", task("x", "judge"), judge=judge)).correct
+    assert asyncio.run(judge_lib.grade("4", task("4.0", "numeric"), judge=judge)).correct
+    with pytest.raises(ValueError, match="no judge"):
+        asyncio.run(judge_lib.grade("x", task("x", "judge")))
