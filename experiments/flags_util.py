@@ -37,7 +37,16 @@ def init_distributed():
     jax.distributed.initialize()
 
 
+def quiet_libraries():
+  """Our progress at INFO; Orbax/absl chatter (one line per file written) at WARNING."""
+  logging.getLogger("absl").setLevel(logging.WARNING)
+  logging.getLogger().setLevel(logging.INFO)
+
+
 def run(main):
   flags.mark_flag_as_required("config")
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-  app.run(main, flags_parser=parse_flags_or_exit)
+
+  def wrapped(argv):
+    quiet_libraries()
+    return main(argv)
+  app.run(wrapped, flags_parser=parse_flags_or_exit)

@@ -1,0 +1,166 @@
+"""Qwen3 causal language model in Flax NNX, matching Hugging Face's `Qwen3ForCausalLM`.
+
+Parameter tree (kernels are [in, out], the transpose of torch's `weight`):
+    model.embed_tokens.embedding                  [V, E]
+    model.layers[i].self_attn.{q,k,v,o}_proj.kernel
+    model.layers[i].self_attn.{q,k}_norm.scale    [D]
+    model.layers[i].mlp.{gate,up,down}_proj.kernel
+    model.layers[i].{input,post_attention}_layernorm.scale
+    model.norm.scale
+    lm_head.kernel                                [E, V]   (absent when tied)
+With `scan_layers`, `model.layers` is one layer whose parameters carry a leading
+[num_hidden_layers] axis and the stack runs under `lax.scan`.
+"""
+
+from __future__ import annotations
+
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from orchestra_jax.models.qwen3_attention import Attention, cache_mask, segment_causal_mask
+from orchestra_jax.models.qwen3_cache import KVCache
+from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
+
+__all__ = ["KVCache", "Qwen3Config", "Qwen3ForCausalLM", "count_params"]
+
+_REMAT_POLICY = {
+    "full": None,  # save nothing inside a layer: recompute all of it in the backward pass.
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+}
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm block: x += attn(norm(x)); x += mlp(norm(x))."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        self.input_layernorm = RMSNorm(config.hidden_size, config)
+        self.self_attn = Attention(config, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config)
+        self.mlp = MLP(config, rngs=rngs)
+
+    def __call__(self, x, cos, sin, mask, cache=None):
+        h, cache_k, cache_v = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, cache_k, cache_v
+
+
+def _stack_layers(config: Qwen3Config, rngs: nnx.Rngs) -> DecoderLayer:
+    """One DecoderLayer whose every parameter has a leading [num_layers] axis."""
+    layers = [DecoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
+    graphdef, _ = nnx.split(layers[0])
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(l) for l in layers])
+    return nnx.merge(graphdef, stacked)
+
+
+class Qwen3Model(nnx.Module):
+    """Embedding, decoder stack and final norm (HF's `Qwen3Model`)."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embed_tokens = Embed(config, rngs=rngs)
+        if config.scan_layers:
+            self.layers = _stack_layers(config, rngs)
+        else:
+            self.layers = nnx.List(
+                [DecoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
+            )
+        self.norm = RMSNorm(config.hidden_size, config)
+
+    def _layer_fn(self, graphdef, kv_len):
+        """Pure (layer_state, x, cos, sin, mask, ck, cv, index, slots) -> (x, ck, cv), rematted."""
+
+        def apply(state, x, cos, sin, mask, cache_k, cache_v, index, slots):
+            layer = nnx.merge(graphdef, state)
+            cache = None if cache_k is None else (cache_k, cache_v, index, slots, kv_len)
+            return layer(x, cos, sin, mask, cache)
+
+        if self.config.remat == "none":
+            return apply
+        return jax.checkpoint(apply, policy=_REMAT_POLICY[self.config.remat])
+
+    def __call__(self, input_ids, cos, sin, mask, cache_k, cache_v, slots, kv_len):
+        x = self.embed_tokens(input_ids)
+        if self.config.scan_layers:
+            graphdef, state = nnx.split(self.layers)
+            apply = self._layer_fn(graphdef, kv_len)
+
+            def body(carry, layer_state):
+                x, ck, cv, i = carry
+                x, ck, cv = apply(layer_state, x, cos, sin, mask, ck, cv, i, slots)
+                return (x, ck, cv, i + 1), None
+
+            (x, cache_k, cache_v, _), _ = jax.lax.scan(body, (x, cache_k, cache_v, 0), state)
+        else:
+            for i, layer in enumerate(self.layers):
+                graphdef, state = nnx.split(layer)
+                apply = self._layer_fn(graphdef, kv_len)
+                x, cache_k, cache_v = apply(state, x, cos, sin, mask, cache_k, cache_v, i, slots)
+        return self.norm(x), cache_k, cache_v
+
+
+class Qwen3ForCausalLM(nnx.Module):
+    """Qwen3 with a language-model head; see the module docstring for the parameter tree."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        self.config = config
+        self.model = Qwen3Model(config, rngs=rngs)
+        if not config.tie_word_embeddings:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size, config, rngs=rngs)
+
+    def init_cache(self, batch_size: int, max_len: int, dtype=None) -> KVCache:
+        """A zeroed KVCache [layers, batch_size, kv_heads, max_len, head_dim] (dtype: compute)."""
+        c = self.config
+        return KVCache.zeros(c.num_hidden_layers, batch_size, c.num_key_value_heads, max_len,
+                             c.head_dim, c.dtype if dtype is None else dtype)
+
+    def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
+        """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
+
+        Without a cache: `segment_ids` [B, T] (0 = padding) keeps packed sequences
+        apart; attention is causal within a segment. With `cache`: each token is
+        written to slot `positions[b, t]` of row b and attends to slots
+        s <= positions[b, t] and s < kv_len (a static int, default the cache length,
+        so cost follows the current length bucket; it must exceed every position in
+        the call); here `segment_ids` only marks padding (0), whose keys are not
+        written, and packing is not supported. Returns (logits, new_cache) then.
+        """
+        if input_ids.ndim != 2 or positions.shape != input_ids.shape:
+            raise ValueError(
+                f"input_ids and positions must both be [B, T]; got {input_ids.shape} and "
+                f"{positions.shape}"
+            )
+        c = self.config
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
+        if cache is None:
+            if kv_len is not None:
+                raise ValueError("kv_len only applies when a cache is given")
+            seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
+            mask = segment_causal_mask(seg)
+            cache_k = cache_v = slots = None
+        else:
+            kv_len = cache.max_len if kv_len is None else int(kv_len)
+            if not 0 < kv_len <= cache.max_len:
+                raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
+            mask = cache_mask(positions, kv_len)
+            slots = positions if segment_ids is None else jnp.where(
+                segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
+            cache_k, cache_v = cache.k, cache.v
+        x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache_k, cache_v, slots, kv_len)
+        if c.tie_word_embeddings:
+            logits = self.model.embed_tokens.attend(x)
+        else:
+            logits = jnp.dot(x.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
+                             preferred_element_type=jnp.float32)
+        if cache is None:
+            return logits
+        return logits, KVCache(cache_k, cache_v)
+
+
+def count_params(config: Qwen3Config) -> int:
+    """Number of parameters of `config`'s model, computed abstractly (no memory used)."""
+    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
+    return sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))

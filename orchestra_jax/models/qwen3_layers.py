@@ -1,0 +1,97 @@
+"""Qwen3 building blocks: Linear (no bias), Embed, RMSNorm, RoPE and the SwiGLU MLP."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from orchestra_jax.models.qwen3_config import Qwen3Config
+
+
+def normal_init(stddev: float):
+    """Hugging Face's `_init_weights` for Linear / Embedding: N(0, initializer_range)."""
+    return jax.nn.initializers.normal(stddev)
+
+
+class Linear(nnx.Module):
+    """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias."""
+
+    def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *,
+                 rngs: nnx.Rngs):
+        init = normal_init(config.initializer_range)
+        self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), config.param_dtype))
+        self.dtype = config.dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+
+
+class Embed(nnx.Module):
+    """Token embedding table [vocab, hidden]; `attend` gives tied-head logits x @ table^T."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        init = normal_init(config.initializer_range)
+        shape = (config.vocab_size, config.hidden_size)
+        self.embedding = nnx.Param(init(rngs.params(), shape, config.param_dtype))
+        self.dtype = config.dtype
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding[...], ids, axis=0).astype(self.dtype)
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        """Float32 logits x @ embedding^T, accumulated in float32."""
+        table = self.embedding[...].astype(self.dtype)
+        return jnp.einsum("bte,ve->btv", x.astype(self.dtype), table,
+                          preferred_element_type=jnp.float32)
+
+
+class RMSNorm(nnx.Module):
+    """y = scale * x / sqrt(mean(x^2) + eps), computed in float32, returned in `dtype`.
+
+    Matches HF: normalise in float32, cast to the compute dtype, then multiply by scale.
+    """
+
+    def __init__(self, dim: int, config: Qwen3Config):
+        self.scale = nnx.Param(jnp.ones((dim,), config.param_dtype))
+        self.eps = config.rms_norm_eps
+        self.dtype = config.dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
+        e, f = config.hidden_size, config.intermediate_size
+        self.gate_proj = Linear(e, f, config, rngs=rngs)
+        self.up_proj = Linear(e, f, config, rngs=rngs)
+        self.down_proj = Linear(f, e, config, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def rope_tables(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos, sin of shape [B, T, head_dim / 2] for integer positions [B, T].
+
+    angle[p, i] = p * theta^(-2i / head_dim), i < head_dim / 2 (HF's default RoPE).
+    """
+    inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate halves: [x1, x2] -> [x1 cos - x2 sin, x2 cos + x1 sin] (HF `rotate_half`).
+
+    x: [B, T, N, D]; cos/sin: [B, T, D/2]. Computed in float32, returned in x's dtype.
+    """
+    x32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
