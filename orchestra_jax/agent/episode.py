@@ -1,0 +1,70 @@
+"""What one episode runs (`EpisodeSpec`), G of them per task, and their seeds.
+
+Seeds are derived, never drawn: episode (i, g) of a batch built with seed s has
+seed derive_seed(s, i, g), and its turn t samples with turn_seed(that, t), so a
+rollout replays exactly whatever else shares the engine's batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSpec:
+    """A task, its tool configuration and tools, which of the G samples, a seed.
+
+    `tools` maps tool name -> `Tool`; a sequence of tools is accepted and keyed
+    by their names.
+    """
+
+    task: Any  # envs.base.Task
+    tool_config: Any  # tools.config.ToolConfig
+    tools: Mapping[str, Any]
+    group_index: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.tools, Mapping):
+            object.__setattr__(self, "tools", {tool.name: tool for tool in self.tools})
+
+
+def derive_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers: SeedSequence(parts) -> 2 words -> int."""
+    words = np.random.SeedSequence([int(p) & 0xFFFFFFFFFFFFFFFF for p in parts]).generate_state(2)
+    return (int(words[0]) << 32 | int(words[1])) & (2**63 - 1)
+
+
+def turn_seed(episode_seed: int, turn: int) -> int:
+    """The sampling seed of one turn: derive_seed(episode_seed, turn)."""
+    return derive_seed(episode_seed, turn)
+
+
+def make_group_specs(tasks: Sequence[Any], tool_configs: Sequence[Any], group_size: int,
+                     seed: int, *, backends: Any = None,
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> list[EpisodeSpec]:
+    """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
+
+    `tool_configs[i]` belongs to `tasks[i]`; its tools are `tools[i]` when given,
+    else `make_tools(tool_configs[i], backends)`. The G episodes of a task share
+    its tools (tools keep per-episode state in their `ToolContext`). Episode
+    (i, g) gets seed derive_seed(seed, i, g).
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if len(tool_configs) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(tool_configs)} tool configs")
+    if tools is None:
+        if backends is None:
+            raise ValueError("make_group_specs needs backends= (to build the tools) or tools=")
+        from orchestra_jax.tools.registry import make_tools  # the tools room, only when needed
+        tools = [make_tools(config, backends) for config in tool_configs]
+    elif len(tools) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(tools)} tool sets")
+    return [EpisodeSpec(task=task, tool_config=config, tools=task_tools, group_index=g,
+                        seed=derive_seed(seed, i, g))
+            for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
+            for g in range(group_size)]

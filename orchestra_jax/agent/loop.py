@@ -1,0 +1,262 @@
+"""Multi-turn episodes over any `RolloutEngine`, token-in/token-out, many at once.
+
+One episode:
+
+    ids = encode(render([system, user], tools, add_generation_prompt=True))   mask 0
+    for turn in range(max_turns):
+        out = engine.generate(ids, stop at <|im_end|>)                          mask 1
+        calls = parse_tool_calls(decode(out))
+        results = run the valid calls concurrently (errors become observations)
+        if a result carries a final answer: stop ("answer")
+        ids += encode(tool_response_segment(results))                          mask 0
+
+The sequence is built only by appending: what is trained is exactly what was
+sampled, never a re-render of text. A re-render agrees only where Qwen3's
+template is append-only (thinking on, raw assistant text, canonical non-empty
+`<think>` blocks; see `chat/template.py` and `tests/test_agent_loop.py`).
+
+Stops: `answer` ("answer"), the turn limit ("max_turns"), the context budget
+("context"), a turn without a call when `stop_on_no_tool_call` ("no_tool_call"),
+an engine failure ("error"). A turn without a valid call otherwise gets an error
+observation and the episode goes on. The sequence ends right after the last
+sampled token (observations are appended only when another turn follows) and
+never exceeds `max_context_tokens`; a prompt longer than that gives a turnless
+"context" episode.
+
+All episodes run as asyncio tasks; their generation requests are gathered into
+engine batches by `GenerationBatcher`, so one episode's tools overlap other
+episodes' generation and tools.
+
+Accounting: tool_cost = sum of result costs; orchestrator_cost = sum over turns
+of token_cost(context tokens read, tokens generated) at the config's
+`orchestrator_price` (USD per million tokens, input and output alike); latency =
+sum over turns of (generation latency + slowest tool of the turn), since a
+turn's calls run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any, Sequence
+
+from orchestra_jax.agent import tool_runner
+from orchestra_jax.agent.batcher import GenerationBatcher
+from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
+from orchestra_jax.agent.trajectory import Trajectory, Turn
+from orchestra_jax.chat.template import render, tool_response_segment
+from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
+from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
+from orchestra_jax.tools.base import ToolContext
+from orchestra_jax.tools.pricing import token_cost
+
+__all__ = ["EpisodeSpec", "LoopLimits", "derive_seed", "make_group_specs", "run_episodes",
+           "run_episodes_sync", "turn_seed"]
+
+IM_END = "<|im_end|>"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopLimits:
+    """The per-episode limits of `run_episodes` (see its docstring)."""
+
+    max_turns: int = 30
+    max_context_tokens: int = 32768
+    max_new_tokens_per_turn: int = 2048
+    tool_timeout_s: float = 60.0
+    enable_thinking: bool = True
+    stop_on_no_tool_call: bool = False
+
+    def __post_init__(self):
+        for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.tool_timeout_s > 0:
+            raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
+
+
+def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
+    """System prompt (role + preference wording) and the task's question."""
+    return [{"role": "system", "content": spec.tool_config.system_prompt()},
+            {"role": "user", "content": spec.task.question}]
+
+
+def render_prompt(spec: EpisodeSpec, tokenizer: Any, *, enable_thinking: bool) -> list[int]:
+    """The prompt ids: the initial messages with the config's tool schemas, ready to answer."""
+    return tokenizer.encode(render(initial_messages(spec), tools=spec.tool_config.tool_schemas(),
+                                   add_generation_prompt=True, enable_thinking=enable_thinking))
+
+
+class _Episode:
+    """One episode's state; `run` drives it turn by turn."""
+
+    def __init__(self, spec: EpisodeSpec, prompt_ids: list[int], tokenizer: Any,
+                 limits: LoopLimits):
+        self.spec, self.tokenizer, self.limits = spec, tokenizer, limits
+        self.config = spec.tool_config
+        self.schemas = self.config.tool_schemas()
+        features = self.config.feature_names()
+        self.ctx = ToolContext(task=spec.task, messages=initial_messages(spec), seed=spec.seed)
+        self.traj = Trajectory(
+            task_id=spec.task.id, group_index=spec.group_index, seed=spec.seed,
+            token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids),
+            rollout_logprobs=[0.0] * len(prompt_ids), prompt_length=len(prompt_ids),
+            finish_reason="max_turns", preference=dict(self.config.preference),
+            tool_call_counts={f: 0 for f in features if f.startswith("tool:")},
+            metadata={"domain": spec.task.domain, "enable_thinking": limits.enable_thinking})
+
+    def _append(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        """Extend ids, mask and logprobs together: sampled (with logprobs) or masked (None)."""
+        t = self.traj
+        t.token_ids.extend(int(i) for i in ids)  # engines may hand back numpy ints
+        t.loss_mask.extend([0 if logprobs is None else 1] * len(ids))
+        t.rollout_logprobs.extend([0.0] * len(ids) if logprobs is None else map(float, logprobs))
+
+    def _request(self, turn_index: int, sampling: SamplingParams, room: int) -> GenerateRequest:
+        stops = tuple(dict.fromkeys((*sampling.stop_token_ids, self.tokenizer.im_end_id)))
+        return GenerateRequest(
+            input_ids=list(self.traj.token_ids),
+            sampling=dataclasses.replace(
+                sampling, max_new_tokens=min(self.limits.max_new_tokens_per_turn, room),
+                stop_token_ids=stops, seed=turn_seed(self.spec.seed, turn_index)),
+            request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}")
+
+    def _record_generation(self, completion: Completion) -> Turn:
+        prompt_tokens = len(self.traj.token_ids)
+        n = len(completion.output_ids)
+        self._append(completion.output_ids, completion.logprobs)
+        turn = Turn(text=self.tokenizer.decode(completion.output_ids), num_generated_tokens=n,
+                    finish_reason=completion.finish_reason, prompt_tokens=prompt_tokens,
+                    generation_latency_s=float(completion.latency_s))
+        self.traj.turns.append(turn)
+        price = self.config.orchestrator_price
+        self.traj.orchestrator_cost_usd += token_cost(prompt_tokens, n, price, price)
+        self.traj.latency_s += turn.generation_latency_s
+        return turn
+
+    async def _act(self, turn: Turn, closed: bool) -> str | None:
+        """Parse the turn's calls, run them, account for them; returns the final answer."""
+        content = turn.text[: -len(IM_END)] if closed and turn.text.endswith(IM_END) else turn.text
+        self.ctx.messages.append({"role": "assistant", "content": content})
+        calls = parse_tool_calls(turn.text, tools=self.schemas)
+        turn.tool_calls = [tool_runner.record_call(c, self.traj.tool_call_counts) for c in calls]
+        turn.tool_results, final_answer = await tool_runner.run_calls(
+            calls, self.spec.tools, self.ctx, timeout_s=self.limits.tool_timeout_s)
+        # Valid format: at least one call, each parsed and naming an offered tool.
+        turn.format_valid = bool(calls) and all(
+            isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls)
+        self.traj.format_valid &= turn.format_valid
+        for call in turn.tool_calls:
+            if call.feature in self.traj.tool_call_counts and call.name in self.spec.tools:
+                self.traj.tool_call_counts[call.feature] += 1
+        turn.tool_latency_s = max((r.latency_s for r in turn.tool_results), default=0.0)
+        self.traj.tool_cost_usd += sum(r.cost_usd for r in turn.tool_results)
+        self.traj.latency_s += turn.tool_latency_s
+        return final_answer
+
+    def _observe(self, turn: Turn, closed: bool) -> bool:
+        """Append the turn's observation (masked); False when it would leave no room to answer."""
+        texts = [r.text for r in turn.tool_results] or [tool_runner.NO_TOOL_CALL_MESSAGE]
+        segment = tool_response_segment(texts, enable_thinking=self.limits.enable_thinking)
+        # A turn cut by the token budget has no <|im_end|>: close it (masked, not sampled).
+        prefix = "" if closed else IM_END
+        ids = ([] if closed else [self.tokenizer.im_end_id]) + self.tokenizer.encode(segment)
+        if len(self.traj.token_ids) + len(ids) >= self.limits.max_context_tokens:
+            return False
+        self._append(ids, None)
+        turn.observation, turn.num_observation_tokens = prefix + segment, len(ids)
+        self.ctx.messages.extend({"role": "tool", "content": text} for text in texts)
+        return True
+
+    def _finish(self, reason: str, error: str | None = None) -> None:
+        self.traj.finish_reason = reason
+        if error is not None:
+            self.traj.metadata["error"] = error
+
+    async def run(self, batcher: GenerationBatcher, sampling: SamplingParams) -> Trajectory:
+        start = time.perf_counter()
+        for turn_index in range(self.limits.max_turns):
+            room = self.limits.max_context_tokens - len(self.traj.token_ids)
+            if room < 1:
+                self._finish("context")
+                break
+            request = self._request(turn_index, sampling, room)
+            try:
+                completion = await batcher.generate(request)
+                if len(completion.output_ids) > request.sampling.max_new_tokens:
+                    raise RuntimeError(f"engine returned {len(completion.output_ids)} tokens, "
+                                       f"over max_new_tokens={request.sampling.max_new_tokens}")
+            except Exception as e:  # a dead engine ends this episode, reported, not the run
+                self._finish("error", f"{type(e).__name__}: {e}")
+                break
+            turn = self._record_generation(completion)
+            if completion.finish_reason == "abort":
+                self._finish("error", f"engine aborted turn {turn_index}")
+                break
+            closed = list(completion.output_ids[-1:]) == [self.tokenizer.im_end_id]
+            final_answer = await self._act(turn, closed)
+            if final_answer is not None:
+                self.traj.final_answer = final_answer
+                self._finish("answer")
+                break
+            if not turn.tool_calls and self.limits.stop_on_no_tool_call:
+                self._finish("no_tool_call")
+                break
+            if turn_index + 1 == self.limits.max_turns:
+                break  # "max_turns": no observation, nothing would read it
+            if not self._observe(turn, closed):
+                self._finish("context")
+                break
+        self.traj.cost_usd = self.traj.tool_cost_usd + self.traj.orchestrator_cost_usd
+        self.traj.metadata["wall_s"] = time.perf_counter() - start
+        return self.traj
+
+
+async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any, *,
+                       sampling: SamplingParams, max_turns: int = 30,
+                       max_context_tokens: int = 32768, max_new_tokens_per_turn: int = 2048,
+                       tool_timeout_s: float = 60.0, enable_thinking: bool = True,
+                       stop_on_no_tool_call: bool = False, max_batch_size: int = 256,
+                       batch_wait_s: float = 0.005, max_in_flight_batches: int = 64
+                       ) -> list[Trajectory]:
+    """Run every episode concurrently; trajectories come back in `specs` order.
+
+    `sampling` gives temperature/top-p/top-k; per turn the loop sets
+    max_new_tokens = min(max_new_tokens_per_turn, room left in max_context_tokens),
+    adds `<|im_end|>` to the stop ids and sets seed = turn_seed(spec.seed, turn).
+    A tool call gets `tool_timeout_s` seconds. `max_batch_size`, `batch_wait_s`
+    and `max_in_flight_batches` are `GenerationBatcher`'s knobs.
+    """
+    limits = LoopLimits(max_turns=max_turns, max_context_tokens=max_context_tokens,
+                        max_new_tokens_per_turn=max_new_tokens_per_turn,
+                        tool_timeout_s=tool_timeout_s, enable_thinking=enable_thinking,
+                        stop_on_no_tool_call=stop_on_no_tool_call)
+    batcher = GenerationBatcher(engine, max_batch_size=max_batch_size, max_wait_s=batch_wait_s,
+                                max_in_flight=max_in_flight_batches)
+    prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)
+    episodes = []
+    for spec in specs:
+        key = (id(spec.tool_config), spec.task.id)
+        if key not in prompts:
+            prompts[key] = render_prompt(spec, tokenizer, enable_thinking=enable_thinking)
+        episodes.append(_Episode(spec, prompts[key], tokenizer, limits))
+        batcher.episode_started()  # all live before any runs: the first batch waits for all
+
+    async def run_one(episode: _Episode) -> Trajectory:
+        try:
+            return await episode.run(batcher, sampling)
+        finally:
+            batcher.episode_finished()
+
+    return list(await asyncio.gather(*(run_one(e) for e in episodes)))
+
+
+def run_episodes_sync(*args, **kwargs) -> list[Trajectory]:
+    """`run_episodes` from synchronous code (starts and closes an event loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_episodes(*args, **kwargs))
+    raise RuntimeError("run_episodes_sync called inside a running event loop; "
+                       "await run_episodes(...) instead")
