@@ -9,8 +9,9 @@ NFC normaliser, unlike Qwen3, so that every string round-trips.
 
 It trains only on text this project generates: seeded synthetic orchestration
 conversations rendered with `orchestra_jax.chat.template.render` (using the
-paper's three meta-tool schemas below plus a python tool), English sentences
-from a small word list, numbers, prices, JSON and Python snippets.
+paper's three meta-tool schemas below plus a python tool), prompts of the
+offline environment (`envs/synthetic.py`) as the demo renders them, English
+sentences from a small word list, numbers, prices, JSON and Python snippets.
 """
 
 from __future__ import annotations
@@ -175,10 +176,40 @@ def conversation(rng: random.Random) -> str:
     return template.render(messages, tools=tools)
 
 
+_ENV = {}
+
+
+def env_episode(rng: random.Random) -> str:
+    """A prompt of the offline environment as the demo renders it (both description
+    styles, sampled prices and preferences), a routed call and a tool result: the
+    demo's prompts then cost few tokens, which is most of a CPU step's cost."""
+    from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
+    from orchestra_jax.tools.config_sampler import SamplerRanges
+    if not _ENV:
+        _ENV["env"] = env = SyntheticOrchestrationEnv(seed=1234)
+        _ENV["corpus"] = [d.text for d in env.corpus()]
+        _ENV["samplers"] = [env.tool_config_sampler(seed=5, description_style=style,
+                                                    ranges=SamplerRanges(shuffle_aliases=shuffle))
+                            for style in ("full", "compact") for shuffle in (True, False)]
+    env = _ENV["env"]
+    task = env.task(rng.choice(["train", "heldout"]), rng.randrange(20000))
+    config = rng.choice(_ENV["samplers"]).sample(task, rng.randrange(2**31))
+    messages = [{"role": "system", "content": config.system_prompt()},
+                {"role": "user", "content": task.question}]
+    for _ in range(rng.randint(0, 2)):
+        alias = rng.choice(config.aliases)
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": alias.tool, "arguments": {"model": alias.alias}}}]})
+        messages.append({"role": "tool", "content": rng.choice(_ENV["corpus"])})
+    return template.render(messages, tools=config.tool_schemas(), add_generation_prompt=True,
+                           enable_thinking=rng.random() < 0.5)
+
+
 def corpus(seed: int, n_docs: int) -> list[str]:
     rng = random.Random(seed)
     makers = [conversation, sentence, number_text, python_snippet,
-              lambda r: json.dumps({"name": r.choice(WORDS), "arguments": {r.choice(WORDS): number_text(r)}})]
+              lambda r: json.dumps({"name": r.choice(WORDS), "arguments": {r.choice(WORDS): number_text(r)}}),
+              env_episode, env_episode]
     return [makers[i % len(makers)](rng) for i in range(n_docs)]
 
 

@@ -31,11 +31,29 @@ def _params(learner):
   return jax.tree.map(np.asarray, jax.device_get(learner.params))
 
 
+class NoiseReward:
+  """A seeded random reward, so every group has a ranking to learn from.
+
+  A random tiny model never answers correctly, so the paper's reward is 0 for
+  every episode and GRPO (rightly) skips the update. This test checks the
+  plumbing (rollouts -> advantages -> update -> checkpoint), not learning;
+  learning is what the demo shows.
+  """
+
+  def __init__(self, seed=0):
+    self.rng = np.random.default_rng(seed)
+
+  def __call__(self, features, correct, preference):
+    del correct, preference
+    return self.rng.normal(size=len(features)).astype(np.float32)
+
+
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("micro")
   config = micro_config(workdir)
   run = grpo_loop.setup_run(config)
+  run.reward_fn = NoiseReward()
   before = _params(run.learner)
   grpo_loop.grpo_train(run)
   after = _params(run.learner)

@@ -86,6 +86,7 @@ def _base() -> ml_collections.ConfigDict:
   c.tools.efficiency_off_prob = 0.2  # Chance a task cares about accuracy only.
   c.tools.preference_prob = 0.2     # Chance a task states a tool preference.
   c.tools.sleep_scale = 0.0         # Simulated tools really sleep latency × this.
+  c.tools.description_style = "full"  # "full" (paper) | "compact" (short CPU prompts).
 
   # --- reward ----------------------------------------------------------------
   c.reward = ml_collections.ConfigDict()
@@ -143,11 +144,18 @@ def _base() -> ml_collections.ConfigDict:
 
 
 def _demo(c):
+  # The demo preset's layout, halved in width and depth (~1M parameters): on a
+  # 2-core CPU every step costs about a second per 16k tokens.
   c.model.preset = "demo"
+  c.model.overrides.hidden_size = 128
+  c.model.overrides.intermediate_size = 384
+  c.model.overrides.num_hidden_layers = 2
+  c.model.overrides.head_dim = 32
   # A tiny model learns which alias suits which domain; with the aliases
   # shuffled per task it would first have to learn to read the price tables.
   c.tools.keep_probability = 1.0
   c.tools.shuffle_aliases = False
+  c.tools.description_style = "compact"
   c.tokenizer = "demo"
   c.num_steps = 16
   c.rollout.max_batch_size = 64
@@ -156,7 +164,7 @@ def _demo(c):
   c.agent.max_context_tokens = 1536
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
-  c.rl.group_size = 8
+  c.rl.group_size = 4
   c.rl.tasks_per_step = 8
   c.rl.lr = 3e-4
   c.rl.warmup_steps = 2
@@ -164,8 +172,8 @@ def _demo(c):
   c.rl.micro_batch_size = 16
   c.rl.filter_reward_std = 0.0
   c.rl.filter_invalid_format = False  # Malformed calls earn 0 and are learned away.
-  c.rl.seq_buckets = (512, 768, 1024, 1536)
-  c.sft.steps = 60
+  c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
+  c.sft.steps = 30
   c.sft.lr = 1e-3
   c.sft.num_demos = 512
   c.checkpoint.every_steps = 8
@@ -176,8 +184,8 @@ def _demo(c):
 def _micro(c):
   c = _demo(c)
   c.model.preset = "tiny"
-  c.model.overrides.vocab_size = 4096  # The bundled tokenizer's ids.
-  c.model.overrides.max_position_embeddings = 4096
+  c.model.overrides = {"vocab_size": 4096,  # The bundled tokenizer's ids.
+                       "max_position_embeddings": 4096}
   c.num_steps = 2
   c.rl.group_size = 2
   c.rl.tasks_per_step = 2

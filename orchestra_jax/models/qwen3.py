@@ -117,6 +117,28 @@ class Qwen3ForCausalLM(nnx.Module):
         return KVCache.zeros(c.num_hidden_layers, batch_size, c.num_key_value_heads, max_len,
                              c.head_dim, c.dtype if dtype is None else dtype)
 
+    def logits(self, hidden):
+        """Float32 logits [..., V] from final hidden states [..., H] (the LM head)."""
+        c = self.config
+        if c.tie_word_embeddings:
+            return self.model.embed_tokens.attend(hidden)
+        return jnp.dot(hidden.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
+                       preferred_element_type=jnp.float32)
+
+    def hidden_states(self, input_ids, positions, *, segment_ids=None):
+        """Final normed hidden states [B, T, H] (no cache).
+
+        `logits(hidden_states(...))` is `__call__` without a cache; a learner that
+        needs only some positions' logits gathers those first and skips most of
+        the [B, T, V] head.
+        """
+        _check_inputs(input_ids, positions)
+        c = self.config
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
+        seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
+        x, _, _ = self.model(input_ids, cos, sin, segment_causal_mask(seg), None, None, None, None)
+        return x
+
     def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
         """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
 
@@ -128,36 +150,29 @@ class Qwen3ForCausalLM(nnx.Module):
         the call); here `segment_ids` only marks padding (0), whose keys are not
         written, and packing is not supported. Returns (logits, new_cache) then.
         """
-        if input_ids.ndim != 2 or positions.shape != input_ids.shape:
-            raise ValueError(
-                f"input_ids and positions must both be [B, T]; got {input_ids.shape} and "
-                f"{positions.shape}"
-            )
-        c = self.config
-        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
         if cache is None:
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
-            seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-            mask = segment_causal_mask(seg)
-            cache_k = cache_v = slots = None
-        else:
-            kv_len = cache.max_len if kv_len is None else int(kv_len)
-            if not 0 < kv_len <= cache.max_len:
-                raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
-            mask = cache_mask(positions, kv_len)
-            slots = positions if segment_ids is None else jnp.where(
-                segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
-            cache_k, cache_v = cache.k, cache.v
-        x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache_k, cache_v, slots, kv_len)
-        if c.tie_word_embeddings:
-            logits = self.model.embed_tokens.attend(x)
-        else:
-            logits = jnp.dot(x.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
-                             preferred_element_type=jnp.float32)
-        if cache is None:
-            return logits
-        return logits, KVCache(cache_k, cache_v)
+            return self.logits(self.hidden_states(input_ids, positions, segment_ids=segment_ids))
+        _check_inputs(input_ids, positions)
+        c = self.config
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
+        kv_len = cache.max_len if kv_len is None else int(kv_len)
+        if not 0 < kv_len <= cache.max_len:
+            raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
+        mask = cache_mask(positions, kv_len)
+        slots = positions if segment_ids is None else jnp.where(
+            segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
+        x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
+        return self.logits(x), KVCache(cache_k, cache_v)
+
+
+def _check_inputs(input_ids, positions) -> None:
+    if input_ids.ndim != 2 or positions.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids and positions must both be [B, T]; got {input_ids.shape} and "
+            f"{positions.shape}"
+        )
 
 
 def count_params(config: Qwen3Config) -> int:

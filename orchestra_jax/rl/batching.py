@@ -19,6 +19,13 @@ bucket that fits the longest sequence) and the row count to
 Padding has segment id 0 and loss mask 0. With `pack=True`, several sequences
 share a row (first-fit decreasing); segment ids 1, 2, … keep them apart and
 positions restart at 0 for each.
+
+Loss positions. `loss_index[b]` lists the positions t of row b with
+loss_mask 1, padded with −1 to K (a power of two, at least 8, at most T): the
+learner computes the LM head and log-softmax only there. Agent episodes are
+mostly prompt and tool results (mask 0), so this skips most of the [B, T, V]
+head. Packed rows keep K = T and list every position (their segment ids
+need the full width to stay unique).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class TrainBatch:
     loss_mask: Any      # float32, 1 where target_ids[t] was sampled by the policy
     advantages: Any     # float32, the sequence's advantage on loss tokens, else 0
     old_logprobs: Any   # float32, rollout log-prob of target_ids[t] (0 off the mask)
+    loss_index: Any     # int32 [B, K], positions t with loss_mask 1, then -1 (see below)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -149,4 +157,21 @@ def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] |
             out["positions"][r, start:end] = np.arange(lengths[i])
             out["segment_ids"][r, start:end] = segment
             start = end
+    out["loss_index"] = loss_positions(out["loss_mask"], full=config.pack)
     return TrainBatch(**out)
+
+
+def loss_positions(loss_mask: np.ndarray, *, full: bool = False) -> np.ndarray:
+    """[B, K] int32: each row's loss positions, then −1 (see the module docstring)."""
+    rows, length = loss_mask.shape
+    if full:
+        return np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
+    counts = (loss_mask > 0).sum(axis=1)
+    k = 8
+    while k < counts.max(initial=0):
+        k *= 2
+    out = np.full((rows, min(k, length)), -1, np.int32)
+    for r in range(rows):
+        where = np.flatnonzero(loss_mask[r] > 0)
+        out[r, : len(where)] = where
+    return out

@@ -82,6 +82,8 @@ class ToolConfig:
     code_timeout_s: wall-time limit of one sandboxed run.
     orchestrator_price: USD per million orchestrator tokens (Qwen3-8B price).
     name: a label for logs ("sampled", "heldout_expensive", …).
+    description_style: "full" (the paper's capability sentences and price
+      table) or "compact" (one line of prices; see `descriptions`).
   """
 
   aliases: tuple[ModelAlias, ...]
@@ -96,6 +98,7 @@ class ToolConfig:
   code_timeout_s: float = 10.0
   orchestrator_price: float = pricing.QWEN3_8B_PRICE_PER_MILLION
   name: str = ""
+  description_style: str = "full"
 
   def __post_init__(self):
     object.__setattr__(self, "aliases", tuple(self.aliases))
@@ -115,6 +118,9 @@ class ToolConfig:
     if unknown:
       raise ValueError(f"preference features {unknown} are not available; "
                        f"valid: {sorted(valid)}")
+    if self.description_style not in descriptions.DESCRIPTION_STYLES:
+      raise ValueError(f"description_style must be one of "
+                       f"{descriptions.DESCRIPTION_STYLES}, got {self.description_style!r}")
     if self.search_top_k < 1 or self.code_timeout_s <= 0:
       raise ValueError("search_top_k must be >= 1 and code_timeout_s > 0")
 
@@ -141,7 +147,8 @@ class ToolConfig:
     out = []
     for tool in self.tools:
       if tool in META_TOOLS:
-        out.append(descriptions.meta_tool_schema(tool, self.aliases_for(tool)))
+        out.append(descriptions.meta_tool_schema(tool, self.aliases_for(tool),
+                                                 self.description_style))
       else:
         out.append(function_tools.plain_tool_schema(tool))
     return out

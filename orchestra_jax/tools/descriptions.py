@@ -51,14 +51,38 @@ def price_table(rows: Iterable[Any]) -> str:
   return "\n".join(lines)
 
 
-def meta_tool_schema(tool: str, aliases: list[Any]) -> dict[str, Any]:
-  """OpenAI schema of a meta-tool whose `model` argument lists `aliases`."""
+DESCRIPTION_STYLES = ("full", "compact")
+
+
+def compact_model_doc(aliases: list[Any]) -> str:
+  """One line per tool: `Choices (USD per million input/output tokens, latency):
+  search-1 $1.2/$10 22s; search-2 $0.1/$0.1 6s.` (two significant digits)."""
+  rows = "; ".join(f"{a.alias} ${a.price_in:.2g}/${a.price_out:.2g} "
+                   f"{a.latency_s:.0f}s" for a in aliases)
+  return f"Choices (USD per million input/output tokens, latency): {rows}."
+
+
+def meta_tool_schema(tool: str, aliases: list[Any], style: str = "full") -> dict[str, Any]:
+  """OpenAI schema of a meta-tool whose `model` argument lists `aliases`.
+
+  style "full" is the paper's: capability sentences and a price/latency table.
+  "compact" keeps only the first sentence of the tool description and one line
+  of prices and latencies: about a third of the tokens, for small CPU demos
+  where the prompt dominates the cost of every step.
+  """
   if tool not in META_TOOL_DESCRIPTIONS:
     raise ValueError(f"unknown meta-tool {tool!r}; known: "
                      f"{sorted(META_TOOL_DESCRIPTIONS)}")
   if not aliases:
     raise ValueError(f"meta-tool {tool!r} needs at least one model alias")
+  if style not in DESCRIPTION_STYLES:
+    raise ValueError(f"description style must be one of {DESCRIPTION_STYLES}, got {style!r}")
   names = [a.alias for a in aliases]
+  if style == "compact":
+    return function_schema(
+        tool, META_TOOL_DESCRIPTIONS[tool].split(". ")[0].rstrip(".") + ".",
+        {"model": {"type": "string", "enum": names, "description": compact_model_doc(aliases)}},
+        ["model"])
   blurbs = " ".join(f"{a.alias} {a.description}".rstrip() + "."
                     for a in aliases if a.description)
   model_doc = (f"The model used to {MODEL_ARGUMENT_VERB[tool]}. "

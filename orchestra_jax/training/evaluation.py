@@ -35,9 +35,13 @@ EVAL_PREFERENCES = (
 )
 
 
-def eval_tool_configs(env, tasks: Sequence[Any], *, seed: int = 0) -> dict[str, Any]:
-  """task id -> a held-out ToolConfig with a stated preference (see module docstring)."""
-  base = list(env.eval_tool_configs().values())
+def eval_tool_configs(env, tasks: Sequence[Any], *, seed: int = 0,
+                      **config_fields) -> dict[str, Any]:
+  """task id -> a held-out ToolConfig with a stated preference (see module docstring).
+
+  `config_fields` are further ToolConfig fields (e.g. description_style).
+  """
+  base = list(env.eval_tool_configs(**config_fields).values())
   rng = np.random.default_rng([seed, 11])
   out = {}
   for i, task in enumerate(tasks):

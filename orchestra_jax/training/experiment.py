@@ -93,7 +93,8 @@ def run_experiment(config) -> dict:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   run = grpo_loop.setup_run(config)
   tasks = eval_tasks(config)
-  tool_configs = eval_tool_configs(run.env, tasks, seed=config.seed)
+  tool_configs = eval_tool_configs(run.env, tasks, seed=config.seed,
+                                   description_style=config.tools.description_style)
   summaries = {}
   fresh = run.checkpointer.latest_step() is None
   if fresh and config.sft.steps:

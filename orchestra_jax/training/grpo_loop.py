@@ -79,7 +79,8 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
   if model is None:
     model, model_config = builders.build_model(config, mesh, tokenizer)
   env = builders.build_env(config)
-  sampler = env.tool_config_sampler(seed=config.seed, ranges=builders.sampler_ranges(config))
+  sampler = env.tool_config_sampler(seed=config.seed, ranges=builders.sampler_ranges(config),
+                                    description_style=config.tools.description_style)
   learner = Learner(model, builders.build_learner_config(config, total_steps=config.num_steps),
                     mesh=mesh)
   engine = builders.build_engine(config, model, model_config, tokenizer)
