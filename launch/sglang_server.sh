@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Start one SGLang rollout server for orchestra_jax (GPU host).
+#
+#   launch/sglang_server.sh MODEL_DIR [PORT]
+#
+# MODEL_DIR: an HF folder (config.json + safetensors + tokenizer), e.g. one written
+# by save_hf_checkpoint. Flags and the pinned version: third_party/sglang/README.md.
+# Override with environment variables: HOST, TP_SIZE, DP_SIZE, MEM_FRACTION,
+# CONTEXT_LENGTH, ATTENTION_BACKEND, SEED, DETERMINISTIC (1/0), SGLANG_PYTHON.
+set -euo pipefail
+
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+  echo "usage: $0 MODEL_DIR [PORT]" >&2
+  exit 2
+fi
+MODEL_DIR="$1"
+PORT="${2:-30000}"
+if [[ ! -f "${MODEL_DIR}/config.json" ]]; then
+  echo "error: ${MODEL_DIR} has no config.json (need an HF model folder)" >&2
+  exit 2
+fi
+if [[ -n "${SGLANG_RETURN_ORIGINAL_LOGPROB:-}" ]]; then
+  echo "error: unset SGLANG_RETURN_ORIGINAL_LOGPROB; orchestra_jax expects log_softmax(logits / T)" >&2
+  exit 2
+fi
+
+PYTHON="${SGLANG_PYTHON:-python}"
+args=(
+  --model-path "${MODEL_DIR}"
+  --host "${HOST:-0.0.0.0}"
+  --port "${PORT}"
+  --tp-size "${TP_SIZE:-1}"
+  --dp-size "${DP_SIZE:-1}"
+  --mem-fraction-static "${MEM_FRACTION:-0.8}"
+  --context-length "${CONTEXT_LENGTH:-32768}"
+  --attention-backend "${ATTENTION_BACKEND:-fa3}"
+  --random-seed "${SEED:-0}"
+)
+if [[ "${DETERMINISTIC:-1}" == "1" ]]; then
+  args+=(--enable-deterministic-inference)
+fi
+
+echo "starting SGLang: ${PYTHON} -m sglang.launch_server ${args[*]}" >&2
+exec "${PYTHON}" -m sglang.launch_server "${args[@]}"

@@ -1,0 +1,118 @@
+"""Next-token sampling as pure, jit-friendly functions over a batch of rows.
+
+Every per-request setting is an array with one entry per row (never a Python
+constant), so one compiled function serves any mix of greedy and sampled rows:
+
+    temperature [B]  0 = greedy (argmax of the raw logits)
+    top_p       [B]  1 = off
+    top_k       [B]  <= 0 or >= V = off
+
+For a sampled row with temperature T the distribution is
+    logp = log_softmax(logits / T)
+restricted to the top-k tokens, then to the smallest prefix (by probability,
+after renormalising the top-k) whose mass reaches top_p, and renormalised.
+The reported log-probability is always `logp[token]` (before truncation), the
+quantity the learner recomputes; for greedy rows T = 1 is used.
+
+Randomness: row b draws one uniform u from `fold_in(key(seed_b), step_b)` and
+takes the token where the cumulative probability first reaches u (inverse CDF).
+The key depends only on the request's seed and the token's index, so a request
+samples the same tokens whatever else shares the batch, and one uniform per row
+replaces a vocabulary-sized Gumbel draw.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def row_keys(seed_hi: jax.Array, seed_lo: jax.Array, step: jax.Array) -> jax.Array:
+    """Typed PRNG keys [B]: fold_in(key_from_64bit_seed, step) per row (uint32 inputs)."""
+    data = jnp.stack([seed_hi.astype(jnp.uint32), seed_lo.astype(jnp.uint32)], axis=-1)
+    keys = jax.random.wrap_key_data(data, impl="threefry2x32")
+    return jax.vmap(jax.random.fold_in)(keys, step.astype(jnp.uint32))
+
+
+def split_seed(seed: int) -> tuple[int, int]:
+    """A 64-bit seed as (high, low) uint32 words, for `row_keys`."""
+    return (seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF
+
+
+def _largest_threshold(logp: jax.Array, enough, iterations: int) -> jax.Array:
+    """Per row, the largest tau (to ~range / 2^iterations) with enough(logp >= tau) true.
+
+    Bisection keeps enough(lo) true and enough(hi) false; `enough` must be monotone
+    (true for low thresholds). Replaces a vocabulary sort, which is slow on CPU.
+    """
+    lo = jnp.min(logp, axis=-1)
+    hi = jnp.max(logp, axis=-1) + 1.0
+
+    def step(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        ok = enough(logp >= mid[:, None])
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, iterations, step, (lo, hi))
+    return lo
+
+
+def truncation_mask(logp: jax.Array, top_p: jax.Array, top_k: jax.Array,
+                    iterations: int = 24) -> jax.Array:
+    """bool [B, V]: tokens kept by top-k, then top-p over the renormalised top-k.
+
+    top-k keeps the k most likely tokens; top-p then keeps the smallest set of the
+    most likely remaining tokens whose (renormalised) mass reaches top_p. Both are
+    found as log-prob thresholds by bisection, so tokens tied with the last kept
+    one (within ~range / 2^24 nats) are kept too; at least one token always survives.
+    """
+    vocab = logp.shape[-1]
+    k = jnp.where((top_k <= 0) | (top_k > vocab), vocab, top_k)[:, None]
+    tau_k = _largest_threshold(logp, lambda kept: jnp.sum(kept, -1, keepdims=True)[:, 0] >= k[:, 0],
+                               iterations)
+    in_top_k = logp >= tau_k[:, None]
+    probs = jnp.where(in_top_k, jnp.exp(logp - jnp.max(logp, axis=-1, keepdims=True)), 0.0)
+    probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
+    tau_p = _largest_threshold(
+        logp, lambda kept: jnp.sum(jnp.where(kept, probs, 0.0), -1) >= top_p, iterations)
+    tau_p = jnp.where(top_p >= 1.0, -jnp.inf, tau_p)  # rounding must not drop the tail
+    return logp >= jnp.maximum(tau_k, tau_p)[:, None]
+
+
+def inverse_cdf_sample(logp: jax.Array, keep: jax.Array | None, keys: jax.Array) -> jax.Array:
+    """int32 [B]: one draw per row from softmax(logp) restricted to `keep`.
+
+    token = first index i with cdf[i] >= u * cdf[V-1], u ~ U(0, 1] per row; a
+    dropped token adds no mass, so it can never be the first to reach u.
+    """
+    probs = jnp.exp(logp - jnp.max(logp, axis=-1, keepdims=True))
+    if keep is not None:
+        probs = jnp.where(keep, probs, 0.0)
+    cdf = jnp.cumsum(probs, axis=-1)
+    u = jax.vmap(lambda k: jax.random.uniform(k, minval=jnp.finfo(jnp.float32).tiny,
+                                              maxval=1.0))(keys)
+    target = u * cdf[:, -1]
+    token = jnp.sum(cdf < target[:, None], axis=-1)
+    return jnp.minimum(token, logp.shape[-1] - 1).astype(jnp.int32)
+
+
+def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
+                  top_p: jax.Array, top_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(tokens int32 [B], logprobs f32 [B]) for float logits [B, V]; see the module docstring."""
+    logits = logits.astype(jnp.float32)
+    greedy = temperature <= 0.0
+    scale = jnp.where(greedy, 1.0, temperature)
+    logp = jax.nn.log_softmax(logits / scale[:, None], axis=-1)
+    vocab = logits.shape[-1]
+    truncating = ~greedy & ((top_p < 1.0) | ((top_k > 0) & (top_k < vocab)))
+    # The sort behind top-p/top-k costs more than the rest of sampling: skip it
+    # for batches where no row asks for truncation (a runtime branch, not a recompile).
+    keep = jax.lax.cond(jnp.any(truncating),
+                        lambda: truncation_mask(logp, jnp.where(truncating, top_p, 1.0),
+                                                jnp.where(truncating, top_k, -1)),
+                        lambda: jnp.ones_like(logp, dtype=bool))
+    sampled = inverse_cdf_sample(logp, keep, keys)
+    tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1).astype(jnp.int32), sampled)
+    token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+    return tokens, token_logp

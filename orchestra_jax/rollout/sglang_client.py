@@ -1,0 +1,190 @@
+"""A RolloutEngine over SGLang's native HTTP API (or our own `server.py`).
+
+Token-in/token-out: prompts go out as `input_ids`, tokens and logprobs come back
+from `meta_info.output_token_logprobs` (wire format in `sglang_protocol.py`).
+
+Several servers are used round robin, one batched `/generate` per chunk of at
+most `max_batch_per_request` prompts, all chunks in flight at once; give a single
+router URL to let SGLang's router balance instead.  A connection error, timeout
+or 5xx is retried on the next server with exponential backoff
+(`backoff_s * 2**attempt`, at most `max_retries` retries); after that `generate`
+raises `RolloutServerError` naming every server tried and the last error, so no
+request is ever silently dropped.  A 4xx is the caller's fault and raises at once.
+
+Weight sync: `update_weights(model, version=v)` writes HF safetensors into
+`<weights_dir>/v<version>` with `save_hf_checkpoint`, then asks every server to
+`POST /update_weights_from_disk {"model_path": ..., "weight_version": ...}` and
+`POST /flush_cache`.  The folder must be readable by the servers (shared disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any, Sequence
+
+import aiohttp
+
+from orchestra_jax.rollout import sglang_protocol as proto
+from orchestra_jax.rollout.engine import Completion, GenerateRequest
+
+log = logging.getLogger(__name__)
+
+
+class RolloutServerError(RuntimeError):
+    """The rollout server(s) failed or stayed unreachable after all retries."""
+
+
+class _ClientError(Exception):
+    """A 4xx answer: retrying will not help."""
+
+
+class SGLangClient:
+    """RolloutEngine over one or more SGLang-protocol servers."""
+
+    def __init__(self, urls: str | Sequence[str] | None = None, *, router_url: str | None = None,
+                 timeout_s: float = 600.0, max_retries: int = 4, backoff_s: float = 0.5,
+                 max_batch_per_request: int = 64, weights_dir: str | None = None,
+                 model_config: Any = None):
+        if (urls is None) == (router_url is None):
+            raise ValueError("give either urls (one or more servers) or router_url, not both")
+        urls = [router_url] if router_url is not None else ([urls] if isinstance(urls, str) else list(urls))
+        if not urls:
+            raise ValueError("urls is empty")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_batch_per_request = max_batch_per_request
+        self.weights_dir = weights_dir
+        self.model_config = model_config
+        self._next_url = itertools.cycle(range(len(self.urls)))
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # One session per event loop; recreated if the caller's loop changed.
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            self._session_loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    async def _request(self, method: str, path: str, payload: Any = None, *,
+                       url: str | None = None) -> Any:
+        """`method path` on one server (round robin unless `url`), with retries.
+
+        Returns the decoded JSON (or text) body; raises RolloutServerError after
+        the last retry and _ClientError on a 4xx.
+        """
+        errors = []
+        for attempt in range(self.max_retries + 1):
+            base = url or self.urls[next(self._next_url)]
+            try:
+                async with self._get_session().request(method, base + path, json=payload) as resp:
+                    body = await resp.text()
+                    if 400 <= resp.status < 500:
+                        raise _ClientError(f"{method} {base}{path} -> {resp.status}: {body[:500]}")
+                    if resp.status >= 500:
+                        raise aiohttp.ClientResponseError(
+                            resp.request_info, (), status=resp.status, message=body[:500])
+                    ctype = resp.headers.get("Content-Type", "")
+                    return await resp.json() if "json" in ctype else body
+            except _ClientError as e:
+                raise RolloutServerError(str(e)) from None
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                errors.append(f"{base}: {type(e).__name__}: {e}")
+                if attempt < self.max_retries:
+                    delay = self.backoff_s * 2**attempt
+                    log.warning("%s %s failed (%s); retry %d/%d in %.1fs", method, path, e,
+                                attempt + 1, self.max_retries, delay)
+                    await asyncio.sleep(delay)
+        raise RolloutServerError(
+            f"{method} {path} failed after {self.max_retries + 1} attempts; "
+            f"servers {self.urls} unreachable or failing. Errors: " + " | ".join(errors))
+
+    # -- RolloutEngine ----------------------------------------------------------------------
+
+    async def _generate_chunk(self, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        start = time.perf_counter()
+        body = await self._request("POST", "/generate", proto.generate_payload(chunk))
+        latency = time.perf_counter() - start
+        if not isinstance(body, list) or len(body) != len(chunk):
+            raise RolloutServerError(
+                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: {str(body)[:300]}")
+        try:
+            return [proto.completion_from_json(item, latency_s=latency) for item in body]
+        except ValueError as e:
+            raise RolloutServerError(str(e)) from None
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Completions in request order; raises RolloutServerError if any chunk fails."""
+        n = self.max_batch_per_request
+        chunks = [requests[i:i + n] for i in range(0, len(requests), n)]
+        results = await asyncio.gather(*(self._generate_chunk(c) for c in chunks))
+        return [c for chunk in results for c in chunk]
+
+    async def health(self) -> bool:
+        """True when every server answers /health with 200."""
+        async def one(url):
+            try:
+                async with self._get_session().get(
+                        url + "/health", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    return resp.status == 200
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return False
+        return all(await asyncio.gather(*(one(u) for u in self.urls)))
+
+    async def get_model_info(self) -> list[dict]:
+        return [await self._request("GET", "/get_model_info", url=u) for u in self.urls]
+
+    async def flush_cache(self) -> None:
+        for u in self.urls:
+            await self._request("POST", "/flush_cache", url=u)
+
+    async def update_weights_from_disk(self, model_path: str, *, version: int) -> None:
+        """Point every server at HF weights in `model_path` and flush its cache."""
+        for u in self.urls:
+            body = await self._request("POST", "/update_weights_from_disk",
+                                       {"model_path": model_path, "weight_version": str(version)},
+                                       url=u)
+            if not (isinstance(body, dict) and body.get("success")):
+                raise RolloutServerError(f"{u} refused weights from {model_path}: {body}")
+        await self.flush_cache()
+
+    async def update_weights(self, model_state: Any, *, version: int) -> None:
+        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them."""
+        if self.weights_dir is None:
+            raise ValueError("SGLangClient needs weights_dir (a folder the servers can read) "
+                             "to sync weights")
+        from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+
+        model, config = _as_model(model_state, self.model_config)
+        path = os.path.join(self.weights_dir, f"v{int(version)}")
+        await asyncio.to_thread(save_hf_checkpoint, model, config, path)
+        await self.update_weights_from_disk(os.path.abspath(path), version=version)
+
+
+def _as_model(model_state: Any, config: Any):
+    """(model, config) from a Qwen3 model, or from an nnx.State plus `config`."""
+    from flax import nnx
+
+    if isinstance(model_state, nnx.Module):
+        return model_state, getattr(model_state, "config", config)
+    if config is None:
+        raise ValueError("pass model_config to SGLangClient to sync weights given as an nnx.State")
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+
+    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
+    graphdef, _ = nnx.split(abstract)
+    return nnx.merge(graphdef, model_state), config

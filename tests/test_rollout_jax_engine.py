@@ -1,0 +1,180 @@
+"""JaxEngine against the model's own full forward pass, on the tiny Qwen3."""
+
+import asyncio
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
+from orchestra_jax.rollout.jax_engine import JaxEngine, bucket, cache_bucket
+
+MAX_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Qwen3ForCausalLM(Qwen3Config.preset("tiny"), rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    engine = JaxEngine(model, max_batch_size=4, max_seq_len=MAX_LEN, steps_per_call=4,
+                       min_cache_len=32, min_prefill_len=MAX_LEN)  # few buckets, few compiles
+    yield engine
+    engine.close()
+
+
+def generate(engine, *requests):
+    return asyncio.run(engine.generate(list(requests)))
+
+
+@nnx.jit
+def _padded_forward(model, ids, segments):
+    return model(ids, jnp.arange(ids.shape[1])[None], segment_ids=segments)[0]
+
+
+def full_logits(model, ids):
+    """Logits [len(ids), V] of one uncached forward over `ids` (padded: one compile)."""
+    padded = np.zeros((1, MAX_LEN), np.int32)
+    padded[0, : len(ids)] = ids
+    return _padded_forward(model, padded, (padded * 0 + (np.arange(MAX_LEN) < len(ids)))
+                           .astype(np.int32))[: len(ids)]
+
+
+def test_greedy_equals_stepwise_argmax(model, engine):
+    prompt = [3, 14, 15, 92, 6]
+    [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=9)))
+    assert c.finish_reason == "length" and c.completion_tokens == 9 and c.prompt_tokens == 5
+    ids = list(prompt)
+    for token, logprob in zip(c.output_ids, c.logprobs):
+        logits = full_logits(model, ids)[-1]
+        assert token == int(jnp.argmax(logits))
+        assert logprob == pytest.approx(float(jax.nn.log_softmax(logits)[token]), abs=1e-4)
+        ids.append(token)
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 1.0, -1), (1.3, 0.9, 20)])
+def test_logprobs_are_temperature_scaled_log_softmax(model, engine, temperature, top_p, top_k):
+    prompt = [5, 6, 7]
+    sp = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=7, seed=11)
+    [c] = generate(engine, GenerateRequest(prompt, sp))
+    logits = full_logits(model, prompt + c.output_ids)[len(prompt) - 1: -1]
+    expected = jax.nn.log_softmax(logits / temperature, axis=-1)
+    expected = expected[jnp.arange(len(c.output_ids)), jnp.array(c.output_ids)]
+    np.testing.assert_allclose(c.logprobs, expected, atol=1e-4)
+    if top_k > 0:  # every sampled token lies in the top-k of its step
+        ranks = jnp.sum(logits > logits[jnp.arange(len(c.output_ids)), jnp.array(c.output_ids)][:, None], -1)
+        assert int(ranks.max()) < top_k
+
+
+def test_stop_token_ends_generation_and_is_included(engine):
+    prompt = [9, 8, 7, 6]
+    [free] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=8)))
+    stop = free.output_ids[3]
+    cut = free.output_ids.index(stop) + 1
+    [c] = generate(engine, GenerateRequest(
+        prompt, SamplingParams(temperature=0.0, max_new_tokens=8, stop_token_ids=(stop, 255))))
+    assert c.output_ids == free.output_ids[:cut] and c.finish_reason == "stop"
+    assert len(c.logprobs) == cut == c.completion_tokens
+
+
+def test_same_seed_same_tokens_alone_or_in_a_changing_batch(engine):
+    """Requests arrive at different times, share slots as they free, and match their solo runs."""
+    rng = np.random.default_rng(0)
+    requests = [GenerateRequest(rng.integers(3, 250, size=n).tolist(),
+                                SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=m, seed=s))
+                for s, (n, m) in enumerate([(3, 13), (11, 5), (20, 9), (6, 3), (2, 11), (17, 7)])]
+    alone = [generate(engine, r)[0] for r in requests]
+
+    async def staggered():
+        async def submit(i, r):
+            await asyncio.sleep(0.05 * i)
+            return (await engine.generate([r]))[0]
+        return await asyncio.gather(*(submit(i, r) for i, r in enumerate(requests)))
+
+    together = asyncio.run(staggered())  # 6 requests, 4 slots: later ones wait for a free slot
+    for a, t in zip(alone, together):
+        assert t.output_ids == a.output_ids
+        np.testing.assert_allclose(t.logprobs, a.logprobs, atol=1e-5)
+    batched = generate(engine, *requests)
+    assert [c.output_ids for c in batched] == [a.output_ids for a in alone]
+
+
+def test_context_end_is_length_and_bad_requests_raise(engine):
+    [c] = generate(engine, GenerateRequest([1] * (MAX_LEN - 3), SamplingParams(max_new_tokens=50, seed=1)))
+    assert c.finish_reason == "length" and c.prompt_tokens + c.completion_tokens == MAX_LEN
+    with pytest.raises(ValueError, match="vocabulary"):
+        generate(engine, GenerateRequest([1, 256]))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        generate(engine, GenerateRequest([1] * MAX_LEN))
+
+
+def test_compiles_are_bounded(engine):
+    """One trace per shape bucket, never again (the cache holds 32, 48 or 64 slots)."""
+    counts = dict(engine.compile_counts)
+    allowed = {f"decode(cache={n})" for n in (32, 48, 64)}
+    allowed |= {f"resize({a}->{b})" for a in (32, 48, 64) for b in (32, 48, 64)}
+    for r in (1, 2, 4):
+        allowed |= {f"prefill(rows={r}, len=64)", f"insert(rows={r}, len=64, cache=64)"}
+    assert set(counts) <= allowed and "decode(cache=32)" in counts and "decode(cache=64)" in counts
+    assert all(v == 1 for v in counts.values())
+
+
+def test_update_weights_swaps_without_recompiling(model, engine):
+    prompt = [4, 4, 4]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    [before] = generate(engine, GenerateRequest(prompt, greedy))
+    compiles = dict(engine.compile_counts)
+    graphdef, state = nnx.split(model)
+    other = nnx.merge(graphdef, jax.tree.map(lambda x: -1.5 * x, state))
+    asyncio.run(engine.update_weights(other, version=7))
+    [after] = generate(engine, GenerateRequest(prompt, greedy))
+    assert engine.weight_version == 7 and dict(engine.compile_counts) == compiles
+    assert after.output_ids != before.output_ids
+    assert after.output_ids[0] == int(jnp.argmax(full_logits(other, prompt)[-1]))
+    asyncio.run(engine.update_weights(state, version=8))
+    assert generate(engine, GenerateRequest(prompt, greedy))[0].output_ids == before.output_ids
+    wrong = jax.tree.map(lambda x: x[..., :1], state)
+    with pytest.raises(ValueError, match="update_weights"):
+        asyncio.run(engine.update_weights(wrong, version=9))
+
+
+def test_buckets():
+    assert [bucket(n, 16, 100) for n in (1, 16, 17, 64, 65, 1000)] == [16, 16, 32, 64, 100, 100]
+    sizes = [cache_bucket(n, 16, 1000) for n in (1, 16, 17, 24, 25, 33, 49, 100, 700, 900)]
+    assert sizes == [16, 16, 24, 24, 32, 48, 64, 128, 768, 1000]
+
+
+def test_sharded_parameters_give_the_same_tokens(model):
+    from orchestra_jax.parallel.mesh import make_mesh, shard_model
+
+    sharded = shard_model(nnx.merge(*nnx.split(model)), make_mesh(fsdp=4, tensor=2))
+    assert len(jax.tree.leaves(nnx.state(sharded))[0].sharding.device_set) == 8
+    engine = JaxEngine(sharded, max_batch_size=2, max_seq_len=32, steps_per_call=4)
+    try:
+        prompt = [3, 1, 4, 1, 5]
+        [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=4)))
+    finally:
+        engine.close()
+    ids = list(prompt)
+    for token in c.output_ids:
+        assert token == int(jnp.argmax(full_logits(model, ids)[-1]))
+        ids.append(token)
+
+
+def test_engine_error_fails_the_batch_and_the_engine_recovers(engine, monkeypatch):
+    decode = engine._steps.decode
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(engine._steps, "decode", broken)
+    with pytest.raises(RuntimeError, match="device lost"):
+        generate(engine, GenerateRequest([1, 2, 3], SamplingParams(max_new_tokens=5, seed=0)))
+    monkeypatch.setattr(engine._steps, "decode", decode)
+    [c] = generate(engine, GenerateRequest([1, 2, 3], SamplingParams(max_new_tokens=5, seed=0)))
+    assert c.completion_tokens == 5 and asyncio.run(engine.health())

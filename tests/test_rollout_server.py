@@ -1,0 +1,164 @@
+"""The rollout server and the SGLang client, on loopback, over a scripted engine."""
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
+from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+
+STOP = 9
+
+
+def echo_policy(ids, request):
+    """Replies with the prompt reversed, then the stop token, logprob -0.1 per token."""
+    out = list(reversed(ids)) + [STOP]
+    return out, [-0.1 * (i + 1) for i in range(len(out))]
+
+
+@pytest.fixture()
+def server():
+    engine = ScriptedEngine(echo_policy)
+    loaded = []
+    with serve_in_thread(engine, model_path="scripted",
+                         weight_loader=lambda path: loaded.append(path) or {"path": path}) as s:
+        s.engine, s.loaded = engine, loaded
+        yield s
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_round_trip_batched_and_in_order(server):
+    client = SGLangClient([server.url, server.url], max_batch_per_request=2)
+    requests = [GenerateRequest([1, 2, 3], SamplingParams(stop_token_ids=(STOP,), seed=5)),
+                GenerateRequest([4], SamplingParams(max_new_tokens=1)),
+                GenerateRequest([5, 6], SamplingParams(temperature=0.0, top_k=3))]
+
+    async def go():
+        try:
+            return await client.generate(requests), await client.health()
+        finally:
+            await client.close()
+
+    completions, healthy = run(go())
+    assert healthy
+    assert [c.output_ids for c in completions] == [[3, 2, 1, STOP], [4], [6, 5, STOP]]
+    assert [c.finish_reason for c in completions] == ["stop", "length", "stop"]
+    assert completions[0].logprobs == pytest.approx([-0.1, -0.2, -0.3, -0.4])
+    assert completions[0].prompt_tokens == 3 and completions[0].completion_tokens == 4
+    sent = server.engine.requests  # the sampling fields survive the wire unchanged
+    assert [r.sampling for r in sent] == [r.sampling for r in requests]
+
+
+async def _post(url, path, payload=None, raw=None):
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + path, json=payload, data=raw) as resp:
+            return resp.status, await resp.json()
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"text": "hi"}, "tokenizer"),
+    ({"input_ids": []}, "input_ids"),
+    ({"input_ids": [1, -2]}, "non-negative"),
+    ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "2 prompts but 1"),
+    ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p"),
+    ({"input_ids": [1], "sampling_params": {"temperature": "hot"}}, "temperature"),
+    ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "unsupported"),
+    ({"input_ids": [1], "stream": True}, "stream"),
+])
+def test_bad_generate_requests_get_400(server, body, message):
+    status, reply = run(_post(server.url, "/generate", body))
+    assert status == 400 and message in reply["error"]["message"]
+
+
+def test_invalid_json_and_unknown_route(server):
+    status, reply = run(_post(server.url, "/generate", raw=b"{not json"))
+    assert status == 400 and "JSON" in reply["error"]["message"]
+    status, reply = run(_post(server.url, "/nope", {}))
+    assert status == 404
+    status, reply = run(_post(server.url, "/v1/chat/completions", {"messages": []}))
+    assert status == 400 and "tokenizer" in reply["error"]["message"]
+
+
+def test_single_prompt_native_shape_and_admin_routes(server):
+    status, reply = run(_post(server.url, "/generate", {
+        "input_ids": [7, 8], "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 8, "stop_token_ids": [STOP]}}))
+    assert status == 200
+    meta = reply["meta_info"]
+    assert reply["output_ids"] == [8, 7, STOP]
+    assert meta["finish_reason"] == {"type": "stop", "matched": STOP}
+    assert [p[1] for p in meta["output_token_logprobs"]] == [8, 7, STOP]
+
+    client = SGLangClient(server.url)
+
+    async def admin():
+        try:
+            info = await client.get_model_info()
+            await client.update_weights_from_disk("/tmp/ckpt/v3", version=3)
+            return info, await client.get_model_info()
+        finally:
+            await client.close()
+
+    before, after = run(admin())
+    assert before[0]["model_path"] == "scripted" and after[0]["weight_version"] == "3"
+    assert server.loaded == ["/tmp/ckpt/v3"] and server.engine.weight_versions == [3]
+    status, reply = run(_post(server.url, "/update_weights_from_disk", {}))
+    assert status == 400 and "model_path" in reply["error"]["message"]
+
+
+def test_engine_failure_is_500_and_server_survives():
+    def flaky(ids, request):
+        if ids == [0]:
+            raise RuntimeError("boom")
+        return [1]
+
+    with serve_in_thread(ScriptedEngine(flaky)) as s:
+        status, reply = run(_post(s.url, "/generate", {"input_ids": [0]}))
+        assert status == 500 and "boom" in reply["error"]["message"]
+        status, reply = run(_post(s.url, "/generate", {"input_ids": [3]}))
+        assert status == 200 and reply["output_ids"] == [1]
+
+
+def test_killed_server_retries_then_raises_clearly():
+    engine = ScriptedEngine(echo_policy, latency_s=0.5)
+    server = serve_in_thread(engine)
+    client = SGLangClient(server.url, max_retries=2, backoff_s=0.01)
+
+    async def go():
+        try:
+            task = asyncio.create_task(client.generate([GenerateRequest([1, 2])] * 3))
+            await asyncio.sleep(0.2)  # the request is in flight when the server dies
+            await asyncio.to_thread(server.stop, abrupt=True)
+            return await task
+        finally:
+            await client.close()
+
+    with pytest.raises(RolloutServerError, match="failed after 3 attempts") as info:
+        run(go())
+    assert server.url in str(info.value)
+
+
+def test_unreachable_server_one_clear_error():
+    client = SGLangClient("http://127.0.0.1:9", max_retries=1, backoff_s=0.01)
+
+    async def go():
+        try:
+            return await client.health(), await client.generate([GenerateRequest([1])])
+        finally:
+            await client.close()
+
+    with pytest.raises(RolloutServerError, match="unreachable"):
+        run(go())
+
+
+def test_client_needs_exactly_one_address():
+    with pytest.raises(ValueError, match="either urls"):
+        SGLangClient()
+    with pytest.raises(ValueError, match="either urls"):
+        SGLangClient("http://a", router_url="http://b")
