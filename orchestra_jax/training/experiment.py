@@ -12,7 +12,6 @@ Each stage that already left its result in the workdir is skipped on restart.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from orchestra_jax.training import builders, grpo_loop, warm_start
 from orchestra_jax.training.config_checks import split_list
 from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy
 from orchestra_jax.training.metrics import plot_metrics
+from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def _eval_sampling(config) -> SamplingParams:
 
 
 def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None):
-  summary = asyncio.run(evaluate_policy(
+  summary = run_sync(evaluate_policy(
       name, engine, tasks=tasks, tool_configs=tool_configs, env=env, tokenizer=tokenizer,
       sampling=_eval_sampling(config), loop_kwargs=builders.loop_kwargs(config),
       workdir=grpo_loop.workdir_of(config), seed=derive_seed(config.seed, 99),
@@ -67,7 +67,7 @@ def run_warm_start(config, run) -> None:
   demo_tasks = demo_tasks[: config.sft.num_demos]
   configs = [run.sampler.sample(t, derive_seed(config.seed, 7, i))
              for i, t in enumerate(demo_tasks)]
-  demos = asyncio.run(warm_start.router_demonstrations(
+  demos = run_sync(warm_start.router_demonstrations(
       config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
       loop_kwargs=builders.loop_kwargs(config), seed=derive_seed(config.seed, 8)))
   from orchestra_jax.rl.learner import Learner
@@ -82,7 +82,7 @@ def run_warm_start(config, run) -> None:
                      on_step=report)
   # The GRPO learner and engine were built on the same model object: refresh both.
   run.learner.load_state(learner.params, run.learner.opt_state, step=0)
-  asyncio.run(grpo_loop.sync_weights(run, 0))
+  run_sync(grpo_loop.sync_weights(run, 0))
 
 
 def run_experiment(config) -> dict:

@@ -16,7 +16,6 @@ checkpoint takes the same path as one that never stopped (on CPU, bitwise).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
@@ -36,6 +35,7 @@ from orchestra_jax.training import builders
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import Timer, run_graded_episodes, score_groups
+from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def grpo_train(run: Run, *, progress=None) -> int:
   iterator = train_task_iterator(config)
   start = restore(run, iterator)
   if start:
-    asyncio.run(sync_weights(run, start))
+    run_sync(sync_weights(run, start))
   writer = MetricsWriter(run.workdir, total_steps=config.num_steps,
                          use_tensorboard=config.log.tensorboard, resume_step=start)
   timer = Timer()
@@ -163,11 +163,11 @@ def grpo_train(run: Run, *, progress=None) -> int:
       with timer("data"):
         tasks = next(iterator)
       with timer("rollout"):
-        experience = asyncio.run(collect_experience(run, tasks, step))
+        experience = run_sync(collect_experience(run, tasks, step))
       with timer("learner"):
         learner_metrics = train_step(run, experience)
       with timer("weight_sync"):
-        asyncio.run(sync_weights(run, step + 1))
+        run_sync(sync_weights(run, step + 1))
       if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
         write_jsonl(os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
                     experience.trajectories)
