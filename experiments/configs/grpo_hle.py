@@ -60,6 +60,9 @@ def _base() -> ml_collections.ConfigDict:
   c.agent.max_new_tokens_per_turn = 128
   c.agent.tool_timeout_s = 60.0
   c.agent.enable_thinking = False
+  # 0: a turn's latency is measured wall time. > 0: generated tokens x this
+  # (offline runs: rewards independent of machine load, resume exact).
+  c.agent.seconds_per_generated_token = 0.0
 
   # --- tasks -----------------------------------------------------------------
   c.data = ml_collections.ConfigDict()
@@ -164,6 +167,7 @@ def _demo(c):
   c.agent.max_context_tokens = 1536
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
+  c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
   c.rl.group_size = 4
   c.rl.tasks_per_step = 8
   c.rl.lr = 3e-4

@@ -67,6 +67,12 @@ class LoopLimits:
     tool_timeout_s: float = 60.0
     enable_thinking: bool = True
     stop_on_no_tool_call: bool = False
+    # None: a turn's generation latency is the engine's measured wall time. A
+    # number: generated tokens x this many seconds, the orchestrator's latency as
+    # a model of its serving speed. Offline runs use it so that the latency
+    # feature (hence the reward) does not depend on machine load, and a resumed
+    # run reproduces an uninterrupted one exactly.
+    seconds_per_generated_token: float | None = None
 
     def __post_init__(self):
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
@@ -74,6 +80,8 @@ class LoopLimits:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.tool_timeout_s > 0:
             raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
+        if self.seconds_per_generated_token is not None and self.seconds_per_generated_token < 0:
+            raise ValueError("seconds_per_generated_token must be >= 0 or None")
 
 
 def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
@@ -126,9 +134,11 @@ class _Episode:
         prompt_tokens = len(self.traj.token_ids)
         n = len(completion.output_ids)
         self._append(completion.output_ids, completion.logprobs)
+        per_token = self.limits.seconds_per_generated_token
+        latency = float(completion.latency_s) if per_token is None else n * per_token
         turn = Turn(text=self.tokenizer.decode(completion.output_ids), num_generated_tokens=n,
                     finish_reason=completion.finish_reason, prompt_tokens=prompt_tokens,
-                    generation_latency_s=float(completion.latency_s))
+                    generation_latency_s=latency)
         self.traj.turns.append(turn)
         price = self.config.orchestrator_price
         self.traj.orchestrator_cost_usd += token_cost(prompt_tokens, n, price, price)
@@ -217,21 +227,24 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
                        sampling: SamplingParams, max_turns: int = 30,
                        max_context_tokens: int = 32768, max_new_tokens_per_turn: int = 2048,
                        tool_timeout_s: float = 60.0, enable_thinking: bool = True,
-                       stop_on_no_tool_call: bool = False, max_batch_size: int = 256,
-                       batch_wait_s: float = 0.005, max_in_flight_batches: int = 64
-                       ) -> list[Trajectory]:
+                       stop_on_no_tool_call: bool = False,
+                       seconds_per_generated_token: float | None = None,
+                       max_batch_size: int = 256, batch_wait_s: float = 0.005,
+                       max_in_flight_batches: int = 64) -> list[Trajectory]:
     """Run every episode concurrently; trajectories come back in `specs` order.
 
     `sampling` gives temperature/top-p/top-k; per turn the loop sets
     max_new_tokens = min(max_new_tokens_per_turn, room left in max_context_tokens),
     adds `<|im_end|>` to the stop ids and sets seed = turn_seed(spec.seed, turn).
-    A tool call gets `tool_timeout_s` seconds. `max_batch_size`, `batch_wait_s`
+    A tool call gets `tool_timeout_s` seconds. `seconds_per_generated_token`: see
+    `LoopLimits`. `max_batch_size`, `batch_wait_s`
     and `max_in_flight_batches` are `GenerationBatcher`'s knobs.
     """
     limits = LoopLimits(max_turns=max_turns, max_context_tokens=max_context_tokens,
                         max_new_tokens_per_turn=max_new_tokens_per_turn,
                         tool_timeout_s=tool_timeout_s, enable_thinking=enable_thinking,
-                        stop_on_no_tool_call=stop_on_no_tool_call)
+                        stop_on_no_tool_call=stop_on_no_tool_call,
+                        seconds_per_generated_token=seconds_per_generated_token)
     batcher = GenerationBatcher(engine, max_batch_size=max_batch_size, max_wait_s=batch_wait_s,
                                 max_in_flight=max_in_flight_batches)
     prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)

@@ -102,6 +102,7 @@ def loop_kwargs(config) -> dict[str, Any]:
   return dict(max_turns=a.max_turns, max_context_tokens=a.max_context_tokens,
               max_new_tokens_per_turn=a.max_new_tokens_per_turn,
               tool_timeout_s=a.tool_timeout_s, enable_thinking=a.enable_thinking,
+              seconds_per_generated_token=a.seconds_per_generated_token or None,
               max_batch_size=config.rollout.max_batch_size)
 
 
