@@ -160,7 +160,7 @@ def _demo(c):
   c.tools.shuffle_aliases = False
   c.tools.description_style = "compact"
   c.tokenizer = "demo"
-  c.num_steps = 16
+  c.num_steps = 24
   c.rollout.max_batch_size = 64
   c.rollout.max_seq_len = 1536
   c.agent.max_turns = 4
@@ -177,11 +177,12 @@ def _demo(c):
   c.rl.filter_reward_std = 0.0
   c.rl.filter_invalid_format = False  # Malformed calls earn 0 and are learned away.
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
-  c.sft.steps = 30
-  c.sft.lr = 1e-3
+  c.sft.steps = 80
+  c.sft.lr = 5e-3
+  c.sft.batch_size = 8
   c.sft.num_demos = 512
   c.checkpoint.every_steps = 8
-  c.eval.num_tasks = 48
+  c.eval.num_tasks = 96
   return c
 
 
