@@ -196,7 +196,7 @@ def _micro(c):
   c.rl.tasks_per_step = 2
   c.rollout.max_batch_size = 4
   c.agent.max_turns = 2
-  c.agent.max_new_tokens_per_turn = 8
+  c.agent.max_new_tokens_per_turn = 32  # Router calls fit.
   c.sft.steps = 0
   c.checkpoint.every_steps = 1
   c.eval.num_tasks = 4

@@ -54,17 +54,17 @@ def _set_layer(stacked: jax.Array, layer: jax.Array, index) -> jax.Array:
     return stacked.at[index].set(layer)
 
 
-def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, **runtime):
+def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None, **runtime):
     """(model, config) from a folder with config.json and safetensors (single or sharded).
 
-    `dtype` is the parameter dtype and, unless `runtime` sets `dtype` itself, the
+    `dtype` is the parameter dtype and, unless `compute_dtype` is given, the
     compute dtype; other `runtime` keywords (scan_layers, remat) go to the config.
     With a `mesh`, each parameter is placed directly with its partition rule.
     """
     path = pathlib.Path(path)
     if "param_dtype" in runtime:
         raise TypeError("pass the parameter dtype as `dtype`, not `param_dtype`")
-    runtime = {"dtype": dtype, **runtime, "param_dtype": dtype}
+    runtime = {**runtime, "dtype": compute_dtype or dtype, "param_dtype": dtype}
     config = Qwen3Config.from_hf(path, **runtime)
     refs = st.index_checkpoint(path)
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))

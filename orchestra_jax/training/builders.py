@@ -45,7 +45,8 @@ def build_model(config, mesh, tokenizer: ChatTokenizer) -> tuple[Qwen3ForCausalL
                  remat=config.model.remat)
   if config.model.hf_path:
     model, model_config = load_hf_checkpoint(
-        config.model.hf_path, dtype=runtime.pop("param_dtype"), mesh=mesh, **runtime)
+        config.model.hf_path, dtype=runtime.pop("param_dtype"), mesh=mesh,
+        compute_dtype=runtime.pop("dtype"), **runtime)
   else:
     overrides = dict(config.model.get("overrides", {}))
     model_config = Qwen3Config.preset(config.model.preset, **overrides, **runtime)
