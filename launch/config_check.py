@@ -6,22 +6,15 @@ surface only when each trial starts, possibly hours later on a busy cluster.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 from typing import Any, Iterable, Mapping
 
 
 def load_config(config_arg: str) -> Any:
     """Loads `path.py[:variant]` the way ml_collections config_flags does: `get_config(variant)`."""
+    from launch.trials import import_file
+
     path, _, variant = config_arg.partition(":")
-    file = pathlib.Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"config file {file} does not exist (from --config={config_arg})")
-    spec = importlib.util.spec_from_file_location(f"_config_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "get_config", None)):
-        raise ValueError(f"config file {file} must define get_config()")
+    module = import_file(path, "get_config", "config file")
     return module.get_config(variant) if variant else module.get_config()
 
 

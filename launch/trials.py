@@ -128,17 +128,22 @@ def command_line(
     return (python, "-m", module, f"--config={config}", *flags, f"--config.workdir={workdir}")
 
 
-def load_sweep_file(path: str | pathlib.Path):
-    """Imports a sweep file (any path) as a module; it must define `get_sweep(hyper)`."""
+def import_file(path: str | pathlib.Path, function: str, what: str):
+    """Imports a Python file (any path) as a module that must define `function`."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"sweep file {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"_sweep_{path.stem}", path)
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_{what.split()[0]}_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    if not callable(getattr(module, "get_sweep", None)):
-        raise ValueError(f"sweep file {path} must define get_sweep(hyper)")
+    if not callable(getattr(module, function, None)):
+        raise ValueError(f"{what} {path} must define {function}()")
     return module
+
+
+def load_sweep_file(path: str | pathlib.Path):
+    """Imports a sweep file (any path) as a module; it must define `get_sweep(hyper)`."""
+    return import_file(path, "get_sweep", "sweep file")
 
 
 def expand(
