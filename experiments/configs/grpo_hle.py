@@ -168,14 +168,16 @@ def _demo(c):
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
   c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
+  # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.7
+  # keeps most calls well-formed (log-probs are taken at the same temperature).
+  c.rollout.temperature = 0.7
   c.rl.group_size = 4
   c.rl.tasks_per_step = 8
-  c.rl.lr = 3e-4
+  c.rl.lr = 1e-4
   c.rl.warmup_steps = 2
   c.rl.kl_coef = 0.0
   c.rl.micro_batch_size = 16
   c.rl.filter_reward_std = 0.0
-  c.rl.filter_invalid_format = False  # Malformed calls earn 0 and are learned away.
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
   c.sft.steps = 80
   c.sft.lr = 5e-3
@@ -197,6 +199,9 @@ def _micro(c):
   c.rollout.max_batch_size = 4
   c.agent.max_turns = 2
   c.agent.max_new_tokens_per_turn = 32  # Router calls fit.
+  # A random policy writes no well-formed call; keep its episodes so that tests
+  # with an injected reward exercise the update.
+  c.rl.filter_invalid_format = False
   c.sft.steps = 0
   c.checkpoint.every_steps = 1
   c.eval.num_tasks = 4
