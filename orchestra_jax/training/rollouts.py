@@ -83,8 +83,9 @@ def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_
   rewards = group_rewards(trajectories, group_size, reward_fn)
   advantages = np.asarray(grpo.group_advantages(
       rewards, group_size, clip=adv_clip or None), np.float32)
-  keep = np.asarray(grpo.reward_std_filter(rewards, group_size,
-                                           threshold=filter_reward_std), bool)
+  # np.array (a writable copy): the filters return read-only JAX buffers.
+  keep = np.array(grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std),
+                  dtype=bool)
   if filter_invalid_format:
     keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
   if filter_no_answer:
