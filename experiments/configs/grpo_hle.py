@@ -160,7 +160,7 @@ def _demo(c):
   c.tools.shuffle_aliases = False
   c.tools.description_style = "compact"
   c.tokenizer = "demo"
-  c.num_steps = 24
+  c.num_steps = 28
   c.rollout.max_batch_size = 64
   c.rollout.max_seq_len = 1536
   c.agent.max_turns = 4
@@ -168,18 +168,20 @@ def _demo(c):
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
   c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
-  # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.7
-  # keeps most calls well-formed (log-probs are taken at the same temperature).
-  c.rollout.temperature = 0.7
+  # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.5
+  # keeps half of them well-formed (log-probs are taken at the same temperature).
+  # Evaluation samples at the same temperature: it scores the policy GRPO trained.
+  c.rollout.temperature = 0.5
+  c.eval.temperature = 0.5
   c.rl.group_size = 4
   c.rl.tasks_per_step = 8
-  c.rl.lr = 1e-4
+  c.rl.lr = 2e-4
   c.rl.warmup_steps = 2
   c.rl.kl_coef = 0.0
   c.rl.micro_batch_size = 16
   c.rl.filter_reward_std = 0.0
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
-  c.sft.steps = 80
+  c.sft.steps = 100
   c.sft.lr = 5e-3
   c.sft.batch_size = 8
   c.sft.num_demos = 512
