@@ -1,0 +1,62 @@
+"""Does the demo learn? Summarise a seed sweep of the demo into one JSON.
+
+    python -m launch.sweep --sweep=launch/sweeps/demo_seeds.py --executor=local \\
+        --workdir_root=runs/sweeps
+    python -m experiments.benchmarks.demo_learning runs/sweeps/demo_seeds
+
+For every policy evaluated in each seed's workdir (the trained `grpo`, its
+`warm_start`, the baseline routers): held-out reward, accuracy and cost per seed,
+their mean and sample std, GRPO's gain over its warm start per seed, and which
+policies dominate GRPO on the accuracy/cost plane. Writes
+`experiments/benchmarks/results/demo_learning.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+
+import numpy as np
+
+from experiments.benchmarks import common
+from orchestra_jax.eval.report import dominated_by, load_summaries
+
+FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
+
+
+def summarise(sweep_dir: str) -> dict:
+  seeds = {}
+  for workdir in sorted(glob.glob(os.path.join(sweep_dir, "*"))):
+    summaries = {s["policy"]: s for s in load_summaries(workdir)} if os.path.isdir(workdir) else {}
+    if "grpo" in summaries:
+      seeds[os.path.basename(workdir)] = summaries
+  if not seeds:
+    raise SystemExit(f"no evaluated runs (eval_grpo.json) under {sweep_dir}")
+  policies = sorted(set.intersection(*(set(s) for s in seeds.values())))
+  table = {}
+  for policy in policies:
+    row = {}
+    for field in FIELDS:
+      values = [seeds[k][policy][field] for k in seeds]
+      row[field] = {"per_seed": values, "mean": float(np.mean(values)),
+                    "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
+    table[policy] = row
+  return {
+      "sweep_dir": sweep_dir, "runs": list(seeds), "policies": table,
+      "grpo_gain_over_warm_start": [
+          seeds[k]["grpo"]["heldout_reward"] - seeds[k]["warm_start"]["heldout_reward"]
+          for k in seeds if "warm_start" in seeds[k]],
+      "grpo_dominated_by": {k: dominated_by(s["grpo"], list(s.values())) for k, s in seeds.items()},
+  }
+
+
+if __name__ == "__main__":
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("sweep_dir")
+  result = summarise(parser.parse_args().sweep_dir)
+  path = common.write_result("demo_learning", result)
+  for policy, row in result["policies"].items():
+    r = row["heldout_reward"]
+    print(f"{policy:18s} held-out reward {r['mean']:.3f} ± {r['std']:.3f}")
+  print(f"-> {path}")
