@@ -117,10 +117,11 @@ def test_config_errors_are_listed_together(tmp_path):
   config.rl.lr = -1.0
   config.rollout.engine = "vllm"
   config.data.sources = "synthetic,nonsense"
+  config.tools.sandbox = "docker"
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
-  for needle in ("rl.lr", "rollout.engine", "nonsense"):
+  for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

@@ -90,6 +90,9 @@ def _base() -> ml_collections.ConfigDict:
   c.tools.preference_prob = 0.2     # Chance a task states a tool preference.
   c.tools.sleep_scale = 0.0         # Simulated tools really sleep latency × this.
   c.tools.description_style = "full"  # "full" (paper) | "compact" (short CPU prompts).
+  # Model-written code runs under bubblewrap ("bwrap", Linux). "rlimits" only
+  # limits resources (no network or file isolation): for trusted set-ups only.
+  c.tools.sandbox = "bwrap"
 
   # --- reward ----------------------------------------------------------------
   c.reward = ml_collections.ConfigDict()

@@ -52,7 +52,8 @@ class SyntheticOrchestrationEnv:
 
   def __init__(self, seed: int = 0, *, num_entities: int = 400,
                heldout_fraction: float = 0.2,
-               domain_weights: Sequence[float] = (1.0, 1.0, 1.0)):
+               domain_weights: Sequence[float] = (1.0, 1.0, 1.0),
+               run_code: Callable[..., Any] = run_python):
     if len(domain_weights) != len(DOMAINS) or min(domain_weights) < 0 \
         or sum(domain_weights) <= 0:
       raise ValueError(f"domain_weights: {len(DOMAINS)} non-negative numbers "
@@ -60,6 +61,7 @@ class SyntheticOrchestrationEnv:
     if num_entities < 2 or not 0 < heldout_fraction < 1:
       raise ValueError("need num_entities >= 2 and 0 < heldout_fraction < 1")
     self.seed = seed
+    self.run_code = run_code  # the sandbox of `build_backends` by default
     weights = np.asarray(domain_weights, dtype=np.float64)
     self.domain_probs = weights / weights.sum()
     self.entities = synthetic_world.make_entities(
@@ -135,7 +137,7 @@ class SyntheticOrchestrationEnv:
 
   def build_backends(self, tool_config: ToolConfig | None = None, *,
                      seed: int = 0, sleep_scale: float = 0.0,
-                     run_code: Callable[..., Any] = run_python) -> Backends:
+                     run_code: Callable[..., Any] | None = None) -> Backends:
     """Simulated experts, BM25 over the generated corpus and the sandbox:
     pass to `make_tools(config, backends)` for any config of this env (the
     experts' latencies follow each config's table; `tool_config` only sets
@@ -143,10 +145,11 @@ class SyntheticOrchestrationEnv:
 
     sleep_scale: real seconds each simulated expert call sleeps per simulated
     second of latency (0 = no sleeping; > 0 exercises agent concurrency).
+    run_code: the sandbox; defaults to the one given to the constructor.
     """
     return synthetic_models.build_offline_backends(
         tool_config, retriever=self.retriever, seed=seed,
-        sleep_scale=sleep_scale, run_code=run_code)
+        sleep_scale=sleep_scale, run_code=run_code or self.run_code)
 
   # --- tool configurations -------------------------------------------------------
 

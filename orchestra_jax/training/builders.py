@@ -7,6 +7,7 @@ Each builder reads only its own config section, so drivers (`grpo_hle.py`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -119,10 +120,13 @@ def sampler_ranges(config) -> SamplerRanges:
 
 
 def build_env(config):
-  """The offline environment: tasks of the synthetic source, corpus, simulated experts."""
+  """The offline environment: tasks of the synthetic source, corpus, simulated
+  experts, and the sandbox named by `tools.sandbox`."""
   from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-  return SyntheticOrchestrationEnv(seed=config.seed,
-                                   num_entities=config.data.synthetic_num_entities)
+  from orchestra_jax.tools.python_sandbox import run_python
+  return SyntheticOrchestrationEnv(
+      seed=config.seed, num_entities=config.data.synthetic_num_entities,
+      run_code=functools.partial(run_python, isolation=config.tools.sandbox))
 
 
 def source_specs(config, split: str, num_synthetic: int) -> list[dict[str, Any]]:

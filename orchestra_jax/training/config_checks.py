@@ -13,6 +13,7 @@ from typing import Any
 ENGINES = ("jax", "sglang")
 REWARDS = ("preference", "efficiency", "outcome")
 BACKENDS = ("offline",)
+SANDBOXES = ("bwrap", "rlimits")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_TYPES = ("k1", "mse", "k3")
 BASELINES = ("always_strongest", "always_cheapest", "direct_strongest", "random")
@@ -54,6 +55,7 @@ def validate(config: Any) -> None:
   """Raises ConfigError listing every problem of `config` (see module docstring)."""
   from orchestra_jax.data.readers import READERS
   from orchestra_jax.models.qwen3 import Qwen3Config
+  from orchestra_jax.tools.python_sandbox import bwrap_available
 
   errors: list[str] = []
   model = config.model
@@ -115,6 +117,12 @@ def validate(config: Any) -> None:
         errors.append(f"data.sources: weight of {name!r} must be > 0")
   except ConfigError as e:
     errors.append(str(e))
+  if config.tools.sandbox not in SANDBOXES:
+    errors.append(f"tools.sandbox must be one of {SANDBOXES}, got {config.tools.sandbox!r}")
+  elif config.tools.sandbox == "bwrap" and not bwrap_available():
+    errors.append("tools.sandbox='bwrap' needs bubblewrap: apt-get install bubblewrap "
+                  "(or --config.tools.sandbox=rlimits, which does not isolate the network "
+                  "or files: trusted set-ups only)")
   if config.tools.backends not in BACKENDS:
     errors.append(f"tools.backends must be one of {BACKENDS}, got {config.tools.backends!r}")
   for lo, hi in (("price_scale_min", "price_scale_max"),
