@@ -26,6 +26,7 @@ import numpy as np
 
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.eval.summary import summarize
+from orchestra_jax.rewards.efficiency import efficiency_rewards
 from orchestra_jax.training.rollouts import run_graded_episodes
 
 EVAL_PREFERENCES = (
@@ -56,14 +57,16 @@ def eval_tool_configs(env, tasks: Sequence[Any], *, seed: int = 0,
 
 
 def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) -> np.ndarray:
-  """The module docstring's R for each graded episode."""
-  out = []
-  for t in trajectories:
-    p = t.preference
-    penalty = (p.get("cost", 0.0) * t.cost_usd / cost_scale
-               + p.get("latency", 0.0) * t.latency_s / latency_scale)
-    out.append(float(t.correct) * max(0.0, 1.0 - penalty))
-  return np.asarray(out, np.float32)
+  """The module docstring's R for each graded episode: the efficiency reward with
+  α = P_cost / cost_scale and β = P_latency / latency_scale from its own preference."""
+  if not trajectories:
+    return np.zeros(0, np.float32)
+  return np.concatenate([
+      efficiency_rewards([t.features()], [bool(t.correct)],
+                         cost_weight=t.preference.get("cost", 0.0) / cost_scale,
+                         latency_weight=t.preference.get("latency", 0.0) / latency_scale,
+                         floor=0.0)
+      for t in trajectories]).astype(np.float32)
 
 
 async def evaluate_policy(name: str, engine, *, tasks: Sequence[Any],
