@@ -9,7 +9,10 @@ Parameter tree (kernels are [in, out], the transpose of torch's `weight`):
     model.norm.scale
     lm_head.kernel                                [E, V]   (absent when tied)
 With `scan_layers`, `model.layers` is one layer whose parameters carry a leading
-[num_hidden_layers] axis and the stack runs under `lax.scan`.
+[num_hidden_layers] axis and the stack runs under `lax.scan`, except when decoding
+with a KV cache: the cache holds one array per layer (`qwen3_cache`), so the
+layers then run one by one over static slices of the stacked weights (a copy of
+the weights per call; serve with scan_layers=False where decode speed matters).
 """
 
 from __future__ import annotations
@@ -71,11 +74,11 @@ class Qwen3Model(nnx.Module):
         self.norm = RMSNorm(config.hidden_size, config)
 
     def _layer_fn(self, graphdef, kv_len):
-        """Pure (layer_state, x, cos, sin, mask, ck, cv, index, slots) -> (x, ck, cv), rematted."""
+        """Pure (layer_state, x, cos, sin, mask, ck, cv, slots) -> (x, ck, cv), rematted."""
 
-        def apply(state, x, cos, sin, mask, cache_k, cache_v, index, slots):
+        def apply(state, x, cos, sin, mask, cache_k, cache_v, slots):
             layer = nnx.merge(graphdef, state)
-            cache = None if cache_k is None else (cache_k, cache_v, index, slots, kv_len)
+            cache = None if cache_k is None else (cache_k, cache_v, slots, kv_len)
             return layer(x, cos, sin, mask, cache)
 
         if self.config.remat == "none":
@@ -83,23 +86,40 @@ class Qwen3Model(nnx.Module):
         return jax.checkpoint(apply, policy=_REMAT_POLICY[self.config.remat])
 
     def __call__(self, input_ids, cos, sin, mask, cache_k, cache_v, slots, kv_len):
+        """Final normed hidden states and the updated per-layer caches (tuples, or None).
+
+        Stacked layers run under `lax.scan` without a cache (training). With a
+        cache they run one by one over static slices of the stacked weights, since
+        each layer's cache is its own array (see `qwen3_cache`).
+        """
         x = self.embed_tokens(input_ids)
-        if self.config.scan_layers:
+        if self.config.scan_layers and cache_k is None:
             graphdef, state = nnx.split(self.layers)
             apply = self._layer_fn(graphdef, kv_len)
 
-            def body(carry, layer_state):
-                x, ck, cv, i = carry
-                x, ck, cv = apply(layer_state, x, cos, sin, mask, ck, cv, i, slots)
-                return (x, ck, cv, i + 1), None
+            def body(x, layer_state):
+                x, _, _ = apply(layer_state, x, cos, sin, mask, None, None, slots)
+                return x, None
 
-            (x, cache_k, cache_v, _), _ = jax.lax.scan(body, (x, cache_k, cache_v, 0), state)
+            x, _ = jax.lax.scan(body, x, state)
+            return self.norm(x), None, None
+        if self.config.scan_layers:
+            graphdef, stacked = nnx.split(self.layers)
+            layers = [(graphdef, jax.tree.map(lambda p, i=i: p[i], stacked))
+                      for i in range(self.config.num_hidden_layers)]
         else:
-            for i, layer in enumerate(self.layers):
-                graphdef, state = nnx.split(layer)
-                apply = self._layer_fn(graphdef, kv_len)
-                x, cache_k, cache_v = apply(state, x, cos, sin, mask, cache_k, cache_v, i, slots)
-        return self.norm(x), cache_k, cache_v
+            layers = [nnx.split(layer) for layer in self.layers]
+        new_k, new_v = [], []
+        for i, (graphdef, state) in enumerate(layers):
+            apply = self._layer_fn(graphdef, kv_len)
+            ck = None if cache_k is None else cache_k[i]
+            cv = None if cache_v is None else cache_v[i]
+            x, ck, cv = apply(state, x, cos, sin, mask, ck, cv, slots)
+            new_k.append(ck)
+            new_v.append(cv)
+        if cache_k is None:
+            return self.norm(x), None, None
+        return self.norm(x), tuple(new_k), tuple(new_v)
 
 
 class Qwen3ForCausalLM(nnx.Module):
@@ -112,7 +132,7 @@ class Qwen3ForCausalLM(nnx.Module):
             self.lm_head = Linear(config.hidden_size, config.vocab_size, config, rngs=rngs)
 
     def init_cache(self, batch_size: int, max_len: int, dtype=None) -> KVCache:
-        """A zeroed KVCache [layers, batch_size, kv_heads, max_len, head_dim] (dtype: compute)."""
+        """A zeroed KVCache: per layer [batch_size, kv_heads, max_len, head_dim] (dtype: compute)."""
         c = self.config
         return KVCache.zeros(c.num_hidden_layers, batch_size, c.num_key_value_heads, max_len,
                              c.head_dim, c.dtype if dtype is None else dtype)

@@ -72,9 +72,10 @@ class Attention(nnx.Module):
         """x [B, T, E]; cos/sin [B, T, D/2]; mask [B, T, S].
 
         `cache` is None (keys are this call's tokens) or a tuple
-        (cache_k, cache_v, layer_index, slots [B, T], kv_len): new keys/values go to
-        `slots`, then attention reads the first kv_len slots. Returns (y, cache_k, cache_v)
-        with the caches None when no cache was given.
+        (cache_k, cache_v, slots [B, T], kv_len) with this layer's cache arrays
+        [B, K, S, D]: new keys/values go to `slots`, then attention reads the first
+        kv_len slots. Returns (y, cache_k, cache_v) with the caches None when no cache
+        was given.
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))
@@ -85,8 +86,8 @@ class Attention(nnx.Module):
             keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
             cache_k = cache_v = None
         else:
-            cache_k, cache_v, layer, slots, kv_len = cache
-            cache_k, cache_v = qwen3_cache.write_layer(cache_k, cache_v, layer, k, v, slots)
-            keys, values = qwen3_cache.read_layer(cache_k, cache_v, layer, kv_len)
+            cache_k, cache_v, slots, kv_len = cache
+            cache_k, cache_v = qwen3_cache.write_layer(cache_k, cache_v, k, v, slots)
+            keys, values = qwen3_cache.read_layer(cache_k, cache_v, kv_len)
         out = grouped_attention(q, keys, values, mask)
         return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), cache_k, cache_v

@@ -3,7 +3,7 @@
 Pure functions of (model state, cache, per-row arrays), jitted once per shape
 bucket. Every trace bumps `compile_counts[<name and shapes>]`, which is how
 benchmarks and tests check that compiles stay bounded. The cache is the model's
-KVCache ([layers, batch, kv_heads, length, head_dim]); see `jax_engine.py` for
+KVCache (per layer [batch, kv_heads, length, head_dim]); see `jax_engine.py` for
 how the scheduler sizes it and feeds these functions.
 """
 
@@ -32,7 +32,7 @@ class DecodeSteps:
         self.decode = jax.jit(self._decode_fn, static_argnames=("num_steps",), donate_argnums=(1,))
 
     def _prefill_fn(self, state, ids, lengths, temperature, top_p, top_k, seed_hi, seed_lo):
-        """KV cache [layers, R, kv_heads, T, head_dim] of prompts ids [R, T]; first tokens."""
+        """KV cache (per layer [R, kv_heads, T, head_dim]) of prompts ids [R, T]; first tokens."""
         self.compile_counts[f"prefill(rows={ids.shape[0]}, len={ids.shape[1]})"] += 1  # at trace
         model = nnx.merge(self.graphdef, state)
         r, t = ids.shape
@@ -56,17 +56,16 @@ class DecodeSteps:
         self.compile_counts[f"insert(rows={rows.shape[0]}, len={prefilled.max_len}, "
                             f"cache={cache.max_len})"] += 1
         t = prefilled.max_len
-        return type(cache)(cache.k.at[:, rows, :, :t].set(prefilled.k, mode="drop"),
-                           cache.v.at[:, rows, :, :t].set(prefilled.v, mode="drop"))
+        return cache.map2(lambda x, p: x.at[rows, :, :t].set(p, mode="drop"), prefilled)
 
     def _resize_fn(self, cache, *, length):
         """The cache with `length` slots per row: cut, or zero-padded at the end."""
         self.compile_counts[f"resize({cache.max_len}->{length})"] += 1
         def fit(x):
-            if length <= x.shape[3]:
-                return x[:, :, :, :length]
-            return jnp.pad(x, [(0, 0)] * 3 + [(0, length - x.shape[3]), (0, 0)])
-        return type(cache)(fit(cache.k), fit(cache.v))
+            if length <= x.shape[2]:
+                return x[:, :, :length]
+            return jnp.pad(x, [(0, 0)] * 2 + [(0, length - x.shape[2]), (0, 0)])
+        return cache.map(fit)
 
     def _decode_fn(self, state, cache, tokens, positions, counts, done, max_new, stop_ids,
                    temperature, top_p, top_k, seed_hi, seed_lo, *, num_steps):

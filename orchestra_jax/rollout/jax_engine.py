@@ -1,7 +1,7 @@
 """In-process JAX sampler: batched prefill + a jit-compiled decode loop over a KV cache.
 
-The engine owns `max_batch_size` slots, each one row of a KV cache
-[layers, max_batch_size, kv_heads, length, head_dim]. A background thread runs
+The engine owns `max_batch_size` slots, each one row of a KV cache (per layer
+[max_batch_size, kv_heads, length, head_dim]). A background thread runs
 the schedule:
 
   1. admit waiting requests into free slots: one prefill call over those rows
