@@ -118,10 +118,11 @@ def test_config_errors_are_listed_together(tmp_path):
   config.rollout.engine = "vllm"
   config.data.sources = "synthetic,nonsense"
   config.tools.sandbox = "docker"
+  config.rl.format_filter = "drop"
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
-  for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox"):
+  for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

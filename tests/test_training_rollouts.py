@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from orchestra_jax.agent.trajectory import Trajectory
+from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.training.rollouts import score_groups
 
@@ -23,7 +23,7 @@ def test_filters_and_advantages():
       _traj("c", False, 0.1, answer=""), _traj("c", False, 0.1, answer=""),  # nobody answered
   ]
   exp = score_groups(trajs, group_size=2, reward_fn=make_reward("outcome"), adv_clip=3.0,
-                     filter_reward_std=0.1, filter_invalid_format=True, filter_no_answer=True)
+                     filter_reward_std=0.1, format_filter="episode", filter_no_answer=True)
   np.testing.assert_array_equal(exp.rewards, [1, 0, 1, 1, 0, 0])
   # Group a: mean 0.5, sample std 0.707 -> +-0.707; the malformed episode is dropped.
   np.testing.assert_array_equal(exp.keep, [True, False, False, False, False, False])
@@ -34,5 +34,42 @@ def test_filters_and_advantages():
   assert exp.metrics["kept_fraction"] == pytest.approx(1 / 6)
 
   loose = score_groups(trajs, group_size=2, reward_fn=make_reward("outcome"), adv_clip=None,
-                       filter_reward_std=0.0, filter_invalid_format=False)
+                       filter_reward_std=0.0, format_filter="off")
   np.testing.assert_array_equal(loose.keep, [True, True, False, False, False, False])
+
+
+def _two_turn_traj(task, correct, first_valid):
+  # prompt 2 | turn 1: 2 sampled | observation 1 | turn 2: 3 sampled
+  turns = [Turn("a", 2, "stop", format_valid=first_valid), Turn("b", 3, "stop")]
+  return Trajectory(task_id=task, group_index=0, seed=0, token_ids=list(range(8)),
+                    loss_mask=[0, 0, 1, 1, 0, 1, 1, 1], rollout_logprobs=[0.0] * 8,
+                    prompt_length=2, turns=turns, finish_reason="answer",
+                    format_valid=first_valid, correct=correct, final_answer="x",
+                    preference={"accuracy": 1.0}, metadata={"domain": "d"})
+
+
+def test_turn_format_filter_masks_only_malformed_turns():
+  trajs = [_two_turn_traj("a", True, first_valid=False), _two_turn_traj("a", False, True)]
+  exp = score_groups(trajs, group_size=2, reward_fn=make_reward("outcome"), adv_clip=3.0,
+                     filter_reward_std=0.0, format_filter="turn")
+  np.testing.assert_array_equal(exp.keep, [True, True])
+  kept = exp.kept
+  assert kept[0].loss_mask == [0, 0, 0, 0, 0, 1, 1, 1]  # the malformed turn 1 is out
+  assert kept[1].loss_mask == [0, 0, 1, 1, 0, 1, 1, 1]  # untouched
+  assert trajs[0].loss_mask == [0, 0, 1, 1, 0, 1, 1, 1]  # the record keeps what was sampled
+  assert exp.metrics["turn_format_valid"] == pytest.approx(3 / 4)
+  assert exp.advantages[0] > 0 > exp.advantages[1]  # advantages use every episode
+
+
+def test_turn_mask_checks_turn_lengths():
+  traj = _two_turn_traj("a", True, first_valid=False)
+  traj.turns[1].num_generated_tokens = 4
+  with pytest.raises(ValueError, match="generated 6 tokens but the loss mask has 5"):
+    traj.loss_mask_without_invalid_turns()
+
+
+def test_unknown_format_filter_is_an_error():
+  with pytest.raises(ValueError, match="format_filter"):
+    score_groups([_two_turn_traj("a", True, True)] * 2, group_size=2,
+                 reward_fn=make_reward("outcome"), adv_clip=3.0, filter_reward_std=0.0,
+                 format_filter="drop")

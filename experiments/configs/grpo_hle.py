@@ -118,7 +118,9 @@ def _base() -> ml_collections.ConfigDict:
   c.rl.loss_agg = "token-mean"
   c.rl.adv_clip = 3.0
   c.rl.filter_reward_std = 0.1      # Drop groups whose reward std is at most this.
-  c.rl.filter_invalid_format = True  # Drop episodes with a malformed tool call.
+  # Malformed tool calls: "turn" (reference) drops those turns from the loss,
+  # "episode" drops the whole episode, "off" trains on them.
+  c.rl.format_filter = "turn"
   c.rl.filter_no_answer = False     # Drop groups where nobody answered.
   c.rl.tis_cap = 2.0                # Truncated importance sampling cap (0: off).
   c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)
@@ -206,7 +208,7 @@ def _micro(c):
   c.agent.max_new_tokens_per_turn = 32  # Router calls fit.
   # A random policy writes no well-formed call; keep its episodes so that tests
   # with an injected reward exercise the update.
-  c.rl.filter_invalid_format = False
+  c.rl.format_filter = "off"
   c.sft.steps = 0
   c.checkpoint.every_steps = 1
   c.eval.num_tasks = 4

@@ -108,6 +108,30 @@ class Trajectory:
         """Tokens the policy sampled (the loss-mask sum)."""
         return sum(self.loss_mask)
 
+    def loss_mask_without_invalid_turns(self) -> list[int]:
+        """`loss_mask` with the sampled tokens of format-invalid turns set to 0.
+
+        Turn k's sampled tokens are the next `turns[k].num_generated_tokens`
+        positions of the mask (turns are sampled in order, observations between
+        them are masked). This is the reference's format filter: a malformed
+        turn leaves the loss, the episode's other turns still train.
+        """
+        sampled = [i for i, m in enumerate(self.loss_mask) if m]
+        if sum(t.num_generated_tokens for t in self.turns) != len(sampled):
+            raise ValueError(
+                f"trajectory {self.task_id}/{self.group_index}: turns generated "
+                f"{sum(t.num_generated_tokens for t in self.turns)} tokens but the loss "
+                f"mask has {len(sampled)}")
+        mask = list(self.loss_mask)
+        start = 0
+        for turn in self.turns:
+            end = start + turn.num_generated_tokens
+            if not turn.format_valid:
+                for i in sampled[start:end]:
+                    mask[i] = 0
+            start = end
+        return mask
+
     def features(self) -> dict[str, float]:
         """Reward features: `tool:<name>` call counts, `accuracy`, `cost`, `latency`.
 

@@ -66,6 +66,11 @@ def reward_std_filter(rewards, group_size: int, *, threshold: float = 0.1) -> ja
     return jnp.broadcast_to(keep, groups.shape).reshape(-1)
 
 
+# What happens to malformed tool calls: "turn" (reference) takes those turns out
+# of the loss, "episode" drops episodes with any, "off" trains on them.
+FORMAT_FILTERS = ("turn", "episode", "off")
+
+
 def format_filter(format_valid) -> jax.Array:
     """keep_i = episode i wrote only well-formed tool calls (`Trajectory.format_valid`)."""
     return jnp.asarray(format_valid, dtype=bool).reshape(-1)

@@ -137,6 +137,10 @@ def validate(config: Any) -> None:
     errors.append(f"reward.type must be one of {REWARDS}, got {config.reward.type!r}")
   if config.rl.loss_agg not in LOSS_AGGS:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
+  from orchestra_jax.rl.grpo import FORMAT_FILTERS
+  if config.rl.format_filter not in FORMAT_FILTERS:
+    errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
+                  f"got {config.rl.format_filter!r}")
   if config.rl.kl_type not in KL_TYPES:
     errors.append(f"rl.kl_type must be one of {KL_TYPES}, got {config.rl.kl_type!r}")
   if config.rl.clip_low <= 0 or config.rl.clip_high <= 0:

@@ -128,7 +128,7 @@ async def collect_experience(run: Run, tasks, step: int):
   return score_groups(trajectories, group_size=config.rl.group_size,
                       reward_fn=run.reward_fn, adv_clip=config.rl.adv_clip,
                       filter_reward_std=config.rl.filter_reward_std,
-                      filter_invalid_format=config.rl.filter_invalid_format,
+                      format_filter=config.rl.format_filter,
                       filter_no_answer=config.rl.filter_no_answer)
 
 

@@ -24,6 +24,7 @@ from orchestra_jax.rewards.judge import grade
 from orchestra_jax.rewards.outcome import is_valid_answer
 from orchestra_jax.rewards.registry import group_rewards
 from orchestra_jax.rl import grpo
+from orchestra_jax.rl.grpo import FORMAT_FILTERS
 
 
 @dataclasses.dataclass
@@ -35,10 +36,16 @@ class StepExperience:
   advantages: np.ndarray   # [N], 0 where not kept
   keep: np.ndarray         # [N] bool: the episode is trained on
   metrics: dict[str, float]
+  # Per episode, the loss mask to train with when it differs from the recorded
+  # one (format_filter="turn" masks malformed turns); None: the recorded mask.
+  train_masks: list[list[int] | None] | None = None
 
   @property
   def kept(self) -> list[Trajectory]:
-    return [t for t, k in zip(self.trajectories, self.keep) if k]
+    """The kept episodes as the learner sees them (with their training masks)."""
+    masks = self.train_masks or [None] * len(self.trajectories)
+    return [t if m is None else dataclasses.replace(t, loss_mask=m)
+            for t, k, m in zip(self.trajectories, self.keep, masks) if k]
 
 
 async def grade_all(trajectories: Sequence[Trajectory], tasks: Mapping[str, Any], *,
@@ -69,25 +76,31 @@ def _make_tools(config, backends):
 
 def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_fn,
                  adv_clip: float | None, filter_reward_std: float,
-                 filter_invalid_format: bool = True,
+                 format_filter: str = "turn",
                  filter_no_answer: bool = False) -> StepExperience:
   """Rewards, advantages and filters for graded trajectories (group by group).
 
   Kept episodes: groups whose reward std exceeds `filter_reward_std` (a group
   where every episode scores the same teaches nothing); with
-  `filter_invalid_format`, minus episodes with a malformed tool call (the
-  reference drops those turns; we drop the episode, whose advantage would
-  otherwise be spread over the malformed turn too); with `filter_no_answer`,
-  minus groups where no episode gave a valid answer.
+  `filter_no_answer`, minus groups where no episode gave a valid answer.
+  Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
+  episode's well-formed turns only, "episode" drops every episode with a
+  malformed turn, "off" trains on everything.
   """
+  if format_filter not in FORMAT_FILTERS:
+    raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
   rewards = group_rewards(trajectories, group_size, reward_fn)
   advantages = np.asarray(grpo.group_advantages(
       rewards, group_size, clip=adv_clip or None), np.float32)
   # np.array (a writable copy): the filters return read-only JAX buffers.
   keep = np.array(grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std),
                   dtype=bool)
-  if filter_invalid_format:
+  train_masks = None
+  if format_filter == "episode":
     keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
+  elif format_filter == "turn":
+    train_masks = [None if t.format_valid else t.loss_mask_without_invalid_turns()
+                   for t in trajectories]
   if filter_no_answer:
     keep &= np.asarray(grpo.answer_filter(
         [is_valid_answer(t.final_answer) for t in trajectories], group_size), bool)
@@ -95,7 +108,7 @@ def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_
   for traj, r, a in zip(trajectories, rewards, advantages):
     traj.reward, traj.advantage = float(r), float(a)
   return StepExperience(list(trajectories), rewards, advantages, keep,
-                        episode_metrics(trajectories, rewards, keep))
+                        episode_metrics(trajectories, rewards, keep), train_masks)
 
 
 def episode_metrics(trajectories: Sequence[Trajectory], rewards: np.ndarray,
@@ -114,6 +127,8 @@ def episode_metrics(trajectories: Sequence[Trajectory], rewards: np.ndarray,
       "cost_usd": float(np.mean([t.cost_usd for t in trajectories])),
       "latency_s": float(np.mean([t.latency_s for t in trajectories])),
       "format_valid": float(np.mean([t.format_valid for t in trajectories])),
+      "turn_format_valid": float(np.mean([turn.format_valid for t in trajectories
+                                          for turn in t.turns] or [1.0])),
       "answered": float(np.mean([is_valid_answer(t.final_answer) for t in trajectories])),
       "turns": float(np.mean([len(t.turns) for t in trajectories])),
       "tool_calls": sum(calls.values()) / n,
