@@ -132,7 +132,7 @@ class Qwen3ForCausalLM(nnx.Module):
             self.lm_head = Linear(config.hidden_size, config.vocab_size, config, rngs=rngs)
 
     def init_cache(self, batch_size: int, max_len: int, dtype=None) -> KVCache:
-        """A zeroed KVCache: per layer [batch_size, kv_heads, max_len, head_dim] (dtype: compute)."""
+        """A zeroed KVCache (see `qwen3_cache` for its layout; dtype: compute dtype)."""
         c = self.config
         return KVCache.zeros(c.num_hidden_layers, batch_size, c.num_key_value_heads, max_len,
                              c.head_dim, c.dtype if dtype is None else dtype)

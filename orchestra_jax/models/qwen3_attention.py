@@ -2,8 +2,9 @@
 
 Shapes: B batch, T query tokens, S key slots, H query heads, K kv heads,
 G = H / K heads per group, D head_dim. Queries are grouped as [B, K, G*T, D] and
-keys/values kept as [B, K, S, D], so both attention matmuls are batched over the
-leading (B, K) axes with no repeat of keys/values across the group.
+keys/values kept as [B, K, S, D] (the KV cache keeps keys as [B, K, D, S]), so
+both attention matmuls are batched over the leading (B, K) axes with no repeat of
+keys/values across the group.
 """
 
 from __future__ import annotations
@@ -34,18 +35,21 @@ def cache_mask(positions: jax.Array, kv_len: int) -> jax.Array:
     return jnp.arange(kv_len)[None, None, :] <= positions[:, :, None]
 
 
-def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
+                      keys_transposed: bool = False) -> jax.Array:
     """softmax(q k^T / sqrt(D) + mask) v for q [B, T, H, D], k/v [B, K, S, D], mask [B, T, S].
 
-    Scores and softmax run in float32; returns [B, T, H, D] in q's dtype. Rows with
-    no visible key (padding) get a uniform average instead of NaN.
+    With `keys_transposed`, k is [B, K, D, S] (the KV cache's key layout, see
+    `qwen3_cache`). Scores and softmax run in float32; returns [B, T, H, D] in q's
+    dtype. Rows with no visible key (padding) get a uniform average instead of NaN.
     """
     b, t, h, d = q.shape
     kv_heads = k.shape[1]
     g = h // kv_heads
     # [B, T, K, G, D] -> [B, K, G, T, D]: query groups share their kv head's matmul.
     qg = q.reshape(b, t, kv_heads, g, d).transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum("bkgtd,bksd->bkgts", qg, k.astype(q.dtype),
+    spec = "bkgtd,bkds->bkgts" if keys_transposed else "bkgtd,bksd->bkgts"
+    scores = jnp.einsum(spec, qg, k.astype(q.dtype),
                         preferred_element_type=jnp.float32) * (d ** -0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
@@ -73,8 +77,8 @@ class Attention(nnx.Module):
 
         `cache` is None (keys are this call's tokens) or a tuple
         (cache_k, cache_v, slots [B, T], kv_len) with this layer's cache arrays
-        [B, K, S, D]: new keys/values go to `slots`, then attention reads the first
-        kv_len slots. Returns (y, cache_k, cache_v) with the caches None when no cache
+        (keys [B, K, D, S], values [B, K, S, D]): new keys/values go to `slots`, then
+        attention reads the first kv_len slots. Returns (y, cache_k, cache_v) with the caches None when no cache
         was given.
         """
         b, t, _ = x.shape
@@ -85,9 +89,10 @@ class Attention(nnx.Module):
         if cache is None:
             keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
             cache_k = cache_v = None
+            out = grouped_attention(q, keys, values, mask)
         else:
             cache_k, cache_v, slots, kv_len = cache
             cache_k, cache_v = qwen3_cache.write_layer(cache_k, cache_v, k, v, slots)
-            keys, values = qwen3_cache.read_layer(cache_k, cache_v, kv_len)
-        out = grouped_attention(q, keys, values, mask)
+            keys_t, values = qwen3_cache.read_layer(cache_k, cache_v, kv_len)
+            out = grouped_attention(q, keys_t, values, mask, keys_transposed=True)
         return self.o_proj(out.reshape(b, t, self.num_heads * self.head_dim)), cache_k, cache_v

@@ -1,14 +1,16 @@
 """Preallocated key/value cache for incremental Qwen3 decoding.
 
-Layout: one array per layer. `k[i]`, `v[i]` are layer i's keys and values,
-[batch, kv_heads, max_len, head_dim]. Separate arrays (not one stacked
-[layers, ...] array) let attention read a layer's keys as they are: a slice of
-a stacked cache is a copy of the whole layer on every step (about 40 % of a
-demo-model decode step on CPU), and a per-layer buffer is also updated in place
-under donation. With batch and head leading, the decode attention einsums
-("bkgd,bksd->bkgs" and "bkgs,bksd->bkgd") are plain batched matmuls over the
-stored layout, so no step ever transposes the cache; only the few new tokens
-are transposed on write.
+Layout: one array per layer. Layer i's keys `k[i]` are stored transposed,
+[batch, kv_heads, head_dim, max_len], and its values `v[i]` as
+[batch, kv_heads, max_len, head_dim]. So both decode attention products are
+plain batched matmuls over the stored layout: scores q·K^T contract head_dim with
+K^T's rows and the output p·V contracts slots with V's rows (on CPU, storing keys
+[.., max_len, head_dim] made the score product, which then contracts both
+operands' minor axes, 2x slower). No step ever transposes the cache; only the
+few new tokens are transposed on write. Separate arrays per layer (not one
+stacked [layers, ...] array) let attention read a layer's cache as it is: a
+slice of a stacked cache is a copy of the layer on every step (about 40 % of a
+demo-model decode step at 512 slots on CPU).
 
 Rule: the token at position p of row b is written to slot p of row b; a query at
 position p attends to slots s <= p (and s < kv_len when the caller bounds the
@@ -30,7 +32,8 @@ import jax.numpy as jnp
 
 
 class KVCache(NamedTuple):
-    """Per-layer keys and values: tuples of [batch, kv_heads, max_len, head_dim]. A pytree."""
+    """Per layer: keys [batch, kv_heads, head_dim, max_len], values [batch, kv_heads,
+    max_len, head_dim] (tuples over layers). A JAX pytree."""
 
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
@@ -38,9 +41,10 @@ class KVCache(NamedTuple):
     @classmethod
     def zeros(cls, num_layers: int, batch_size: int, num_kv_heads: int, max_len: int,
               head_dim: int, dtype) -> "KVCache":
-        shape = (batch_size, num_kv_heads, max_len, head_dim)
-        return cls(tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
-                   tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)))
+        k_shape = (batch_size, num_kv_heads, head_dim, max_len)
+        v_shape = (batch_size, num_kv_heads, max_len, head_dim)
+        return cls(tuple(jnp.zeros(k_shape, dtype) for _ in range(num_layers)),
+                   tuple(jnp.zeros(v_shape, dtype) for _ in range(num_layers)))
 
     @property
     def num_layers(self) -> int:
@@ -48,27 +52,45 @@ class KVCache(NamedTuple):
 
     @property
     def batch_size(self) -> int:
-        return self.k[0].shape[0]
+        return self.v[0].shape[0]
 
     @property
     def max_len(self) -> int:
-        return self.k[0].shape[2]
+        return self.v[0].shape[2]
 
-    def map(self, fn: Callable[[jax.Array], jax.Array]) -> "KVCache":
-        """The cache with `fn` applied to every layer's keys and values."""
-        return KVCache(tuple(map(fn, self.k)), tuple(map(fn, self.v)))
-
-    def map2(self, fn: Callable[[jax.Array, jax.Array], jax.Array], other: "KVCache") -> "KVCache":
-        """fn(mine, other's) for every layer's keys and values."""
-        return KVCache(tuple(map(fn, self.k, other.k)), tuple(map(fn, self.v, other.v)))
+    def _map(self, fn_k: Callable, fn_v: Callable, *others: "KVCache") -> "KVCache":
+        return KVCache(tuple(fn_k(*xs) for xs in zip(self.k, *(o.k for o in others))),
+                       tuple(fn_v(*xs) for xs in zip(self.v, *(o.v for o in others))))
 
     def take_rows(self, rows: jax.Array) -> "KVCache":
         """The sub-cache of the given batch rows (int32 [R])."""
-        return self.map(lambda x: x[rows])
+        take = lambda x: x[rows]
+        return self._map(take, take)
 
     def put_rows(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
         """This cache with batch rows `rows` replaced by `sub`'s rows."""
-        return self.map2(lambda x, s: x.at[rows].set(s), sub)
+        put = lambda x, s: x.at[rows].set(s)
+        return self._map(put, put, sub)
+
+    def put_prefix(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
+        """Rows `rows` [R] get `sub`'s first sub.max_len slots (row index >= batch: dropped).
+
+        Later slots of those rows keep their old values; the masking rule above
+        keeps them unread until overwritten.
+        """
+        t = sub.max_len
+        return self._map(lambda x, s: x.at[rows, :, :, :t].set(s, mode="drop"),
+                         lambda x, s: x.at[rows, :, :t].set(s, mode="drop"), sub)
+
+    def resized(self, length: int) -> "KVCache":
+        """The cache with `length` slots per row: cut, or zero-padded at the end."""
+        def fit(x, axis):
+            if length <= x.shape[axis]:
+                return jax.lax.slice_in_dim(x, 0, length, axis=axis)
+            pad = [(0, 0)] * x.ndim
+            pad[axis] = (0, length - x.shape[axis])
+            return jnp.pad(x, pad)
+        return self._map(lambda x: fit(x, 3), lambda x: fit(x, 2))
 
 
 def write_layer(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
@@ -78,21 +100,22 @@ def write_layer(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Arr
     Slots out of range (used for padding tokens) are dropped, so padding never
     overwrites a real entry.
     """
-    b = jnp.arange(k.shape[0])[:, None, None]          # [B, 1, 1]
-    h = jnp.arange(k.shape[2])[None, :, None]          # [1, K, 1]
-    s = slots[:, None, :]                              # [B, 1, T]
-    k_t = jnp.swapaxes(k, 1, 2).astype(cache_k.dtype)  # [B, K, T, D]: only new tokens move.
-    v_t = jnp.swapaxes(v, 1, 2).astype(cache_v.dtype)
-    cache_k = cache_k.at[b, h, s].set(k_t, mode="drop")
-    cache_v = cache_v.at[b, h, s].set(v_t, mode="drop")
+    b = jnp.arange(k.shape[0])[:, None, None, None]    # [B, 1, 1, 1]
+    h = jnp.arange(k.shape[2])[None, :, None, None]    # [1, K, 1, 1]
+    d = jnp.arange(k.shape[3])[None, None, :, None]    # [1, 1, D, 1]
+    s = slots[:, None, None, :]                        # [B, 1, 1, T]
+    k_t = k.transpose(0, 2, 3, 1).astype(cache_k.dtype)  # [B, K, D, T]: only new tokens move.
+    v_t = v.transpose(0, 2, 1, 3).astype(cache_v.dtype)  # [B, K, T, D]
+    cache_k = cache_k.at[b, h, d, s].set(k_t, mode="drop")
+    cache_v = cache_v.at[b[..., 0], h[..., 0], s[:, :, 0]].set(v_t, mode="drop")
     return cache_k, cache_v
 
 
 def read_layer(cache_k: jax.Array, cache_v: jax.Array, kv_len: int) -> tuple[jax.Array, jax.Array]:
-    """Keys and values [B, K, kv_len, D] of one layer: the first `kv_len` slots only.
+    """Keys^T [B, K, D, kv_len] and values [B, K, kv_len, D]: the first `kv_len` slots.
 
-    At kv_len == max_len this is the stored array itself (no copy).
+    At kv_len == max_len these are the stored arrays themselves (no copy).
     """
-    if kv_len == cache_k.shape[2]:
+    if kv_len == cache_v.shape[2]:
         return cache_k, cache_v
-    return cache_k[:, :, :kv_len], cache_v[:, :, :kv_len]
+    return cache_k[..., :kv_len], cache_v[:, :, :kv_len]

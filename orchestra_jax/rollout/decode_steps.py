@@ -3,7 +3,7 @@
 Pure functions of (model state, cache, per-row arrays), jitted once per shape
 bucket. Every trace bumps `compile_counts[<name and shapes>]`, which is how
 benchmarks and tests check that compiles stay bounded. The cache is the model's
-KVCache (per layer [batch, kv_heads, length, head_dim]); see `jax_engine.py` for
+KVCache (one array per layer; see `qwen3_cache`); see `jax_engine.py` for
 how the scheduler sizes it and feeds these functions.
 """
 
@@ -32,7 +32,7 @@ class DecodeSteps:
         self.decode = jax.jit(self._decode_fn, static_argnames=("num_steps",), donate_argnums=(1,))
 
     def _prefill_fn(self, state, ids, lengths, temperature, top_p, top_k, seed_hi, seed_lo):
-        """KV cache (per layer [R, kv_heads, T, head_dim]) of prompts ids [R, T]; first tokens."""
+        """KV cache (R rows, T slots) of prompts ids [R, T]; first tokens."""
         self.compile_counts[f"prefill(rows={ids.shape[0]}, len={ids.shape[1]})"] += 1  # at trace
         model = nnx.merge(self.graphdef, state)
         r, t = ids.shape
@@ -55,17 +55,12 @@ class DecodeSteps:
         """
         self.compile_counts[f"insert(rows={rows.shape[0]}, len={prefilled.max_len}, "
                             f"cache={cache.max_len})"] += 1
-        t = prefilled.max_len
-        return cache.map2(lambda x, p: x.at[rows, :, :t].set(p, mode="drop"), prefilled)
+        return cache.put_prefix(rows, prefilled)
 
     def _resize_fn(self, cache, *, length):
         """The cache with `length` slots per row: cut, or zero-padded at the end."""
         self.compile_counts[f"resize({cache.max_len}->{length})"] += 1
-        def fit(x):
-            if length <= x.shape[2]:
-                return x[:, :, :length]
-            return jnp.pad(x, [(0, 0)] * 2 + [(0, length - x.shape[2]), (0, 0)])
-        return cache.map(fit)
+        return cache.resized(length)
 
     def _decode_fn(self, state, cache, tokens, positions, counts, done, max_new, stop_ids,
                    temperature, top_p, top_k, seed_hi, seed_lo, *, num_steps):
