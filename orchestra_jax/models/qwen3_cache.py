@@ -6,8 +6,8 @@ Layout: one array per layer. Layer i's keys `k[i]` are stored transposed,
 plain batched matmuls over the stored layout: scores q·K^T contract head_dim with
 K^T's rows and the output p·V contracts slots with V's rows (on CPU, storing keys
 [.., max_len, head_dim] made the score product, which then contracts both
-operands' minor axes, 2x slower). No step ever transposes the cache; only the
-few new tokens are transposed on write. Separate arrays per layer (not one
+operands' minor axes, 2x slower). No step ever transposes the cache, nor the new
+tokens: each (row, token) writes one [kv_heads, head_dim] window. Separate arrays per layer (not one
 stacked [layers, ...] array) let attention read a layer's cache as it is: a
 slice of a stacked cache is a copy of the layer on every step (about 40 % of a
 demo-model decode step at 512 slots on CPU).
@@ -95,19 +95,17 @@ class KVCache(NamedTuple):
 
 def write_layer(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
                 slots: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Scatter one layer's new keys/values [B, T, K, D] into slots [B, T] of its cache.
+    """Write one layer's new keys/values [B, T, K, D] into slots [B, T] of its cache.
 
-    Slots out of range (used for padding tokens) are dropped, so padding never
-    overwrites a real entry.
+    One scatter index per (row, token), each writing a [K, D] window, so nothing is
+    transposed and a decode step scatters B windows, not B*K*D scalars. Slots out
+    of range (used for padding tokens) are dropped, so padding never overwrites a
+    real entry.
     """
-    b = jnp.arange(k.shape[0])[:, None, None, None]    # [B, 1, 1, 1]
-    h = jnp.arange(k.shape[2])[None, :, None, None]    # [1, K, 1, 1]
-    d = jnp.arange(k.shape[3])[None, None, :, None]    # [1, 1, D, 1]
-    s = slots[:, None, None, :]                        # [B, 1, 1, T]
-    k_t = k.transpose(0, 2, 3, 1).astype(cache_k.dtype)  # [B, K, D, T]: only new tokens move.
-    v_t = v.transpose(0, 2, 1, 3).astype(cache_v.dtype)  # [B, K, T, D]
-    cache_k = cache_k.at[b, h, d, s].set(k_t, mode="drop")
-    cache_v = cache_v.at[b[..., 0], h[..., 0], s[:, :, 0]].set(v_t, mode="drop")
+    rows = jnp.arange(k.shape[0])[:, None]  # [B, 1], broadcast against slots [B, T]
+    # Indexing [rows, :, :, slots] / [rows, :, slots] selects [B, T, K, D]: k's own layout.
+    cache_k = cache_k.at[rows, :, :, slots].set(k.astype(cache_k.dtype), mode="drop")
+    cache_v = cache_v.at[rows, :, slots].set(v.astype(cache_v.dtype), mode="drop")
     return cache_k, cache_v
 
 
