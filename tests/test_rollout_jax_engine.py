@@ -178,3 +178,21 @@ def test_engine_error_fails_the_batch_and_the_engine_recovers(engine, monkeypatc
     monkeypatch.setattr(engine._steps, "decode", decode)
     [c] = generate(engine, GenerateRequest([1, 2, 3], SamplingParams(max_new_tokens=5, seed=0)))
     assert c.completion_tokens == 5 and asyncio.run(engine.health())
+
+
+def test_tied_head_and_scanned_layers_decode_greedily():
+    """The demo model's tied LM head, and stacked (scan_layers) weights, in the engine."""
+    tied = Qwen3ForCausalLM(Qwen3Config.preset("tiny", tie_word_embeddings=True, scan_layers=True),
+                            rngs=nnx.Rngs(1))
+    engine = JaxEngine(tied, max_batch_size=2, max_seq_len=32, steps_per_call=4)
+    try:
+        prompt = [2, 7, 1, 8]
+        [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
+    finally:
+        engine.close()
+    ids = list(prompt)
+    for token, logprob in zip(c.output_ids, c.logprobs):
+        logits = full_logits(tied, ids)[-1]
+        assert token == int(jnp.argmax(logits))
+        assert logprob == pytest.approx(float(jax.nn.log_softmax(logits)[token]), abs=1e-4)
+        ids.append(token)

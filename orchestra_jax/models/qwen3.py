@@ -145,19 +145,31 @@ class Qwen3ForCausalLM(nnx.Module):
         return jnp.dot(hidden.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
                        preferred_element_type=jnp.float32)
 
-    def hidden_states(self, input_ids, positions, *, segment_ids=None):
-        """Final normed hidden states [B, T, H] (no cache).
+    def hidden_states(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
+        """Final normed hidden states [B, T, H]; with a cache, (hidden, new_cache).
 
-        `logits(hidden_states(...))` is `__call__` without a cache; a learner that
-        needs only some positions' logits gathers those first and skips most of
-        the [B, T, V] head.
+        `logits(hidden_states(...))` is `__call__` (arguments as there); a learner
+        that needs only some positions' logits, or a prefill that needs only each
+        prompt's last one, gathers those first and skips most of the [B, T, V] head.
         """
         _check_inputs(input_ids, positions)
         c = self.config
         cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
-        seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-        x, _, _ = self.model(input_ids, cos, sin, segment_causal_mask(seg), None, None, None, None)
-        return x
+        if cache is None:
+            if kv_len is not None:
+                raise ValueError("kv_len only applies when a cache is given")
+            seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
+            x, _, _ = self.model(input_ids, cos, sin, segment_causal_mask(seg), None, None, None,
+                                 None)
+            return x
+        kv_len = cache.max_len if kv_len is None else int(kv_len)
+        if not 0 < kv_len <= cache.max_len:
+            raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
+        mask = cache_mask(positions, kv_len)
+        slots = positions if segment_ids is None else jnp.where(
+            segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
+        x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
+        return x, KVCache(cache_k, cache_v)
 
     def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
         """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
@@ -170,21 +182,12 @@ class Qwen3ForCausalLM(nnx.Module):
         the call); here `segment_ids` only marks padding (0), whose keys are not
         written, and packing is not supported. Returns (logits, new_cache) then.
         """
+        out = self.hidden_states(input_ids, positions, segment_ids=segment_ids, cache=cache,
+                                 kv_len=kv_len)
         if cache is None:
-            if kv_len is not None:
-                raise ValueError("kv_len only applies when a cache is given")
-            return self.logits(self.hidden_states(input_ids, positions, segment_ids=segment_ids))
-        _check_inputs(input_ids, positions)
-        c = self.config
-        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
-        kv_len = cache.max_len if kv_len is None else int(kv_len)
-        if not 0 < kv_len <= cache.max_len:
-            raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
-        mask = cache_mask(positions, kv_len)
-        slots = positions if segment_ids is None else jnp.where(
-            segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
-        x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
-        return self.logits(x), KVCache(cache_k, cache_v)
+            return self.logits(out)
+        hidden, cache = out
+        return self.logits(hidden), cache
 
 
 def _check_inputs(input_ids, positions) -> None:

@@ -39,9 +39,10 @@ class DecodeSteps:
         positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), ids.shape)
         segments = (positions < lengths[:, None]).astype(jnp.int32)
         cache = model.init_cache(r, t, self.cache_dtype)
-        logits, cache = model(ids, positions, segment_ids=segments, cache=cache)
+        hidden, cache = model.hidden_states(ids, positions, segment_ids=segments, cache=cache)
         last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
-        last = jnp.take_along_axis(logits, last_index, axis=1)[:, 0]
+        # Only each prompt's last position needs logits: the LM head runs on R rows, not R*T.
+        last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
         keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
         tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
         return cache, tokens, logp
