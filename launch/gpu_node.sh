@@ -39,16 +39,8 @@ Example (learner on GPUs 0-3, two SGLang servers on GPUs 4-5 and 6-7):
 EOF
 }
 
-die() { echo "gpu_node.sh: error: $*" >&2; exit 2; }
-
-# Runs a command, or only prints it (shell-quoted) when DRY_RUN=1.
-run() {
-  if [[ "${DRY_RUN:-0}" == "1" ]]; then
-    printf '+'; printf ' %q' "$@"; printf '\n'
-  else
-    "$@"
-  fi
-}
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # Polls <url>/health until it answers 200, or dies after SGLANG_WAIT_S seconds.
 wait_for_server() {

@@ -36,16 +36,8 @@ Example (Qwen3-8B on a v5p-64 slice, checkpoints on GCS):
 EOF
 }
 
-die() { echo "tpu_pod.sh: error: $*" >&2; exit 2; }
-
-# Runs a command, or only prints it (shell-quoted) when DRY_RUN=1.
-run() {
-  if [[ "${DRY_RUN:-0}" == "1" ]]; then
-    printf '+'; printf ' %q' "$@"; printf '\n'
-  else
-    "$@"
-  fi
-}
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 sync=1 install=1 detach=0
 while [[ $# -gt 0 ]]; do
