@@ -5,9 +5,9 @@ The engine owns `max_batch_size` slots, each one row of a KV cache (per layer
 the schedule:
 
   1. admit waiting requests into free slots: one prefill call over those rows
-     (prompts right-padded to a length bucket; padding keys are not written),
-     which also samples each request's first token, then a copy of the new
-     keys/values into the slots;
+     (prompts right-padded to a length bucket, 2^k or 1.5 * 2^k; padding keys are
+     not written), which also samples each request's first token, then a copy of
+     the new keys/values into the slots;
   2. run `steps_per_call` decode steps for all slots in one jitted
      `lax.while_loop` (it exits early once every row is done);
   3. hand finished rows their Completion and free their slots; repeat.
@@ -69,7 +69,8 @@ def cache_bucket(n: int, minimum: int, maximum: int) -> int:
     """The smallest 2^k or 3 * 2^(k-1) >= n (at least `minimum`), capped at `maximum`.
 
     Finer than powers of two (at most a third of the slots idle, not half) for the
-    cache, whose length every decode step pays for; still O(log) buckets.
+    cache, whose length every decode step pays for, and for prompts, whose padded
+    length every prefill pays for; still O(log) buckets.
     """
     size = bucket(n, minimum, 1 << 62)
     three_quarters = size // 4 * 3
@@ -226,7 +227,7 @@ class JaxEngine:
         n = len(admitted)
         rows_bucket = bucket(n, 1, self.max_batch_size)
         length = max(len(job.request.input_ids) for _, job in admitted)
-        t = bucket(length, self.min_prefill_len, self.max_seq_len)
+        t = cache_bucket(length, self.min_prefill_len, self.max_seq_len)
         # Padding rows point past the batch, so inserting them writes nothing.
         rows = np.full(rows_bucket, self.max_batch_size, np.int32)
         rows[:n] = [i for i, _ in admitted]
