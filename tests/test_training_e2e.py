@@ -119,10 +119,12 @@ def test_config_errors_are_listed_together(tmp_path):
   config.data.sources = "synthetic,nonsense"
   config.tools.sandbox = "docker"
   config.rl.format_filter = "drop"
+  config.sft.schedule = "step"
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
-  for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter"):
+  for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
+                 "sft.schedule"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

@@ -129,6 +129,8 @@ def _base() -> ml_collections.ConfigDict:
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 0                   # 0: no warm start.
   c.sft.lr = 1e-5
+  c.sft.schedule = "constant"       # "constant" | "cosine" | "linear" (decay to 0).
+  c.sft.warmup_steps = 0
   c.sft.batch_size = 16
   c.sft.num_demos = 512
   c.sft.demo_policy = "random"      # How demonstrations pick tools.

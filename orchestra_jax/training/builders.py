@@ -75,7 +75,8 @@ def build_learner_config(config, *, total_steps: int | None = None) -> LearnerCo
 def build_sft_learner_config(config) -> LearnerConfig:
   return dataclasses.replace(
       build_learner_config(config), learning_rate=config.sft.lr, kl_coef=0.0,
-      warmup_steps=0, micro_batch_size=None, temperature=1.0)
+      schedule=config.sft.schedule, warmup_steps=config.sft.warmup_steps,
+      total_steps=config.sft.steps, micro_batch_size=None, temperature=1.0)
 
 
 def build_batching(config, row_multiple: int) -> BatchingConfig:

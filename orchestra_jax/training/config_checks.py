@@ -138,6 +138,7 @@ def validate(config: Any) -> None:
   if config.rl.loss_agg not in LOSS_AGGS:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
   from orchestra_jax.rl.grpo import FORMAT_FILTERS
+  from orchestra_jax.rl.learner import SCHEDULES
   if config.rl.format_filter not in FORMAT_FILTERS:
     errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
                   f"got {config.rl.format_filter!r}")
@@ -156,6 +157,11 @@ def validate(config: Any) -> None:
   for name in split_list(config.eval.baselines):
     if name not in BASELINES:
       errors.append(f"eval.baselines: unknown router {name!r}; known: {BASELINES}")
+  if config.sft.schedule not in SCHEDULES:
+    errors.append(f"sft.schedule must be one of {SCHEDULES}, got {config.sft.schedule!r}")
+  if config.sft.warmup_steps < 0 or (config.sft.steps
+                                     and config.sft.warmup_steps >= config.sft.steps):
+    errors.append(f"sft.warmup_steps must be in [0, sft.steps), got {config.sft.warmup_steps}")
   if config.sft.steps and config.sft.demo_policy not in BASELINES:
     errors.append(f"sft.demo_policy must be a router {BASELINES}, got {config.sft.demo_policy!r}")
   if errors:
