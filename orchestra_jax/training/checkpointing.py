@@ -181,6 +181,19 @@ class Checkpointer:
 # ----------------------------------------------------------------- helpers
 
 
+def save_params(directory: str | os.PathLike, params: Any) -> None:
+  """Writes one parameter tree to `directory` (synchronously; e.g. the warm-start
+  policy, which a resumed run needs again as its KL reference)."""
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.path.abspath(os.fspath(directory)), params, force=True)
+
+
+def restore_params(directory: str | os.PathLike, like: Any) -> Any:
+  """Reads a tree written by `save_params` into `like`'s structure and shardings."""
+  with ocp.StandardCheckpointer() as checkpointer:
+    return checkpointer.restore(os.path.abspath(os.fspath(directory)), _abstract(like))
+
+
 def _abstract(tree: Any) -> Any:
   """Arrays → `ShapeDtypeStruct` with their sharding; abstract leaves pass through."""
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)

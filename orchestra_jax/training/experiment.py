@@ -22,6 +22,7 @@ from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.training import builders, grpo_loop, warm_start
+from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import split_list
 from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy
 from orchestra_jax.training.metrics import plot_metrics
@@ -80,9 +81,28 @@ def run_warm_start(config, run) -> None:
   warm_start.run_sft(learner, demos, batch_size=config.sft.batch_size,
                      steps=config.sft.steps, seed=config.seed, batching=batching,
                      on_step=report)
+  # The warm-start policy is GRPO's KL reference (the paper's is its initial
+  # policy); saved so that a resumed run gets the same reference back.
+  save_params(warm_start_dir(config), learner.params)
   # The GRPO learner and engine were built on the same model object: refresh both.
-  run.learner.load_state(learner.params, run.learner.opt_state, step=0)
+  run.learner.load_state(learner.params, run.learner.opt_state, step=0,
+                         reference_params=learner.params if config.rl.kl_coef else None)
   run_sync(grpo_loop.sync_weights(run, 0))
+
+
+def warm_start_dir(config) -> str:
+  return os.path.join(grpo_loop.workdir_of(config), "warm_start_params")
+
+
+def restore_reference(config, run) -> None:
+  """On resume after a warm start: the KL reference is the saved warm-start policy."""
+  path = warm_start_dir(config)
+  if not os.path.isdir(path):
+    raise FileNotFoundError(
+        f"{path} is missing: a run with a warm start and rl.kl_coef > 0 cannot resume "
+        "without its KL reference (the warm-start policy)")
+  run.learner.load_state(run.learner.params, run.learner.opt_state, step=run.learner.step,
+                         reference_params=restore_params(path, run.learner.params))
 
 
 def run_experiment(config) -> dict:
@@ -101,6 +121,8 @@ def run_experiment(config) -> dict:
     log.info("warm start: %d steps on %d %s demonstrations", config.sft.steps,
              config.sft.num_demos, config.sft.demo_policy)
     run_warm_start(config, run)
+  elif config.sft.steps and config.rl.kl_coef:
+    restore_reference(config, run)
   if fresh and config.eval.num_tasks:
     summaries["warm_start"] = evaluate(config, "warm_start", run.engine, env=run.env,
                                        tokenizer=run.tokenizer, tasks=tasks,

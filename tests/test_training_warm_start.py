@@ -1,0 +1,49 @@
+"""After a warm start, GRPO's KL reference is the warm-start policy, also on resume."""
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import grpo_hle
+from orchestra_jax.training import experiment, grpo_loop
+
+
+def _leaves(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def _config(tmp_path):
+  config = grpo_hle.get_config("micro")
+  config.workdir = str(tmp_path)
+  config.sft.steps, config.sft.num_demos, config.sft.batch_size = 2, 4, 2
+  config.sft.lr = 1e-2
+  config.rl.kl_coef = 0.1
+  return config
+
+
+def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path):
+  config = _config(tmp_path)
+  run = grpo_loop.setup_run(config)
+  initial = _leaves(run.learner.params)
+  experiment.run_warm_start(config, run)
+  warm = _leaves(run.learner.params)
+  assert any(not np.array_equal(a, b) for a, b in zip(initial, warm)), "SFT changed nothing"
+  for ref, w in zip(_leaves(run.learner.ref_params), warm):
+    np.testing.assert_array_equal(ref, w)
+
+  restarted = grpo_loop.setup_run(config)  # a new process would start from the initial model
+  experiment.restore_reference(config, restarted)
+  for ref, w in zip(_leaves(restarted.learner.ref_params), warm):
+    np.testing.assert_array_equal(ref, w)
+  for engine in (run.engine, restarted.engine):
+    if hasattr(engine, "close"):
+      engine.close()
+
+
+def test_missing_reference_is_a_clear_error(tmp_path):
+  config = _config(tmp_path)
+  run = grpo_loop.setup_run(config)
+  with pytest.raises(FileNotFoundError, match="KL reference"):
+    experiment.restore_reference(config, run)
+  if hasattr(run.engine, "close"):
+    run.engine.close()
