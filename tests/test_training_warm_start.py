@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.agent.trajectory import Trajectory
+from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.training import experiment, grpo_loop
 
 
@@ -28,6 +30,13 @@ def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path):
   experiment.run_warm_start(config, run)
   warm = _leaves(run.learner.params)
   assert any(not np.array_equal(a, b) for a, b in zip(initial, warm)), "SFT changed nothing"
+  for ref, w in zip(_leaves(run.learner.ref_params), warm):
+    np.testing.assert_array_equal(ref, w)
+  # The reference survives a GRPO step, which donates the parameters' buffers.
+  episode = Trajectory(task_id="t", group_index=0, seed=0, token_ids=list(range(1, 17)),
+                       loss_mask=[0] * 8 + [1] * 8, rollout_logprobs=[0.0] * 8 + [-1.0] * 8,
+                       prompt_length=8, finish_reason="answer", advantage=1.0)
+  run.learner.train_step(build_train_batch([episode] * 2, config=run.batching))
   for ref, w in zip(_leaves(run.learner.ref_params), warm):
     np.testing.assert_array_equal(ref, w)
 

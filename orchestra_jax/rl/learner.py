@@ -174,7 +174,9 @@ class Learner:
         if reference_params is not None:
             if not self.config.kl_coef:
                 raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
-            self.ref_params = jax.device_put(reference_params, self._param_shardings)
+            # A copy: the train step donates `params`, which may be these very buffers.
+            self.ref_params = jax.tree.map(
+                jnp.copy, jax.device_put(reference_params, self._param_shardings))
         self.step = int(step)
         nnx.update(self.model, self.params)
 
