@@ -187,6 +187,10 @@ def _demo(c):
   c.rl.kl_coef = 0.0
   c.rl.micro_batch_size = 16
   c.rl.filter_reward_std = 0.0
+  # Drop whole episodes with a malformed call (the recorded demo runs used this;
+  # "turn" with T=1 rollouts let the tiny policy's call format drift, see
+  # docs/benchmarks.md).
+  c.rl.format_filter = "episode"
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
   c.sft.steps = 100
   c.sft.lr = 5e-3
