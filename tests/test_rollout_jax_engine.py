@@ -45,16 +45,21 @@ def full_logits(model, ids):
                            .astype(np.int32))[: len(ids)]
 
 
-def test_greedy_equals_stepwise_argmax(model, engine):
-    prompt = [3, 14, 15, 92, 6]
-    [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=9)))
-    assert c.finish_reason == "length" and c.completion_tokens == 9 and c.prompt_tokens == 5
+
+def assert_greedy_matches_full_forward(model, prompt, completion):
+    """Each greedy token is the full forward's argmax; its logprob, log_softmax there."""
     ids = list(prompt)
-    for token, logprob in zip(c.output_ids, c.logprobs):
+    for token, logprob in zip(completion.output_ids, completion.logprobs):
         logits = full_logits(model, ids)[-1]
         assert token == int(jnp.argmax(logits))
         assert logprob == pytest.approx(float(jax.nn.log_softmax(logits)[token]), abs=1e-4)
         ids.append(token)
+
+def test_greedy_equals_stepwise_argmax(model, engine):
+    prompt = [3, 14, 15, 92, 6]
+    [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=9)))
+    assert c.finish_reason == "length" and c.completion_tokens == 9 and c.prompt_tokens == 5
+    assert_greedy_matches_full_forward(model, prompt, c)
 
 
 @pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 1.0, -1), (1.3, 0.9, 20)])
@@ -190,9 +195,4 @@ def test_tied_head_and_scanned_layers_decode_greedily():
         [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
     finally:
         engine.close()
-    ids = list(prompt)
-    for token, logprob in zip(c.output_ids, c.logprobs):
-        logits = full_logits(tied, ids)[-1]
-        assert token == int(jnp.argmax(logits))
-        assert logprob == pytest.approx(float(jax.nn.log_softmax(logits)[token]), abs=1e-4)
-        ids.append(token)
+    assert_greedy_matches_full_forward(tied, prompt, c)
