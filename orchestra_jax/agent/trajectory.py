@@ -117,11 +117,11 @@ class Trajectory:
         turn leaves the loss, the episode's other turns still train.
         """
         sampled = [i for i, m in enumerate(self.loss_mask) if m]
-        if sum(t.num_generated_tokens for t in self.turns) != len(sampled):
+        generated = sum(t.num_generated_tokens for t in self.turns)
+        if generated != len(sampled):
             raise ValueError(
                 f"trajectory {self.task_id}/{self.group_index}: turns generated "
-                f"{sum(t.num_generated_tokens for t in self.turns)} tokens but the loss "
-                f"mask has {len(sampled)}")
+                f"{generated} tokens but the loss mask has {len(sampled)}")
         mask = list(self.loss_mask)
         start = 0
         for turn in self.turns:

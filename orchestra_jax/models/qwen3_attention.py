@@ -98,8 +98,8 @@ class Attention(nnx.Module):
         `cache` is None (keys are this call's tokens) or a tuple
         (cache_k, cache_v, slots [B, T], kv_len) with this layer's cache arrays
         (keys [B, K, D, S], values [B, K, S, D]): new keys/values go to `slots`, then
-        attention reads the first kv_len slots. Returns (y, cache_k, cache_v) with the caches None when no cache
-        was given.
+        attention reads the first kv_len slots. Returns (y, cache_k, cache_v) with the
+        caches None when no cache was given.
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim))

@@ -172,13 +172,17 @@ class Learner:
         self.opt_state = (jax.device_put(opt_state, self._opt_shardings)
                           if opt_state is not None else self._fresh_opt_state())
         if reference_params is not None:
-            if not self.config.kl_coef:
-                raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
-            # A copy: the train step donates `params`, which may be these very buffers.
-            self.ref_params = jax.tree.map(
-                jnp.copy, jax.device_put(reference_params, self._param_shardings))
+            self.set_reference(reference_params)
         self.step = int(step)
         nnx.update(self.model, self.params)
+
+    def set_reference(self, reference_params: Any) -> None:
+        """Replaces the frozen KL reference (only kept when `kl_coef != 0`)."""
+        if not self.config.kl_coef:
+            raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
+        # A copy: the train step donates `params`, which may be these very buffers.
+        self.ref_params = jax.tree.map(
+            jnp.copy, jax.device_put(reference_params, self._param_shardings))
 
     def _fresh_opt_state(self) -> Any:
         return jax.device_put(self.tx.init(self.params), self._opt_shardings)

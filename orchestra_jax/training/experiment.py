@@ -81,13 +81,14 @@ def run_warm_start(config, run) -> None:
   warm_start.run_sft(learner, demos, batch_size=config.sft.batch_size,
                      steps=config.sft.steps, seed=config.seed, batching=batching,
                      on_step=report)
-  # The warm-start policy is GRPO's KL reference (the paper's is its initial
-  # policy); saved so that a resumed run gets the same reference back.
-  save_params(warm_start_dir(config), learner.params)
   # The GRPO learner and engine were built on the same model object: refresh both.
-  run.learner.load_state(learner.params, run.learner.opt_state, step=0,
-                         reference_params=learner.params if config.rl.kl_coef else None)
+  run.learner.load_state(learner.params, run.learner.opt_state, step=0)
   run_sync(grpo_loop.sync_weights(run, 0))
+  if config.rl.kl_coef:
+    # The warm-start policy is GRPO's KL reference (the paper's is its initial
+    # policy); saved so that a resumed run gets the same reference back.
+    save_params(warm_start_dir(config), learner.params)
+    run.learner.set_reference(learner.params)
 
 
 def warm_start_dir(config) -> str:
@@ -101,8 +102,7 @@ def restore_reference(config, run) -> None:
     raise FileNotFoundError(
         f"{path} is missing: a run with a warm start and rl.kl_coef > 0 cannot resume "
         "without its KL reference (the warm-start policy)")
-  run.learner.load_state(run.learner.params, run.learner.opt_state, step=run.learner.step,
-                         reference_params=restore_params(path, run.learner.params))
+  run.learner.set_reference(restore_params(path, run.learner.params))
 
 
 def run_experiment(config) -> dict:
