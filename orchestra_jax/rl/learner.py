@@ -160,19 +160,15 @@ class Learner:
         self._compiled: dict[tuple[str, int], Any] = {}  # (objective, #micro-batches) -> step
         nnx.update(self.model, self.params)
 
-    def load_state(self, params: Any, opt_state: Any | None = None, *, step: int = 0,
-                   reference_params: Any | None = None) -> None:
-        """Replaces parameters (and optimizer state, step, reference) e.g. from a checkpoint.
+    def load_state(self, params: Any, opt_state: Any | None = None, *, step: int = 0) -> None:
+        """Replaces parameters (and optimizer state, step) e.g. from a checkpoint.
 
         Arrays are placed on this learner's shardings; `opt_state=None` starts the
-        optimizer afresh; `reference_params` replaces the KL reference (only
-        meaningful when `kl_coef != 0`).
+        optimizer afresh. The KL reference is left alone (see `set_reference`).
         """
         self.params = jax.device_put(params, self._param_shardings)
         self.opt_state = (jax.device_put(opt_state, self._opt_shardings)
                           if opt_state is not None else self._fresh_opt_state())
-        if reference_params is not None:
-            self.set_reference(reference_params)
         self.step = int(step)
         nnx.update(self.model, self.params)
 
