@@ -150,3 +150,8 @@ def test_sft_loss_is_masked_mean_nll():
     loss, m = sft_loss(jnp.array([[-1.0, -2.0, -9.0]]), jnp.array([[1, 1, 0]]))
     np.testing.assert_allclose(loss, 1.5)
     assert float(m["loss_denominator"]) == 2.0
+
+
+def test_format_penalty_rewards_replace_malformed_episodes_only():
+    out = grpo.format_penalty_rewards([0.5, 1.0, 0.0], [True, False, True], penalty=-2.0)
+    assert out.tolist() == [0.5, -2.0, 0.0]

@@ -130,6 +130,16 @@ def test_config_errors_are_listed_together(tmp_path):
     grpo_hle.get_config("huge")
 
 
+def test_format_penalty_without_the_penalty_filter_is_an_error():
+  config = grpo_hle.get_config("micro")
+  config.rl.format_filter = "turn"
+  config.rl.format_penalty = -0.5
+  with pytest.raises(ConfigError, match="rl.format_penalty"):
+    validate(config)
+  config.rl.format_filter = "penalty"
+  validate(config)
+
+
 @pytest.mark.parametrize("variant", grpo_hle.VARIANTS)
 def test_every_variant_builds(variant):
   config = grpo_hle.get_config(variant)

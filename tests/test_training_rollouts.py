@@ -73,3 +73,16 @@ def test_unknown_format_filter_is_an_error():
     score_groups([_two_turn_traj("a", True, True)] * 2, group_size=2,
                  reward_fn=make_reward("outcome"), adv_clip=3.0, filter_reward_std=0.0,
                  format_filter="drop")
+
+
+def test_penalty_format_filter_ranks_malformed_episodes_last():
+  # Group a: right but malformed, wrong and well-formed. Outcome rewards 1, 0;
+  # the penalty makes them -1, 0, so the malformed episode gets the negative
+  # advantage and is trained on in full (every turn).
+  trajs = [_two_turn_traj("a", True, first_valid=False), _two_turn_traj("a", False, True)]
+  exp = score_groups(trajs, group_size=2, reward_fn=make_reward("outcome"), adv_clip=3.0,
+                     filter_reward_std=0.0, format_filter="penalty", format_penalty=-1.0)
+  np.testing.assert_array_equal(exp.rewards, [-1.0, 0.0])
+  np.testing.assert_array_equal(exp.keep, [True, True])
+  assert exp.advantages[0] == pytest.approx(-0.5 / np.sqrt(0.5), rel=1e-5)
+  assert exp.kept[0].loss_mask == [0, 0, 1, 1, 0, 1, 1, 1]

@@ -119,8 +119,10 @@ def _base() -> ml_collections.ConfigDict:
   c.rl.adv_clip = 3.0
   c.rl.filter_reward_std = 0.1      # Drop groups whose reward std is at most this.
   # Malformed tool calls: "turn" (reference) drops those turns from the loss,
-  # "episode" drops the whole episode, "off" trains on them.
+  # "episode" drops the whole episode, "off" trains on them, "penalty" trains on
+  # them with reward rl.format_penalty (below any well-formed episode's).
   c.rl.format_filter = "turn"
+  c.rl.format_penalty = -1.0        # Used by format_filter="penalty" only.
   c.rl.filter_no_answer = False     # Drop groups where nobody answered.
   c.rl.tis_cap = 2.0                # Truncated importance sampling cap (0: off).
   c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)

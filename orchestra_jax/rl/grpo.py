@@ -67,13 +67,29 @@ def reward_std_filter(rewards, group_size: int, *, threshold: float = 0.1) -> ja
 
 
 # What happens to malformed tool calls: "turn" (reference) takes those turns out
-# of the loss, "episode" drops episodes with any, "off" trains on them.
-FORMAT_FILTERS = ("turn", "episode", "off")
+# of the loss, "episode" drops episodes with any, "off" trains on them, and
+# "penalty" trains on them with a fixed low reward (`format_penalty_rewards`).
+FORMAT_FILTERS = ("turn", "episode", "off", "penalty")
 
 
 def format_filter(format_valid) -> jax.Array:
     """keep_i = episode i wrote only well-formed tool calls (`Trajectory.format_valid`)."""
     return jnp.asarray(format_valid, dtype=bool).reshape(-1)
+
+
+def format_penalty_rewards(rewards, format_valid, penalty: float) -> jax.Array:
+    """r_i for well-formed episodes, `penalty` for episodes with a malformed call.
+
+    With a penalty below every reachable reward, a malformed episode ranks last
+    in its group, so its advantage is negative and the update pushes the policy
+    away from the malformed call (a format reward). Filtering malformed turns
+    out instead (the reference) teaches nothing about the format, which a
+    policy too small to have a format prior can then lose under updates that
+    push down the tokens of valid but poor calls.
+    """
+    rewards = jnp.asarray(rewards, jnp.float32).reshape(-1)
+    valid = jnp.asarray(format_valid, dtype=bool).reshape(-1)
+    return jnp.where(valid, rewards, jnp.float32(penalty))
 
 
 def answer_filter(has_valid_answer, group_size: int) -> jax.Array:

@@ -142,6 +142,9 @@ def validate(config: Any) -> None:
   if config.rl.format_filter not in FORMAT_FILTERS:
     errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
                   f"got {config.rl.format_filter!r}")
+  elif config.rl.format_filter != "penalty" and config.rl.format_penalty != -1.0:
+    errors.append(f"rl.format_penalty={config.rl.format_penalty} has no effect unless "
+                  "rl.format_filter='penalty'")
   if config.rl.kl_type not in KL_TYPES:
     errors.append(f"rl.kl_type must be one of {KL_TYPES}, got {config.rl.kl_type!r}")
   if config.rl.clip_low <= 0 or config.rl.clip_high <= 0:

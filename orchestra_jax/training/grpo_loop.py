@@ -129,6 +129,7 @@ async def collect_experience(run: Run, tasks, step: int):
                       reward_fn=run.reward_fn, adv_clip=config.rl.adv_clip,
                       filter_reward_std=config.rl.filter_reward_std,
                       format_filter=config.rl.format_filter,
+                      format_penalty=config.rl.format_penalty,
                       filter_no_answer=config.rl.filter_no_answer)
 
 

@@ -76,7 +76,7 @@ def _make_tools(config, backends):
 
 def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_fn,
                  adv_clip: float | None, filter_reward_std: float,
-                 format_filter: str = "turn",
+                 format_filter: str = "turn", format_penalty: float = -1.0,
                  filter_no_answer: bool = False) -> StepExperience:
   """Rewards, advantages and filters for graded trajectories (group by group).
 
@@ -85,11 +85,15 @@ def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_
   `filter_no_answer`, minus groups where no episode gave a valid answer.
   Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
   episode's well-formed turns only, "episode" drops every episode with a
-  malformed turn, "off" trains on everything.
+  malformed turn, "off" trains on everything, "penalty" trains on everything
+  with the reward of a malformed episode replaced by `format_penalty`.
   """
   if format_filter not in FORMAT_FILTERS:
     raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
   rewards = group_rewards(trajectories, group_size, reward_fn)
+  if format_filter == "penalty":
+    rewards = np.asarray(grpo.format_penalty_rewards(
+        rewards, [t.format_valid for t in trajectories], format_penalty), np.float32)
   advantages = np.asarray(grpo.group_advantages(
       rewards, group_size, clip=adv_clip or None), np.float32)
   # np.array (a writable copy): the filters return read-only JAX buffers.
