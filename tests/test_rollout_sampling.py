@@ -60,3 +60,24 @@ def test_draws_follow_the_distribution_and_depend_only_on_seed_and_step():
     again, _ = sample_tokens(logits[:5], keys[:5], jnp.ones(5), jnp.ones(5), jnp.full(5, -1))
     np.testing.assert_array_equal(again, tokens[:5])
     assert sampling.split_seed(2**40 + 3) == (256, 3)
+
+
+def test_row_keys_and_uniforms_are_jax_random_bit_for_bit():
+    """The unrolled threefry gives exactly jax.random.fold_in / uniform's values."""
+    rng = np.random.default_rng(0)
+    n = 512
+    hi = jnp.asarray(rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32))
+    lo = jnp.asarray(rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32))
+    step = jnp.asarray(rng.integers(0, 10**6, n).astype(np.int32))
+
+    @jax.jit
+    def reference(hi, lo, step):
+        keys = jax.random.wrap_key_data(jnp.stack([hi, lo], -1), impl="threefry2x32")
+        keys = jax.vmap(jax.random.fold_in)(keys, step.astype(jnp.uint32))
+        u = jax.vmap(lambda k: jax.random.uniform(k, minval=jnp.finfo(jnp.float32).tiny))(keys)
+        return jax.random.key_data(keys), u
+
+    keys, u = reference(hi, lo, step)
+    ours = jax.jit(sampling.row_keys)(hi, lo, step)
+    np.testing.assert_array_equal(ours, keys)
+    np.testing.assert_array_equal(jax.jit(sampling.row_uniforms)(ours), u)

@@ -18,7 +18,10 @@ Randomness: row b draws one uniform u from `fold_in(key(seed_b), step_b)` and
 takes the token where the cumulative probability first reaches u (inverse CDF).
 The key depends only on the request's seed and the token's index, so a request
 samples the same tokens whatever else shares the batch, and one uniform per row
-replaces a vocabulary-sized Gumbel draw.
+replaces a vocabulary-sized Gumbel draw. Keys are raw threefry2x32 key data
+(uint32 [B, 2]) and the hash is written out here, bit for bit the values of
+`jax.random.fold_in` / `jax.random.uniform`: on CPU JAX lowers threefry to a
+rolled 5-iteration while loop, two of which cost about a tenth of a decode step.
 """
 
 from __future__ import annotations
@@ -27,11 +30,52 @@ import jax
 import jax.numpy as jnp
 
 
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(key0: jax.Array, key1: jax.Array, x0: jax.Array,
+                  x1: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The Threefry-2x32 hash (20 rounds) of counters (x0, x1) under key (key0, key1), unrolled.
+
+    The same function as JAX's threefry2x32 primitive, whose CPU lowering is a
+    while loop (one runtime thunk per op and iteration); unrolled, XLA fuses it
+    into a few loop kernels.
+    """
+    def rotate_left(v, r):
+        return (v << jnp.uint32(r)) | (v >> jnp.uint32(32 - r))
+
+    ks = (key0, key1, key0 ^ key1 ^ jnp.uint32(0x1BD11BDA))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = rotate_left(x1, r) ^ x0
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+    return x0, x1
+
+
 def row_keys(seed_hi: jax.Array, seed_lo: jax.Array, step: jax.Array) -> jax.Array:
-    """Typed PRNG keys [B]: fold_in(key_from_64bit_seed, step) per row (uint32 inputs)."""
-    data = jnp.stack([seed_hi.astype(jnp.uint32), seed_lo.astype(jnp.uint32)], axis=-1)
-    keys = jax.random.wrap_key_data(data, impl="threefry2x32")
-    return jax.vmap(jax.random.fold_in)(keys, step.astype(jnp.uint32))
+    """uint32 [B, 2] threefry key data: fold_in(key_from_64bit_seed, step) per row.
+
+    Equal to `jax.random.key_data(jax.random.fold_in(key, step))` for the key
+    `wrap_key_data([seed_hi, seed_lo])` (uint32 inputs).
+    """
+    zero = jnp.zeros_like(seed_hi, dtype=jnp.uint32)
+    k0, k1 = _threefry2x32(seed_hi.astype(jnp.uint32), seed_lo.astype(jnp.uint32), zero,
+                           step.astype(jnp.uint32))
+    return jnp.stack([k0, k1], axis=-1)
+
+
+def row_uniforms(keys: jax.Array) -> jax.Array:
+    """float32 [B] in [tiny, 1): `jax.random.uniform(key, minval=tiny, maxval=1)` per row."""
+    zero = jnp.zeros(keys.shape[:-1], jnp.uint32)
+    b0, b1 = _threefry2x32(keys[..., 0], keys[..., 1], zero, zero)
+    # JAX's uniform: 23 random mantissa bits under exponent 0 give [1, 2), minus 1.
+    floats = jax.lax.bitcast_convert_type((b0 ^ b1) >> jnp.uint32(9) | jnp.uint32(0x3F800000),
+                                          jnp.float32) - 1.0
+    tiny = jnp.finfo(jnp.float32).tiny
+    return jnp.maximum(tiny, floats * (1.0 - tiny) + tiny)
 
 
 def split_seed(seed: int) -> tuple[int, int]:
@@ -84,7 +128,7 @@ _CDF_BLOCK = 64
 
 
 def inverse_cdf_sample(logp: jax.Array, keep: jax.Array | None, keys: jax.Array) -> jax.Array:
-    """int32 [B]: one draw per row from exp(logp) restricted to `keep`.
+    """int32 [B]: one draw per row from exp(logp) restricted to `keep` (keys: `row_keys`).
 
     `logp` are normalised log-probabilities (at most 0, so exp needs no shift).
     token = first index i with cdf[i] >= u * cdf[V-1], u ~ U(0, 1] per row; a
@@ -103,8 +147,7 @@ def inverse_cdf_sample(logp: jax.Array, keep: jax.Array | None, keys: jax.Array)
     probs = jnp.pad(probs, ((0, 0), (0, blocks * _CDF_BLOCK - vocab)))
     probs = probs.reshape(b, blocks, _CDF_BLOCK)
     block_cdf = jnp.cumsum(jnp.sum(probs, axis=-1), axis=-1)               # [B, blocks]
-    u = jax.vmap(lambda k: jax.random.uniform(k, minval=jnp.finfo(jnp.float32).tiny,
-                                              maxval=1.0))(keys)
+    u = row_uniforms(keys)
     target = u * block_cdf[:, -1]
     # The block holding the first cdf >= target has mass (cdf rises there).
     block = jnp.minimum(jnp.sum(block_cdf < target[:, None], axis=-1), blocks - 1)
