@@ -110,7 +110,10 @@ class JaxEngine:
         self.min_prefill_len = min(min_prefill_len, max_seq_len)
         self.min_cache_len = min(min_cache_len, max_seq_len)
         self.weight_version = 0
-        self._graphdef, self._state = nnx.split(model)
+        self._graphdef, state = nnx.split(model)
+        # Committed to its shardings, as update_weights places new weights: jit keys its
+        # compiled code on that too, so the first update would otherwise recompile all.
+        self._state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
         self._new_cache = lambda length: model.init_cache(max_batch_size, length, cache_dtype)
         self._cache = self._new_cache(self.min_cache_len)
         self._seed_rng = np.random.default_rng(seed)
