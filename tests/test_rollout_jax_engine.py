@@ -124,7 +124,8 @@ def test_compiles_are_bounded(engine):
     allowed = {f"decode(cache={n})" for n in (32, 48, 64)}
     allowed |= {f"resize({a}->{b})" for a in (32, 48, 64) for b in (32, 48, 64)}
     for r in (1, 2, 4):
-        allowed |= {f"prefill(rows={r}, len=64)", f"insert(rows={r}, len=64, cache=64)"}
+        allowed |= {f"prefill(rows={r}, len=64)", f"insert(rows={r}, len=64, cache=64)",
+                    f"prefill_cached(rows={r}, len=64, cache=64)"}  # shared prompts reuse
     assert set(counts) <= allowed and "decode(cache=32)" in counts and "decode(cache=64)" in counts
     assert all(v == 1 for v in counts.values())
 

@@ -68,8 +68,8 @@ class KVCache(NamedTuple):
         return self._map(take, take)
 
     def put_rows(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
-        """This cache with batch rows `rows` replaced by `sub`'s rows."""
-        put = lambda x, s: x.at[rows].set(s)
+        """This cache with batch rows `rows` replaced by `sub`'s rows (index >= batch: dropped)."""
+        put = lambda x, s: x.at[rows].set(s, mode="drop")
         return self._map(put, put, sub)
 
     def put_prefix(self, rows: jax.Array, sub: "KVCache") -> "KVCache":

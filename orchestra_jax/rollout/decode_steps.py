@@ -19,7 +19,8 @@ from orchestra_jax.rollout import sampling
 
 
 class DecodeSteps:
-    """Jitted prefill / insert / resize / decode for one model graph."""
+    """Jitted prefill (from scratch or on a cached prefix) / insert / resize / decode
+    for one model graph."""
 
     def __init__(self, graphdef, *, max_seq_len: int, cache_dtype=None):
         self.graphdef = graphdef
@@ -27,6 +28,7 @@ class DecodeSteps:
         self.cache_dtype = cache_dtype
         self.compile_counts: collections.Counter[str] = collections.Counter()
         self.prefill = jax.jit(self._prefill_fn)
+        self.prefill_cached = jax.jit(self._prefill_cached_fn, donate_argnums=(1,))
         self.insert = jax.jit(self._insert_fn, donate_argnums=(0,))
         self.resize = jax.jit(self._resize_fn, static_argnames=("length",))
         self.decode = jax.jit(self._decode_fn, static_argnames=("num_steps",), donate_argnums=(1,))
@@ -46,6 +48,32 @@ class DecodeSteps:
         keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
         tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
         return cache, tokens, logp
+
+    def _prefill_cached_fn(self, state, cache, sources, targets, starts, ids, lengths,
+                           temperature, top_p, top_k, seed_hi, seed_lo):
+        """Prefill prompt suffixes on top of prefixes already in the cache; first tokens.
+
+        Row r continues the first starts[r] slots of cache row sources[r] with its
+        lengths[r] tokens ids[r] at positions starts[r], starts[r] + 1, ..., and the
+        row lands in cache row targets[r] (index >= batch: dropped). The source row
+        is read before any target is written, so a target may be a source. Slots
+        from starts[r] on keep the source's stale values until overwritten: the
+        suffix writes its own slots before attending, and later slots are masked.
+        The first token is sampled as in `_prefill_fn` (same key, token index 0).
+        """
+        self.compile_counts[f"prefill_cached(rows={ids.shape[0]}, len={ids.shape[1]}, "
+                            f"cache={cache.max_len})"] += 1
+        model = nnx.merge(self.graphdef, state)
+        offsets = jnp.arange(ids.shape[1], dtype=jnp.int32)[None]
+        positions = starts[:, None] + offsets
+        segments = (offsets < lengths[:, None]).astype(jnp.int32)
+        hidden, rows = model.hidden_states(ids, positions, segment_ids=segments,
+                                           cache=cache.take_rows(sources))
+        last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
+        last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
+        keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
+        tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
+        return cache.put_rows(targets, rows), tokens, logp
 
     def _insert_fn(self, cache, rows, prefilled):
         """Copy a prefilled cache's rows into slots `rows` [R] (index >= batch: dropped).

@@ -89,6 +89,9 @@ class Completion:
     logprobs: one float per output token, see the module docstring.
     finish_reason: "stop" (a stop token), "length" (max_new_tokens or the
       context ran out) or "abort" (the engine gave up on the request).
+    cached_tokens: prompt tokens whose keys/values were reused from an earlier
+      request instead of recomputed (SGLang's `meta_info.cached_tokens`); 0 when
+      the engine does not say.
     """
 
     output_ids: list[int]
@@ -97,6 +100,7 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    cached_tokens: int = 0
 
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:

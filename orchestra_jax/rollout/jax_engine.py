@@ -15,6 +15,41 @@ the schedule:
 So requests of different lengths, arriving at different times, share the batch
 as slots free (continuous batching).
 
+Prefix caching (`prefix_cache=True`): a finished row is not discarded but
+*parked*: its slot keeps the keys/values of its tokens (prompt + generated, all
+but the last sampled token, which was never fed) until the slot is needed. A new
+request looks for the row, live or parked, or an earlier request of the same
+admission, whose written tokens share the longest common prefix L with its
+prompt; from L >= `min_cached_prefix` on it reuses min(L, n - 1) tokens (one
+token is always computed, so the first sampled token has logits) and prefills
+only the rest, at its true positions, attending to the copied prefix. That is
+the shape of agent rollouts: turn k+1's prompt is turn k's tokens plus a tool
+segment, and the G episodes of a GRPO group (and every task's system prompt)
+share their start. Keys/values depend only on the tokens up to their position,
+so reuse gives the same tokens and logprobs as a full prefill, up to float
+rounding (about 1e-6 here); sampling keys stay a function of seed and token
+index.
+
+Where the row goes: the parked row it continues when the new prompt extends
+all of that row (nothing is lost), else a free slot, else the least recently
+used parked row, preferring rows no request of this admission copies from.
+Copying is part of the suffix prefill (`DecodeSteps.prefill_cached`: gather the
+source rows, prefill, scatter into the targets), which reads every source
+before writing any target. So an admission runs (a) one call for requests
+continuing rows already in the cache, (b) the from-scratch prefill, (c) one
+call per level of requests continuing requests of this admission (a GRPO
+group's first turn: the first copy prefills the prompt, the others one token).
+Each call is bucketed like prefill (rows, suffix length; the cache's length),
+so compiles stay bounded. This is a flat per-slot table, not SGLang's radix
+tree: with one row per slot, the longest-prefix search is a numpy comparison
+against at most `max_batch_size` rows, and parked rows cost no extra memory.
+
+Parked rows are only valid for the weights that computed them: each row records
+the weights generation it was prefilled with, `update_weights` starts a new
+generation, and rows of an older one are dropped at the next admission (live
+rows finish as they are, as before). `prefix_cache_stats` counts prompt tokens
+computed and reused; each Completion reports its `cached_tokens`.
+
 The cache's length is a bucket (2^k or 1.5 * 2^k, see `cache_bucket`) just
 above the longest live row (at most `max_seq_len`), grown and shrunk between
 calls with one copy each time, and decode attends to all of it. Attending to a
@@ -91,6 +126,40 @@ class _Slot:
     job: _Pending
     tokens: list[int]
     logprobs: list[float]
+    weights: int  # the weights generation that computed this row's cache
+    cached_tokens: int = 0
+
+    def written_ids(self) -> np.ndarray:
+        """The tokens whose keys/values the row holds: all but the last sampled one."""
+        return np.asarray(self.job.request.input_ids + self.tokens[:-1], np.int32)
+
+
+@dataclasses.dataclass
+class _Parked:
+    """A finished row kept for its keys/values (slots 0 .. len(ids) - 1)."""
+    ids: np.ndarray
+    weights: int
+    last_used: int
+
+
+@dataclasses.dataclass(eq=False)
+class _Admission:
+    """One admitted request's plan: where it goes and which cached prefix it continues."""
+    job: _Pending
+    ids: np.ndarray
+    slot: int = -1
+    source: int | None = None  # the cache row whose first `reused` slots it continues
+    leader: "_Admission | None" = None  # or: the request of this admission it continues
+    match: int = 0  # common prefix with the source's tokens
+    reused: int = 0
+    level: int = 0  # 0: no leader; else the leader's level + 1
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if diff.size else n
 
 
 class JaxEngine:
@@ -98,7 +167,8 @@ class JaxEngine:
 
     def __init__(self, model: nnx.Module, *, max_batch_size: int = 16, max_seq_len: int = 2048,
                  steps_per_call: int = 16, max_stop_tokens: int = 8, min_prefill_len: int = 16,
-                 min_cache_len: int = 64, seed: int = 0, cache_dtype=None):
+                 min_cache_len: int = 64, seed: int = 0, cache_dtype=None,
+                 prefix_cache: bool = True, min_cached_prefix: int = 16):
         if max_batch_size < 1 or max_seq_len < 2 or steps_per_call < 1:
             raise ValueError("max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required")
         self.config = model.config
@@ -110,6 +180,13 @@ class JaxEngine:
         self.min_prefill_len = min(min_prefill_len, max_seq_len)
         self.min_cache_len = min(min_cache_len, max_seq_len)
         self.weight_version = 0
+        self.prefix_cache = prefix_cache
+        # Shorter shared prefixes are prefilled from scratch: too little to save.
+        self.min_cached_prefix = max(1, min_cached_prefix)
+        self._weights_gen = 0  # bumped by update_weights: parked rows of older ones are stale
+        self._parked: dict[int, _Parked] = {}
+        self._clock = 0  # for least-recently-used eviction of parked rows
+        self.prefix_cache_stats: collections.Counter[str] = collections.Counter()
         self._graphdef, state = nnx.split(model)
         # Committed to its shardings, as update_weights places new weights: jit keys its
         # compiled code on that too, so the first update would otherwise recompile all.
@@ -175,6 +252,7 @@ class JaxEngine:
         with self._cond:
             self._state = state
             self.weight_version = int(version)
+            self._weights_gen += 1  # parked rows hold keys/values of the old weights
 
     async def health(self) -> bool:
         return not self._closed and (self._thread is None or self._thread.is_alive())
@@ -202,18 +280,19 @@ class JaxEngine:
                 if self._closed:
                     self._fail_all(RuntimeError("JaxEngine closed"))
                     return
-                free = [i for i, s in enumerate(self._slots) if s is None]
-                admitted = [(i, self._pending.popleft()) for i in free[: len(self._pending)]]
-                state = self._state
+                # Parked rows count as free: admission evicts them as needed.
+                free = sum(s is None for s in self._slots)
+                admitted = [self._pending.popleft() for _ in range(min(free, len(self._pending)))]
+                state, weights = self._state, self._weights_gen
             try:
                 if admitted:
-                    self._admit(state, admitted)
+                    self._admit(state, weights, admitted)
                 if any(self._slots):
                     self._decode_round(state)
             except Exception as e:  # noqa: BLE001 - fail the requests, keep serving
                 log.exception("JaxEngine step failed")
                 # Admitted jobs may not have reached a slot yet; settling twice is a no-op.
-                self._fail_all(e, waiting_too=False, also=[job for _, job in admitted])
+                self._fail_all(e, waiting_too=False, also=admitted)
 
     def _sampling_arrays(self, jobs: Sequence[_Pending | None]):
         """Per-row sampling settings as arrays (rows without a job get greedy defaults)."""
@@ -225,28 +304,136 @@ class JaxEngine:
                 col(lambda j: j.request.sampling.top_k, -1, np.int32),
                 np.array([s[0] for s in seeds], np.uint32), np.array([s[1] for s in seeds], np.uint32))
 
-    def _admit(self, state, admitted: list[tuple[int, _Pending]]) -> None:
-        """Prefill the admitted requests into their slots and record their first token."""
-        n = len(admitted)
+    def _admit(self, state, weights: int, jobs: list[_Pending]) -> None:
+        """Prefill the admitted requests into slots (reusing cached prefixes, see the
+        module docstring) and record their first token."""
+        lengths = [len(job.request.input_ids) for job in jobs]
+        # The from-scratch prefill writes a whole length bucket into its rows.
+        self._fit_cache(max([self._longest_live_row(), *lengths,
+                             cache_bucket(max(lengths), self.min_prefill_len, self.max_seq_len)]))
+        plans = self._plan(weights, jobs)
+        self._prefill_cached(state, weights, [p for p in plans if p.source is not None])
+        self._prefill(state, weights, [p for p in plans if p.source is None and p.leader is None])
+        for level in range(1, max(p.level for p in plans) + 1):
+            followers = [p for p in plans if p.level == level]
+            for p in followers:  # the leader's row now holds its whole prompt
+                p.source = p.leader.slot
+            self._prefill_cached(state, weights, followers)
+
+    def _plan(self, weights: int, jobs: list[_Pending]) -> list[_Admission]:
+        """Each job's cached prefix (source row or leader, tokens reused) and target slot."""
+        for slot in [i for i, p in self._parked.items() if p.weights != weights]:
+            del self._parked[slot]  # computed with older weights
+            self.prefix_cache_stats["parked_invalidated"] += 1
+        held: dict[int, np.ndarray] = {}  # cache row -> the tokens it holds
+        if self.prefix_cache:
+            held = {i: s.written_ids() for i, s in enumerate(self._slots)
+                    if s is not None and s.weights == weights}
+            held.update((i, p.ids) for i, p in self._parked.items())
+        plans: list[_Admission] = []
+        for job in jobs:
+            plan = _Admission(job, np.asarray(job.request.input_ids, np.int32))
+            for row, ids in held.items():
+                match = common_prefix(ids, plan.ids)
+                if match > plan.match:
+                    plan.source, plan.match = row, match
+            for earlier in plans if self.prefix_cache else ():
+                match = common_prefix(earlier.ids, plan.ids)
+                if match > plan.match:  # its prefill writes its whole prompt
+                    plan.source, plan.leader, plan.match = None, earlier, match
+                    plan.level = earlier.level + 1
+            plan.reused = min(plan.match, len(plan.ids) - 1)
+            if plan.reused < self.min_cached_prefix:
+                plan.source, plan.leader, plan.reused, plan.level = None, None, 0, 0
+            plans.append(plan)
+
+        sources = {p.source for p in plans if p.source is not None}
+        for row in sources & self._parked.keys():
+            self._parked[row].last_used = self._tick()
+        taken: set[int] = set()
+        for p in plans:  # continue a parked row in place when the prompt extends all of it
+            if (p.source in self._parked and p.source not in taken
+                    and p.match == len(self._parked[p.source].ids)):
+                p.slot = p.source
+                taken.add(p.slot)
+        free = [i for i, s in enumerate(self._slots)
+                if s is None and i not in self._parked and i not in taken]
+        for p in plans:
+            if p.slot >= 0:
+                continue
+            if free:
+                p.slot = free.pop(0)
+            else:  # evict: least recently used, rows nobody here copies from first
+                p.slot = min((i for i in self._parked if i not in taken),
+                             key=lambda i: (i in sources, self._parked[i].last_used))
+            taken.add(p.slot)
+        # The targets' old rows are overwritten (sources are read before that).
+        for row in taken & self._parked.keys():
+            del self._parked[row]
+        for p in plans:
+            self.prefix_cache_stats["requests"] += 1
+            self.prefix_cache_stats["prompt_tokens_reused"] += p.reused
+            self.prefix_cache_stats["prompt_tokens_computed"] += len(p.ids) - p.reused
+            self.prefix_cache_stats["requests_reusing"] += p.reused > 0
+        return plans
+
+    def _prefill(self, state, weights: int, plans: list[_Admission]) -> None:
+        """Prefill whole prompts into their slots (one call, rows and length bucketed)."""
+        if not plans:
+            return
+        n = len(plans)
         rows_bucket = bucket(n, 1, self.max_batch_size)
-        length = max(len(job.request.input_ids) for _, job in admitted)
-        t = cache_bucket(length, self.min_prefill_len, self.max_seq_len)
+        t = cache_bucket(max(len(p.ids) for p in plans), self.min_prefill_len, self.max_seq_len)
         # Padding rows point past the batch, so inserting them writes nothing.
         rows = np.full(rows_bucket, self.max_batch_size, np.int32)
-        rows[:n] = [i for i, _ in admitted]
+        rows[:n] = [p.slot for p in plans]
         ids = np.zeros((rows_bucket, t), np.int32)
         lengths = np.zeros(rows_bucket, np.int32)  # 0: a padding row, nothing written
-        jobs: list[_Pending | None] = [job for _, job in admitted] + [None] * (rows_bucket - n)
-        for r, (_, job) in enumerate(admitted):
-            ids[r, : len(job.request.input_ids)] = job.request.input_ids
-            lengths[r] = len(job.request.input_ids)
-        prefilled, tokens, logp = self._steps.prefill(state, ids, lengths, *self._sampling_arrays(jobs))
-        self._fit_cache(max(t, self._longest_live_row()))
+        for r, p in enumerate(plans):
+            ids[r, : len(p.ids)] = p.ids
+            lengths[r] = len(p.ids)
+        prefilled, tokens, logp = self._steps.prefill(
+            state, ids, lengths, *self._sampling_arrays(self._jobs(plans, rows_bucket)))
         self._cache = self._steps.insert(self._cache, rows, prefilled)
+        self._start(weights, plans, tokens, logp)
+
+    def _prefill_cached(self, state, weights: int, plans: list[_Admission]) -> None:
+        """Prefill prompt suffixes after their cached prefixes (one call, bucketed)."""
+        if not plans:
+            return
+        n = len(plans)
+        rows_bucket = bucket(n, 1, self.max_batch_size)
+        t = cache_bucket(max(len(p.ids) - p.reused for p in plans), self.min_prefill_len,
+                         self.max_seq_len)
+        sources = np.zeros(rows_bucket, np.int32)
+        targets = np.full(rows_bucket, self.max_batch_size, np.int32)  # padding: dropped
+        starts = np.zeros(rows_bucket, np.int32)
+        ids = np.zeros((rows_bucket, t), np.int32)
+        lengths = np.zeros(rows_bucket, np.int32)
+        for r, p in enumerate(plans):
+            sources[r], targets[r], starts[r] = p.source, p.slot, p.reused
+            ids[r, : len(p.ids) - p.reused] = p.ids[p.reused:]
+            lengths[r] = len(p.ids) - p.reused
+        self._cache, tokens, logp = self._steps.prefill_cached(
+            state, self._cache, sources, targets, starts, ids, lengths,
+            *self._sampling_arrays(self._jobs(plans, rows_bucket)))
+        self._start(weights, plans, tokens, logp)
+
+    @staticmethod
+    def _jobs(plans: list[_Admission], rows: int) -> list[_Pending | None]:
+        return [p.job for p in plans] + [None] * (rows - len(plans))
+
+    def _start(self, weights: int, plans: list[_Admission], tokens, logp) -> None:
+        """Give the prefilled requests their slots and first tokens."""
         tokens, logp = jax.device_get((tokens, logp))
-        for r, (slot, job) in enumerate(admitted):
-            self._slots[slot] = _Slot(job, [int(tokens[r])], [float(logp[r])])
-            self._finish_if_done(slot)
+        for r, p in enumerate(plans):
+            self._slots[p.slot] = _Slot(p.job, [int(tokens[r])], [float(logp[r])], weights,
+                                        p.reused)
+            self._finish_if_done(p.slot)
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
 
     def _decode_round(self, state) -> None:
         b = self.max_batch_size
@@ -294,6 +481,8 @@ class JaxEngine:
         current = self._cache.max_len
         if target > current or 2 * target <= current:
             self._cache = self._steps.resize(self._cache, length=target)
+            for p in self._parked.values():  # a shrink cuts parked rows too
+                p.ids = p.ids[:target]
 
     def _finish_if_done(self, slot: int) -> None:
         """Complete the slot's request if it hit a stop id, its budget, or the cache end."""
@@ -307,8 +496,10 @@ class JaxEngine:
         else:
             return
         self._slots[slot] = None
+        if self.prefix_cache:
+            self._parked[slot] = _Parked(s.written_ids(), s.weights, self._tick())
         completion = Completion(s.tokens, s.logprobs, reason, prompt, len(s.tokens),
-                                time.perf_counter() - s.job.submitted)
+                                time.perf_counter() - s.job.submitted, s.cached_tokens)
         _resolve(s.job, completion)
 
     def _fail_all(self, error: BaseException, *, waiting_too: bool = True,
@@ -316,7 +507,8 @@ class JaxEngine:
         """Fail the admitted requests (and the waiting ones) with `error`.
 
         After an engine error the cache may have been donated to the failed call,
-        so it is rebuilt empty; the waiting requests then start afresh.
+        so it is rebuilt empty (parked rows go with it); the waiting requests then
+        start afresh.
         """
         with self._cond:  # re-entrant: also called with the lock held
             jobs = [s.job for s in self._slots if s is not None]
@@ -325,6 +517,7 @@ class JaxEngine:
                 jobs += list(self._pending)
                 self._pending.clear()
             self._slots = [None] * self.max_batch_size
+            self._parked = {}
             self._cache = self._new_cache(self.min_cache_len)
         for job in jobs:
             _resolve(job, error)

@@ -17,7 +17,7 @@ token), and sampling_seed when the request has a seed.
 Response (token-out), one object per prompt (a list when batched):
 
     {"text": "...", "output_ids": [...],
-     "meta_info": {"id": ..., "prompt_tokens": n, "completion_tokens": m,
+     "meta_info": {"id": ..., "prompt_tokens": n, "completion_tokens": m, "cached_tokens": c,
                    "finish_reason": {"type": "stop", "matched": 7} | {"type": "length", "length": m}
                                     | {"type": "abort", "message": "..."},
                    "output_token_logprobs": [[logprob, token_id, null], ...],
@@ -163,6 +163,7 @@ def completion_to_json(completion: Completion, *, rid: str | None, text: str,
         "id": rid,
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
+        "cached_tokens": completion.cached_tokens,
         "finish_reason": finish_reason_json(completion),
         "e2e_latency": completion.latency_s,
     }
@@ -194,4 +195,5 @@ def completion_from_json(obj: Any, *, latency_s: float) -> Completion:
         prompt_tokens=int(meta.get("prompt_tokens", 0)),
         completion_tokens=len(output_ids),
         latency_s=latency_s,
+        cached_tokens=int(meta.get("cached_tokens", 0)),
     )
