@@ -49,6 +49,7 @@ def _base() -> ml_collections.ConfigDict:
   c.rollout.weights_dir = ""     # sglang: where HF weights are written per sync.
   c.rollout.max_batch_size = 64  # jax: concurrent sequences in the decode batch.
   c.rollout.max_seq_len = 2048   # jax: KV-cache length per sequence.
+  c.rollout.prefix_cache = True  # jax: reuse finished rows' KV for shared prompt prefixes.
   c.rollout.temperature = 1.0
   c.rollout.top_p = 1.0
   c.rollout.top_k = -1

@@ -88,7 +88,8 @@ def build_engine(config, model, model_config, tokenizer):
   from orchestra_jax.rollout.engine import make_engine
   if config.rollout.engine == "jax":
     return make_engine("jax", model=model, max_batch_size=config.rollout.max_batch_size,
-                       max_seq_len=config.rollout.max_seq_len)
+                       max_seq_len=config.rollout.max_seq_len,
+                       prefix_cache=config.rollout.prefix_cache)
   return make_engine("sglang", urls=split_list(config.rollout.urls),
                      model_config=model_config, weights_dir=config.rollout.weights_dir)
 
