@@ -46,6 +46,20 @@ def test_token_by_token_decode_equals_full_forward(scan):
     np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, atol=ATOL)
 
 
+def test_rope_table_lookup_gives_identical_logits(model):
+    """`rope_table` (the decode loop's cos/sin lookup) changes nothing, bit for bit."""
+    ids = _ids(3, 6)
+    pos = jnp.asarray([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25]],
+                      jnp.int32)
+    table = model.rope_table(32)
+    call = nnx.jit(lambda m, ids, pos, cache, table: m(ids, pos, cache=cache, rope_table=table))
+    with_table, _ = call(model, ids, pos, model.init_cache(3, 32), table)
+    without, _ = forward(model, ids, pos, cache=model.init_cache(3, 32))
+    np.testing.assert_array_equal(with_table, without)
+    full = nnx.jit(lambda m, ids, pos, table: m(ids, pos, rope_table=table))(model, ids, pos, table)
+    np.testing.assert_array_equal(full, forward(model, ids, pos))
+
+
 def test_rows_at_different_lengths(model):
     """Continuous batching: each row decodes at its own position."""
     a, b = _ids(1, 7, seed=1), _ids(1, 3, seed=2)

@@ -145,16 +145,30 @@ class Qwen3ForCausalLM(nnx.Module):
         return jnp.dot(hidden.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
                        preferred_element_type=jnp.float32)
 
-    def hidden_states(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
+    def rope_table(self, length: int) -> tuple[jax.Array, jax.Array]:
+        """cos, sin [length, head_dim / 2] for positions 0 .. length - 1 (see `hidden_states`)."""
+        c = self.config
+        return rope_tables(jnp.arange(length, dtype=jnp.int32), c.head_dim, c.rope_theta)
+
+    def hidden_states(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None,
+                      rope_table=None):
         """Final normed hidden states [B, T, H]; with a cache, (hidden, new_cache).
 
         `logits(hidden_states(...))` is `__call__` (arguments as there); a learner
         that needs only some positions' logits, or a prefill that needs only each
         prompt's last one, gathers those first and skips most of the [B, T, V] head.
+        `rope_table` (from `rope_table(n)`, every position < n) replaces the
+        rotary angles' cos/sin by a lookup, with the same values: XLA fuses the
+        tables into each layer's q and k rotation and so evaluates cos and sin
+        once per element of q and k; a decode loop computes the table once,
+        outside the loop.
         """
         _check_inputs(input_ids, positions)
         c = self.config
-        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
+        if rope_table is None:
+            cos, sin = rope_tables(positions, c.head_dim, c.rope_theta)
+        else:
+            cos, sin = (jnp.take(t, positions, axis=0, mode="clip") for t in rope_table)
         if cache is None:
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
@@ -171,7 +185,8 @@ class Qwen3ForCausalLM(nnx.Module):
         x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
         return x, KVCache(cache_k, cache_v)
 
-    def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None):
+    def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None,
+                 rope_table=None):
         """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
 
         Without a cache: `segment_ids` [B, T] (0 = padding) keeps packed sequences
@@ -181,9 +196,10 @@ class Qwen3ForCausalLM(nnx.Module):
         so cost follows the current length bucket; it must exceed every position in
         the call); here `segment_ids` only marks padding (0), whose keys are not
         written, and packing is not supported. Returns (logits, new_cache) then.
+        `rope_table`: see `hidden_states`.
         """
         out = self.hidden_states(input_ids, positions, segment_ids=segment_ids, cache=cache,
-                                 kv_len=kv_len)
+                                 kv_len=kv_len, rope_table=rope_table)
         if cache is None:
             return self.logits(out)
         hidden, cache = out

@@ -103,6 +103,8 @@ class DecodeSteps:
         self.compile_counts[f"decode(cache={cache.max_len})"] += 1
         model = nnx.merge(self.graphdef, state)
         b = tokens.shape[0]
+        # Rotary cos/sin of every position, once per call rather than per element per step.
+        rope = model.rope_table(self.max_seq_len)
         out_tokens = jnp.full((b, num_steps), -1, jnp.int32)
         out_logp = jnp.zeros((b, num_steps), jnp.float32)
 
@@ -115,7 +117,7 @@ class DecodeSteps:
             live = ~done
             # Done rows are fed as padding (segment 0): their cache rows are left alone.
             logits, cache = model(tok[:, None], pos[:, None], cache=cache,
-                                  segment_ids=live[:, None].astype(jnp.int32))
+                                  segment_ids=live[:, None].astype(jnp.int32), rope_table=rope)
             keys = sampling.row_keys(seed_hi, seed_lo, count)
             new, logp = sampling.sample_tokens(logits[:, 0], keys, temperature, top_p, top_k)
             out_t = out_t.at[:, i].set(jnp.where(live, new, -1))
