@@ -81,3 +81,20 @@ def test_row_keys_and_uniforms_are_jax_random_bit_for_bit():
     ours = jax.jit(sampling.row_keys)(hi, lo, step)
     np.testing.assert_array_equal(ours, keys)
     np.testing.assert_array_equal(jax.jit(sampling.row_uniforms)(ours), u)
+
+
+def test_greedy_rows_take_the_first_maximum_beside_sampled_rows():
+    """Greedy rows are drawn by the inverse-CDF search; ties go to the first index."""
+    logits = jax.random.normal(jax.random.key(3), (6, 300)) * 2
+    logits = logits.at[0, 7].set(9.0).at[0, 200].set(9.0)  # a tie: argmax is 7
+    logits = logits.at[1, 299].set(9.0)                     # the last token
+    logits = logits.at[2, 0].set(9.0)                       # the first token
+    temperature = jnp.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.7])
+    keys = sampling.row_keys(jnp.zeros(6, jnp.uint32), jnp.arange(6, dtype=jnp.uint32),
+                             jnp.zeros(6, jnp.int32))
+    tokens, logp = sample_tokens(logits, keys, temperature, jnp.ones(6), jnp.full(6, -1))
+    greedy = np.asarray(temperature) == 0
+    np.testing.assert_array_equal(np.asarray(tokens)[greedy], np.argmax(logits, -1)[greedy])
+    scale = jnp.where(temperature == 0, 1.0, temperature)[:, None]
+    expected = jax.nn.log_softmax(logits / scale, axis=-1)[jnp.arange(6), tokens]
+    np.testing.assert_allclose(logp, expected, rtol=1e-6)
