@@ -7,17 +7,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, common_prefix
-from tests.test_rollout_jax_engine import MAX_LEN, assert_greedy_matches_full_forward, generate
+from tests.test_rollout_jax_engine import (MAX_LEN, assert_greedy_matches_full_forward,
+                                           generate, model)  # noqa: F401 (model: a fixture)
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return Qwen3ForCausalLM(Qwen3Config.preset("tiny"), rngs=nnx.Rngs(0))
 
 
 @pytest.fixture(scope="module")
