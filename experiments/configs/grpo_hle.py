@@ -16,6 +16,8 @@ Override any field on the command line: `--config.rl.lr=3e-6`.
 
 import ml_collections
 
+from orchestra_jax.rl import grpo
+
 VARIANTS = ("demo", "micro", "qwen3_0p6b", "qwen3_8b")
 
 
@@ -123,7 +125,7 @@ def _base() -> ml_collections.ConfigDict:
   # "episode" drops the whole episode, "off" trains on them, "penalty" trains on
   # them with reward rl.format_penalty (below any well-formed episode's).
   c.rl.format_filter = "turn"
-  c.rl.format_penalty = -1.0        # Used by format_filter="penalty" only.
+  c.rl.format_penalty = grpo.DEFAULT_FORMAT_PENALTY  # Used by format_filter="penalty" only.
   c.rl.filter_no_answer = False     # Drop groups where nobody answered.
   c.rl.tis_cap = 2.0                # Truncated importance sampling cap (0: off).
   c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)

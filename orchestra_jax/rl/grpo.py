@@ -70,6 +70,7 @@ def reward_std_filter(rewards, group_size: int, *, threshold: float = 0.1) -> ja
 # of the loss, "episode" drops episodes with any, "off" trains on them, and
 # "penalty" trains on them with a fixed low reward (`format_penalty_rewards`).
 FORMAT_FILTERS = ("turn", "episode", "off", "penalty")
+DEFAULT_FORMAT_PENALTY = -1.0  # below every reward the reward registry produces
 
 
 def format_filter(format_valid) -> jax.Array:

@@ -137,12 +137,12 @@ def validate(config: Any) -> None:
     errors.append(f"reward.type must be one of {REWARDS}, got {config.reward.type!r}")
   if config.rl.loss_agg not in LOSS_AGGS:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
-  from orchestra_jax.rl.grpo import FORMAT_FILTERS
+  from orchestra_jax.rl.grpo import DEFAULT_FORMAT_PENALTY, FORMAT_FILTERS
   from orchestra_jax.rl.learner import SCHEDULES
   if config.rl.format_filter not in FORMAT_FILTERS:
     errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
                   f"got {config.rl.format_filter!r}")
-  elif config.rl.format_filter != "penalty" and config.rl.format_penalty != -1.0:
+  elif config.rl.format_filter != "penalty" and config.rl.format_penalty != DEFAULT_FORMAT_PENALTY:
     errors.append(f"rl.format_penalty={config.rl.format_penalty} has no effect unless "
                   "rl.format_filter='penalty'")
   if config.rl.kl_type not in KL_TYPES:

@@ -76,7 +76,7 @@ def _make_tools(config, backends):
 
 def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_fn,
                  adv_clip: float | None, filter_reward_std: float,
-                 format_filter: str = "turn", format_penalty: float = -1.0,
+                 format_filter: str = "turn", format_penalty: float = grpo.DEFAULT_FORMAT_PENALTY,
                  filter_no_answer: bool = False) -> StepExperience:
   """Rewards, advantages and filters for graded trajectories (group by group).
 
