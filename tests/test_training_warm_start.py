@@ -1,4 +1,5 @@
-"""After a warm start, GRPO's KL reference is the warm-start policy, also on resume."""
+"""Warm start: which demonstrations are imitated, and GRPO's KL reference is the
+warm-start policy, also on resume."""
 
 import jax
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.rl.batching import build_train_batch
-from orchestra_jax.training import experiment, grpo_loop
+from orchestra_jax.training import experiment, grpo_loop, warm_start
 
 
 def _leaves(tree):
@@ -56,3 +57,32 @@ def test_missing_reference_is_a_clear_error(tmp_path):
     experiment.restore_reference(config, run)
   if hasattr(run.engine, "close"):
     run.engine.close()
+
+
+def _graded(correct):
+  return Trajectory(task_id="t", group_index=0, seed=0, token_ids=[1, 2], loss_mask=[0, 1],
+                    rollout_logprobs=[0.0, 0.0], prompt_length=1, finish_reason="answer",
+                    correct=correct)
+
+
+def test_demo_filter_keeps_solved_episodes_only():
+  demos = [_graded(True), _graded(False), _graded(None), _graded(True)]
+  assert warm_start.keep_demonstrations(demos, "none") == demos
+  assert warm_start.keep_demonstrations(demos, "correct") == [demos[0], demos[3]]
+  with pytest.raises(ValueError, match="unknown demo filter"):
+    warm_start.keep_demonstrations(demos, "best")
+
+
+def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
+  config = _config(tmp_path)
+  config.sft.demo_filter = "correct"
+  config.sft.num_demos = 6
+  run = grpo_loop.setup_run(config)
+  demos = experiment.collect_demonstrations(config, run)
+  assert demos and len(demos) <= 6 and all(d.correct for d in demos)
+  rerun = grpo_loop.setup_run(config)
+  again = experiment.collect_demonstrations(config, rerun)
+  assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
+  for engine in (run.engine, rerun.engine):
+    if hasattr(engine, "close"):
+      engine.close()

@@ -139,6 +139,7 @@ def _base() -> ml_collections.ConfigDict:
   c.sft.batch_size = 16
   c.sft.num_demos = 512
   c.sft.demo_policy = "random"      # How demonstrations pick tools.
+  c.sft.demo_filter = "none"        # "none" | "correct": imitate only solved episodes.
 
   # --- checkpoints, evaluation, logs ------------------------------------------
   c.checkpoint = ml_collections.ConfigDict()

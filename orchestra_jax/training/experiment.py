@@ -30,6 +30,8 @@ from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
 
+MAX_DEMO_ROUNDS = 8
+
 CURVES = ("reward", "accuracy", "cost_usd", "learner/loss", "learner/pg_clip_frac",
           "learner/grad_norm")
 
@@ -61,16 +63,7 @@ def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, 
 
 def run_warm_start(config, run) -> None:
   """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1)."""
-  tasks = grpo_loop.train_task_iterator(config)
-  demo_tasks = []
-  while len(demo_tasks) < config.sft.num_demos:
-    demo_tasks.extend(next(tasks))
-  demo_tasks = demo_tasks[: config.sft.num_demos]
-  configs = [run.sampler.sample(t, derive_seed(config.seed, 7, i))
-             for i, t in enumerate(demo_tasks)]
-  demos = run_sync(warm_start.router_demonstrations(
-      config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
-      loop_kwargs=builders.loop_kwargs(config), seed=derive_seed(config.seed, 8)))
+  demos = collect_demonstrations(config, run)
   from orchestra_jax.rl.learner import Learner
   learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
   batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
@@ -89,6 +82,40 @@ def run_warm_start(config, run) -> None:
     # policy); saved so that a resumed run gets the same reference back.
     save_params(warm_start_dir(config), learner.params)
     run.learner.set_reference(learner.params)
+
+
+def collect_demonstrations(config, run) -> list:
+  """`config.sft.num_demos` demonstrations that pass `config.sft.demo_filter`.
+
+  Rounds of `num_demos` training tasks are played by the demonstrator until
+  enough pass (at most `MAX_DEMO_ROUNDS` rounds); each round has its own tool
+  configurations and seeds, so the result is deterministic in `config.seed`.
+  """
+  tasks = grpo_loop.train_task_iterator(config)
+  want, kept, played = config.sft.num_demos, [], 0
+  for round_index in range(MAX_DEMO_ROUNDS):
+    demo_tasks = []
+    while len(demo_tasks) < want:
+      demo_tasks.extend(next(tasks))
+    demo_tasks = demo_tasks[:want]
+    configs = [run.sampler.sample(t, derive_seed(config.seed, 7, round_index * want + i))
+               for i, t in enumerate(demo_tasks)]
+    demos = run_sync(warm_start.router_demonstrations(
+        config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
+        loop_kwargs=builders.loop_kwargs(config),
+        seed=derive_seed(config.seed, 8, *([round_index] if round_index else []))))
+    played += len(demos)
+    kept.extend(warm_start.keep_demonstrations(demos, config.sft.demo_filter))
+    if len(kept) >= want:
+      break
+  if not kept:
+    raise RuntimeError(f"no {config.sft.demo_policy} demonstration of {played} passed "
+                       f"sft.demo_filter={config.sft.demo_filter!r}")
+  if len(kept) < want:
+    log.warning("only %d of %d demonstrations passed sft.demo_filter=%r after %d episodes",
+                len(kept), want, config.sft.demo_filter, played)
+  log.info("warm start: %d demonstrations kept of %d played", min(len(kept), want), played)
+  return kept[:want]
 
 
 def warm_start_dir(config) -> str:

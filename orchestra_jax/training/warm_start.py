@@ -39,6 +39,21 @@ async def router_demonstrations(router: str, tasks: Sequence[Any], tool_configs:
       sampling=_greedy(loop_kwargs), loop_kwargs=loop_kwargs)
 
 
+DEMO_FILTERS = ("none", "correct")
+
+
+def keep_demonstrations(demos: Sequence[Trajectory], demo_filter: str) -> list[Trajectory]:
+  """The demonstrations worth imitating: all of them ("none"), or only the
+  episodes graded correct ("correct": rejection-sampled behaviour cloning, so a
+  random demonstrator's successes teach which tools suit which task while its
+  failures teach nothing)."""
+  if demo_filter == "none":
+    return list(demos)
+  if demo_filter == "correct":
+    return [d for d in demos if d.correct]
+  raise ValueError(f"unknown demo filter {demo_filter!r}; choose one of {DEMO_FILTERS}")
+
+
 def _greedy(loop_kwargs):
   from orchestra_jax.rollout.engine import SamplingParams
   return SamplingParams(temperature=0.0, max_new_tokens=loop_kwargs["max_new_tokens_per_turn"])
