@@ -62,7 +62,8 @@ def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, 
 
 
 def run_warm_start(config, run) -> None:
-  """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1)."""
+  """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
+  on the demonstrations `config.sft.demo_filter` keeps."""
   demos = collect_demonstrations(config, run)
   from orchestra_jax.rl.learner import Learner
   learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
@@ -100,10 +101,13 @@ def collect_demonstrations(config, run) -> list:
     demo_tasks = demo_tasks[:want]
     configs = [run.sampler.sample(t, derive_seed(config.seed, 7, round_index * want + i))
                for i, t in enumerate(demo_tasks)]
+    # Round 0 keeps the seeds demonstrations had before rounds existed, so runs
+    # without a filter (one round) play exactly the recorded demonstrations.
+    round_seed = derive_seed(config.seed, 8, round_index) if round_index else derive_seed(
+        config.seed, 8)
     demos = run_sync(warm_start.router_demonstrations(
         config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
-        loop_kwargs=builders.loop_kwargs(config),
-        seed=derive_seed(config.seed, 8, *([round_index] if round_index else []))))
+        loop_kwargs=builders.loop_kwargs(config), seed=round_seed))
     played += len(demos)
     kept.extend(warm_start.keep_demonstrations(demos, config.sft.demo_filter))
     if len(kept) >= want:
