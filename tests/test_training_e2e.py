@@ -120,12 +120,13 @@ def test_config_errors_are_listed_together(tmp_path):
   config.tools.sandbox = "docker"
   config.rl.format_filter = "drop"
   config.sft.schedule = "step"
-  config.sft.demo_filter = "best"
+  config.sft.demo_filter = "cheapest"
+  config.sft.demo_best_of = 0
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
-                 "sft.schedule", "sft.demo_filter"):
+                 "sft.schedule", "sft.demo_filter", "sft.demo_best_of"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

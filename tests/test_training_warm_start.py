@@ -59,10 +59,10 @@ def test_missing_reference_is_a_clear_error(tmp_path):
     run.engine.close()
 
 
-def _graded(correct):
-  return Trajectory(task_id="t", group_index=0, seed=0, token_ids=[1, 2], loss_mask=[0, 1],
+def _graded(correct, task_id="t", cost=0.0):
+  return Trajectory(task_id=task_id, group_index=0, seed=0, token_ids=[1, 2], loss_mask=[0, 1],
                     rollout_logprobs=[0.0, 0.0], prompt_length=1, finish_reason="answer",
-                    correct=correct)
+                    correct=correct, cost_usd=cost)
 
 
 def test_demo_filter_keeps_solved_episodes_only():
@@ -70,7 +70,23 @@ def test_demo_filter_keeps_solved_episodes_only():
   assert warm_start.keep_demonstrations(demos, "none") == demos
   assert warm_start.keep_demonstrations(demos, "correct") == [demos[0], demos[3]]
   with pytest.raises(ValueError, match="unknown demo filter"):
-    warm_start.keep_demonstrations(demos, "best")
+    warm_start.keep_demonstrations(demos, "cheapest")
+
+
+def test_best_demo_filter_keeps_each_tasks_solved_episode_of_highest_utility():
+  a = [_graded(True, "a", 0.05), _graded(False, "a", 0.0), _graded(True, "a", 0.01)]
+  b = [_graded(False, "b"), _graded(None, "b"), _graded(False, "b")]  # unsolved: no demo
+  c = [_graded(True, "c", 0.02), _graded(True, "c", 0.02), _graded(False, "c", 0.0)]
+  demos = a + b + c
+  def utility(episodes):  # cheaper is better, whether or not the episode was solved
+    return np.array([-e.cost_usd for e in episodes])
+  kept = warm_start.keep_demonstrations(demos, "best", group_size=3, utility=utility)
+  # a: the cheaper solved one, not the cheapest (unsolved) one; c: the first on a tie.
+  assert [id(k) for k in kept] == [id(a[2]), id(c[0])]
+  with pytest.raises(ValueError, match="groups of 4"):
+    warm_start.keep_demonstrations(demos, "best", group_size=4, utility=utility)
+  with pytest.raises(ValueError, match="utility"):
+    warm_start.keep_demonstrations(demos, "best", group_size=3)
 
 
 def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
@@ -80,6 +96,23 @@ def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
   run = grpo_loop.setup_run(config)
   demos = experiment.collect_demonstrations(config, run)
   assert demos and len(demos) <= 6 and all(d.correct for d in demos)
+  rerun = grpo_loop.setup_run(config)
+  again = experiment.collect_demonstrations(config, rerun)
+  assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
+  for engine in (run.engine, rerun.engine):
+    if hasattr(engine, "close"):
+      engine.close()
+
+
+def test_best_demonstrations_are_the_cheapest_solved_of_their_task(tmp_path):
+  config = _config(tmp_path)
+  config.sft.demo_filter = "best"
+  config.sft.demo_best_of = 3
+  config.sft.num_demos = 4
+  run = grpo_loop.setup_run(config)
+  demos = experiment.collect_demonstrations(config, run)
+  assert demos and len(demos) <= 4 and all(d.correct for d in demos)
+  assert len({d.task_id for d in demos}) == len(demos)  # one per task
   rerun = grpo_loop.setup_run(config)
   again = experiment.collect_demonstrations(config, rerun)
   assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded

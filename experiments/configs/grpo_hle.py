@@ -17,6 +17,7 @@ Override any field on the command line: `--config.rl.lr=3e-6`.
 import ml_collections
 
 from orchestra_jax.rl import grpo
+from orchestra_jax.training import warm_start
 
 VARIANTS = ("demo", "micro", "qwen3_0p6b", "qwen3_8b")
 
@@ -139,7 +140,10 @@ def _base() -> ml_collections.ConfigDict:
   c.sft.batch_size = 16
   c.sft.num_demos = 512
   c.sft.demo_policy = "random"      # How demonstrations pick tools.
-  c.sft.demo_filter = "none"        # "none" | "correct": imitate only solved episodes.
+  # "none" | "correct" (imitate solved episodes only) | "best" (play each task
+  # sft.demo_best_of times, imitate its solved episode of highest utility).
+  c.sft.demo_filter = "none"
+  c.sft.demo_best_of = warm_start.DEFAULT_DEMO_BEST_OF
 
   # --- checkpoints, evaluation, logs ------------------------------------------
   c.checkpoint = ml_collections.ConfigDict()

@@ -139,7 +139,7 @@ def validate(config: Any) -> None:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
   from orchestra_jax.rl.grpo import DEFAULT_FORMAT_PENALTY, FORMAT_FILTERS
   from orchestra_jax.rl.learner import SCHEDULES
-  from orchestra_jax.training.warm_start import DEMO_FILTERS
+  from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
   if config.rl.format_filter not in FORMAT_FILTERS:
     errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
                   f"got {config.rl.format_filter!r}")
@@ -168,6 +168,11 @@ def validate(config: Any) -> None:
     errors.append(f"sft.warmup_steps must be in [0, sft.steps), got {config.sft.warmup_steps}")
   if config.sft.demo_filter not in DEMO_FILTERS:
     errors.append(f"sft.demo_filter must be one of {DEMO_FILTERS}, got {config.sft.demo_filter!r}")
+  if config.sft.demo_best_of < 1:
+    errors.append(f"sft.demo_best_of must be >= 1, got {config.sft.demo_best_of}")
+  elif config.sft.demo_filter != "best" and config.sft.demo_best_of != DEFAULT_DEMO_BEST_OF:
+    errors.append(f"sft.demo_best_of={config.sft.demo_best_of} has no effect unless "
+                  "sft.demo_filter='best'")
   if config.sft.steps and config.sft.demo_policy not in BASELINES:
     errors.append(f"sft.demo_policy must be a router {BASELINES}, got {config.sft.demo_policy!r}")
   if errors:

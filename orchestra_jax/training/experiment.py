@@ -12,6 +12,7 @@ Each stage that already left its result in the workdir is skipped on restart.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.training import builders, grpo_loop, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import split_list
-from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy
+from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy, heldout_rewards
 from orchestra_jax.training.metrics import plot_metrics
 from orchestra_jax.training.run_sync import run_sync
 
@@ -91,8 +92,14 @@ def collect_demonstrations(config, run) -> list:
   Rounds of `num_demos` training tasks are played by the demonstrator until
   enough pass (at most `MAX_DEMO_ROUNDS` rounds); each round has its own tool
   configurations and seeds, so the result is deterministic in `config.seed`.
+  With the "best" filter every task is played `sft.demo_best_of` times and the
+  held-out reward's utility (the task's own cost and latency preferences)
+  picks the episode kept.
   """
   tasks = grpo_loop.train_task_iterator(config)
+  best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
+  utility = functools.partial(heldout_rewards, cost_scale=config.eval.cost_scale_usd,
+                              latency_scale=config.eval.latency_scale_s)
   want, kept, played = config.sft.num_demos, [], 0
   for round_index in range(MAX_DEMO_ROUNDS):
     demo_tasks = []
@@ -107,9 +114,10 @@ def collect_demonstrations(config, run) -> list:
         config.seed, 8)
     demos = run_sync(warm_start.router_demonstrations(
         config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
-        loop_kwargs=builders.loop_kwargs(config), seed=round_seed))
+        loop_kwargs=builders.loop_kwargs(config), seed=round_seed, group_size=best_of))
     played += len(demos)
-    kept.extend(warm_start.keep_demonstrations(demos, config.sft.demo_filter))
+    kept.extend(warm_start.keep_demonstrations(demos, config.sft.demo_filter,
+                                               group_size=best_of, utility=utility))
     if len(kept) >= want:
       break
   if not kept:

@@ -14,7 +14,7 @@ are trained on (`conversation_example`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -28,29 +28,52 @@ log = logging.getLogger(__name__)
 
 
 async def router_demonstrations(router: str, tasks: Sequence[Any], tool_configs: Sequence[Any],
-                                *, env, tokenizer, loop_kwargs: dict, seed: int
-                                ) -> list[Trajectory]:
-  """One demonstration episode per task, played by `router`."""
+                                *, env, tokenizer, loop_kwargs: dict, seed: int,
+                                group_size: int = 1) -> list[Trajectory]:
+  """`group_size` demonstration episodes per task, task by task, played by `router`
+  (each with its own plan: a router's plan depends on the episode's group index)."""
   engine = RouterEngine(router, tokenizer, {t.id: c for t, c in zip(tasks, tool_configs)},
                         seed=seed)
   return await run_graded_episodes(
       tasks, tool_configs, engine=engine, tokenizer=tokenizer,
-      backends_for=lambda c: env.build_backends(c, seed=seed), group_size=1, seed=seed,
+      backends_for=lambda c: env.build_backends(c, seed=seed), group_size=group_size, seed=seed,
       sampling=_greedy(loop_kwargs), loop_kwargs=loop_kwargs)
 
 
-DEMO_FILTERS = ("none", "correct")
+DEMO_FILTERS = ("none", "correct", "best")
+DEFAULT_DEMO_BEST_OF = 4  # "best": episodes played per task
 
 
-def keep_demonstrations(demos: Sequence[Trajectory], demo_filter: str) -> list[Trajectory]:
-  """The demonstrations worth imitating: all of them ("none"), or only the
-  episodes graded correct ("correct": rejection-sampled behaviour cloning, so a
-  random demonstrator's successes teach which tools suit which task while its
-  failures teach nothing)."""
+def keep_demonstrations(demos: Sequence[Trajectory], demo_filter: str, *, group_size: int = 1,
+                        utility: Callable[[Sequence[Trajectory]], np.ndarray] | None = None
+                        ) -> list[Trajectory]:
+  """The demonstrations worth imitating.
+
+  "none": all of them. "correct": only the episodes graded correct (rejection-
+  sampled behaviour cloning: a random demonstrator's successes teach which tools
+  suit which task, its failures teach nothing). "best": `demos` holds
+  `group_size` consecutive episodes per task; of each task's correct ones, the
+  one of highest `utility` (the first on ties; none if no episode is correct).
+  With the user's own utility (cost and latency weighed by the task's
+  preferences) this is best-of-n rejection sampling: the demonstrator's cheapest
+  way to the right answer, so the warm start also learns what to spend.
+  """
   if demo_filter == "none":
     return list(demos)
   if demo_filter == "correct":
     return [d for d in demos if d.correct]
+  if demo_filter == "best":
+    if utility is None:
+      raise ValueError("demo filter 'best' needs a utility function")
+    if group_size < 1 or len(demos) % group_size:
+      raise ValueError(f"{len(demos)} demonstrations do not form groups of {group_size}")
+    scores = np.asarray(utility(demos), np.float64)
+    kept = []
+    for start in range(0, len(demos), group_size):
+      solved = [i for i in range(start, start + group_size) if demos[i].correct]
+      if solved:
+        kept.append(demos[max(solved, key=lambda i: (scores[i], -i))])
+    return kept
   raise ValueError(f"unknown demo filter {demo_filter!r}; choose one of {DEMO_FILTERS}")
 
 
