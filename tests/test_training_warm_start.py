@@ -89,33 +89,32 @@ def test_best_demo_filter_keeps_each_tasks_solved_episode_of_highest_utility():
     warm_start.keep_demonstrations(demos, "best", group_size=3)
 
 
+def _collect_twice(config):
+  """Demonstrations collected by two fresh runs of `config` (to check seeding)."""
+  collected = []
+  for _ in range(2):
+    run = grpo_loop.setup_run(config)
+    collected.append(experiment.collect_demonstrations(config, run))
+    if hasattr(run.engine, "close"):
+      run.engine.close()
+  return collected
+
+
 def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
   config = _config(tmp_path)
   config.sft.demo_filter = "correct"
   config.sft.num_demos = 6
-  run = grpo_loop.setup_run(config)
-  demos = experiment.collect_demonstrations(config, run)
+  demos, again = _collect_twice(config)
   assert demos and len(demos) <= 6 and all(d.correct for d in demos)
-  rerun = grpo_loop.setup_run(config)
-  again = experiment.collect_demonstrations(config, rerun)
   assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
-  for engine in (run.engine, rerun.engine):
-    if hasattr(engine, "close"):
-      engine.close()
 
 
-def test_best_demonstrations_are_the_cheapest_solved_of_their_task(tmp_path):
+def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
   config = _config(tmp_path)
   config.sft.demo_filter = "best"
   config.sft.demo_best_of = 3
   config.sft.num_demos = 4
-  run = grpo_loop.setup_run(config)
-  demos = experiment.collect_demonstrations(config, run)
+  demos, again = _collect_twice(config)
   assert demos and len(demos) <= 4 and all(d.correct for d in demos)
   assert len({d.task_id for d in demos}) == len(demos)  # one per task
-  rerun = grpo_loop.setup_run(config)
-  again = experiment.collect_demonstrations(config, rerun)
   assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
-  for engine in (run.engine, rerun.engine):
-    if hasattr(engine, "close"):
-      engine.close()
