@@ -108,6 +108,13 @@ def test_checkpoint_restores_the_same_parameters(two_steps):
   model_params = jax.tree.leaves(jax.device_get(nnx.state(run.model, nnx.Param)))
   for a, b in zip(jax.tree.leaves(after), model_params):
     np.testing.assert_array_equal(a, np.asarray(b))
+  # And so does the engine, which samples from its own copy (evaluate.py
+  # evaluates a checkpoint through it without training a step).
+  assert run.engine.weight_version == 2
+  engine_params = jax.tree.leaves(jax.device_get(run.engine._state))
+  assert len(engine_params) == len(model_params)
+  for a, b in zip(jax.tree.leaves(after), engine_params):
+    np.testing.assert_array_equal(a, np.asarray(b))
   if hasattr(run.engine, "close"):
     run.engine.close()
 

@@ -99,7 +99,13 @@ def train_task_iterator(config):
 
 
 def restore(run: Run, iterator) -> int:
-  """Restores the last checkpoint into the learner and iterator; returns its step."""
+  """Restores the last checkpoint into the learner, the rollout engine and the
+  iterator; returns its step (0 where there is no checkpoint).
+
+  The engine samples from its own copy of the weights, so it is synced here:
+  a caller that only evaluates (experiments/evaluate.py) gets the checkpoint's
+  policy, not the freshly initialised one the engine was built with.
+  """
   step = run.checkpointer.latest_step()
   if step is None:
     return 0
@@ -107,6 +113,7 @@ def restore(run: Run, iterator) -> int:
                                       opt_state=run.learner.opt_state,
                                       rng=jax.random.key(run.config.seed))
   run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
+  run_sync(sync_weights(run, restored.step))
   if iterator is not None and restored.data_state is not None:
     iterator.set_state(restored.data_state)
   log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
@@ -154,8 +161,6 @@ def grpo_train(run: Run, *, progress=None) -> int:
   config = run.config
   iterator = train_task_iterator(config)
   start = restore(run, iterator)
-  if start:
-    run_sync(sync_weights(run, start))
   writer = MetricsWriter(run.workdir, total_steps=config.num_steps,
                          use_tensorboard=config.log.tensorboard, resume_step=start)
   timer = Timer()
