@@ -38,7 +38,7 @@ def fake_sandbox(code, *, timeout_s):
   return SandboxResult("4\n", "", 0, False, False, duration_s=2.0)
 
 
-def setup(expert=None):
+def setup(expert=None, *, charge_measured_time=True):
   aliases = (ModelAlias("search-1", "search", "m", 1.0, 10.0, 5.0),
              ModelAlias("reasoner-1", "enhance_reasoning", "m", 2.0, 4.0, 5.0),
              ModelAlias("answer-1", "answer", "m", 0.5, 1.5, 5.0))
@@ -51,7 +51,8 @@ def setup(expert=None):
           Document("d2", "Pell Guild was founded in 1700.", "Pell Guild"),
           Document("d3", "Zorbel Works has 12 members.", "Zorbel Works")]
   backends = Backends(experts={"m": expert or FixedExpert()},
-                      retriever=BM25Retriever(docs), run_code=fake_sandbox)
+                      retriever=BM25Retriever(docs), run_code=fake_sandbox,
+                      charge_measured_time=charge_measured_time)
   return make_tools(config, backends), ToolContext(task=TASK, seed=0)
 
 
@@ -86,6 +87,19 @@ def test_python_tool_bills_per_second():
   r = asyncio.run(tools["python"]({"code": "print(2 + 2)"}, ctx))
   assert r.cost_usd == pytest.approx(0.2) and r.latency_s == 2.0
   assert not r.is_final
+
+
+def test_measured_time_can_go_uncharged():
+  """Offline runs charge no wall time: cost and latency repeat exactly."""
+  tools, ctx = setup(charge_measured_time=False)
+  r = asyncio.run(tools["search"]({"model": "search-1"}, ctx))
+  assert r.latency_s == 3.0
+  assert r.cost_usd == pytest.approx((1000 * 1.0 + 200 * 10.0) / 1e6 + 0.01 + 2 * 0.002)
+  r = asyncio.run(tools["enhance_reasoning"]({"model": "reasoner-1"}, ctx))
+  assert r.latency_s == 3.0 and r.metadata["code_seconds"] == 2.0
+  assert r.cost_usd == pytest.approx((1000 * 2.0 + 200 * 4.0) / 1e6)
+  r = asyncio.run(tools["python"]({"code": "print(2 + 2)"}, ctx))
+  assert r.cost_usd == 0 and r.latency_s == 0 and ctx.notes == ["4", "4"]
 
 
 def test_bad_arguments_and_failing_backends_become_errors():

@@ -107,6 +107,9 @@ def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
   demos, again = _collect_twice(config)
   assert demos and len(demos) <= 6 and all(d.correct for d in demos)
   assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
+  # Charged to the seed, not the clock (tools.charge_measured_time=False).
+  assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s)
+                                                        for d in demos]
 
 
 def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
@@ -118,3 +121,6 @@ def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
   assert demos and len(demos) <= 4 and all(d.correct for d in demos)
   assert len({d.task_id for d in demos}) == len(demos)  # one per task
   assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
+  # Charged to the seed, not the clock (tools.charge_measured_time=False).
+  assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s)
+                                                        for d in demos]

@@ -97,6 +97,10 @@ def _base() -> ml_collections.ConfigDict:
   # Model-written code runs under bubblewrap ("bwrap", Linux). "rlimits" only
   # limits resources (no network or file isolation): for trusted set-ups only.
   c.tools.sandbox = "bwrap"
+  # Charge the sandbox's and the retriever's measured wall time (code cost,
+  # latency). False: offline rewards depend on the seed only, not on machine
+  # load, so runs repeat and a resumed run retraces an uninterrupted one.
+  c.tools.charge_measured_time = True
 
   # --- reward ----------------------------------------------------------------
   c.reward = ml_collections.ConfigDict()
@@ -185,6 +189,7 @@ def _demo(c):
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
   c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
+  c.tools.charge_measured_time = False  # Rewards a function of the seed alone.
   # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.5
   # keeps half of them well-formed (log-probs are taken at the same temperature).
   # Evaluation samples at the same temperature: it scores the policy GRPO trained.

@@ -48,12 +48,16 @@ class SyntheticOrchestrationEnv:
     num_entities: organisations in the corpus.
     heldout_fraction: share of organisations reserved for held-out questions.
     domain_weights: relative frequency of each domain in `DOMAINS` order.
+    run_code: the sandbox of `build_backends`.
+    charge_measured_time: whether tools charge the sandbox's and the
+      retriever's wall time (see `tools.registry.Backends`).
   """
 
   def __init__(self, seed: int = 0, *, num_entities: int = 400,
                heldout_fraction: float = 0.2,
                domain_weights: Sequence[float] = (1.0, 1.0, 1.0),
-               run_code: Callable[..., Any] = run_python):
+               run_code: Callable[..., Any] = run_python,
+               charge_measured_time: bool = True):
     if len(domain_weights) != len(DOMAINS) or min(domain_weights) < 0 \
         or sum(domain_weights) <= 0:
       raise ValueError(f"domain_weights: {len(DOMAINS)} non-negative numbers "
@@ -62,6 +66,7 @@ class SyntheticOrchestrationEnv:
       raise ValueError("need num_entities >= 2 and 0 < heldout_fraction < 1")
     self.seed = seed
     self.run_code = run_code  # the sandbox of `build_backends` by default
+    self.charge_measured_time = charge_measured_time
     weights = np.asarray(domain_weights, dtype=np.float64)
     self.domain_probs = weights / weights.sum()
     self.entities = synthetic_world.make_entities(
@@ -149,7 +154,8 @@ class SyntheticOrchestrationEnv:
     """
     return synthetic_models.build_offline_backends(
         tool_config, retriever=self.retriever, seed=seed,
-        sleep_scale=sleep_scale, run_code=run_code or self.run_code)
+        sleep_scale=sleep_scale, run_code=run_code or self.run_code,
+        charge_measured_time=self.charge_measured_time)
 
   # --- tool configurations -------------------------------------------------------
 

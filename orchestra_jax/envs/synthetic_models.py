@@ -97,15 +97,17 @@ def simulated_experts(tool_config: ToolConfig | None = None, *, seed: int = 0,
 def build_offline_backends(tool_config: ToolConfig | None = None, *,
                            retriever: Any, seed: int = 0,
                            sleep_scale: float = 0.0,
-                           run_code: Callable[..., Any] = run_python
-                           ) -> Backends:
+                           run_code: Callable[..., Any] = run_python,
+                           charge_measured_time: bool = True) -> Backends:
   """Simulated experts, search and sandbox: everything `make_tools` needs,
   offline. `make_tools` rebuilds the experts for each task's ToolConfig (via
   `Backends.experts_for_config`), so one Backends serves sampled configs and
-  simulated latencies always follow the prices table the policy saw."""
+  simulated latencies always follow the prices table the policy saw.
+  `charge_measured_time`: see `Backends`."""
   return Backends(
       experts=simulated_experts(tool_config, seed=seed,
                                 sleep_scale=sleep_scale),
       retriever=retriever, run_code=run_code,
       experts_for_config=functools.partial(simulated_experts, seed=seed,
-                                           sleep_scale=sleep_scale))
+                                           sleep_scale=sleep_scale),
+      charge_measured_time=charge_measured_time)

@@ -76,7 +76,8 @@ class FunctionTool:
 class PythonTool:
   """`python(code)`: runs orchestrator-written code in the sandbox.
 
-  cost = duration_s * code_price_per_s; latency = duration_s (measured).
+  cost = duration_s * code_price_per_s; latency = duration_s (measured;
+  both 0 where `Backends.charge_measured_time` is off).
   The output is also appended to ctx.notes.
   """
 
@@ -98,11 +99,11 @@ class PythonTool:
                                      timeout_s=self.config.code_timeout_s)
     text = format_sandbox_result(result)
     ctx.notes.append(text)
+    seconds = self.backends.charged_seconds(result.duration_s)
     return ToolResult(
         text=text,
-        cost_usd=pricing.code_cost(result.duration_s,
-                                   self.config.code_price_per_s),
-        latency_s=result.duration_s,
+        cost_usd=pricing.code_cost(seconds, self.config.code_price_per_s),
+        latency_s=seconds,
         metadata={"tool": self.name, "exit_code": result.exit_code,
                   "timed_out": result.timed_out})
 

@@ -9,17 +9,19 @@ work in its role (see `prompts`):
                      `metadata["allowed_doc_ids"]` when present), appended to
                      ctx.documents.
                      cost = tokens + price_per_query + n_docs * price_per_doc
-                     latency = expert latency + measured retrieval time
+                     latency = expert latency + measured retrieval time*
   enhance_reasoning: the expert writes a program; the sandbox runs it; the
                      output is appended to ctx.notes.
-                     cost = tokens + seconds * code_price_per_s
-                     latency = expert latency + measured execution time
+                     cost = tokens + seconds* * code_price_per_s
+                     latency = expert latency + measured execution time*
   answer:            the expert answers; `ToolResult.final_answer` holds the
                      extracted answer and the episode ends.
                      cost = tokens; latency = expert latency
 
 where tokens = (prompt_tokens * price_in + completion_tokens * price_out) / 1e6
-with the alias's prices. A bad alias or a failing backend returns a
+with the alias's prices, and * marks measured wall time, charged only where
+`Backends.charge_measured_time` is set (offline runs leave it out, so that
+their rewards do not depend on machine load). A bad alias or a failing backend returns a
 `ToolResult` with `error` set (and whatever was already spent).
 """
 
@@ -107,7 +109,7 @@ class SearchTool(MetaTool):
     docs = await asyncio.to_thread(
         self.backends.retriever.search, query, self.config.search_top_k,
         ctx.task.metadata.get("allowed_doc_ids"))
-    retrieval_s = time.monotonic() - start
+    retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
     for d in docs:
       if d.render() not in ctx.documents:
         ctx.documents.append(d.render())
@@ -135,11 +137,11 @@ class EnhanceReasoningTool(MetaTool):
     ctx.notes.append(output)
     meta.update(code=code, exit_code=result.exit_code,
                 timed_out=result.timed_out, code_seconds=result.duration_s)
+    seconds = self.backends.charged_seconds(result.duration_s)
     return ToolResult(
         text=f"```python\n{code.strip()}\n```\nOutput:\n{output}",
-        cost_usd=cost + pricing.code_cost(result.duration_s,
-                                          self.config.code_price_per_s),
-        latency_s=reply.latency_s + result.duration_s, metadata=meta)
+        cost_usd=cost + pricing.code_cost(seconds, self.config.code_price_per_s),
+        latency_s=reply.latency_s + seconds, metadata=meta)
 
 
 class AnswerTool(MetaTool):

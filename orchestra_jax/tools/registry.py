@@ -32,6 +32,11 @@ class Backends:
     experts_for_config: optional `(tool_config) -> experts`; when set,
       `make_tools` uses its experts for that task instead of `experts`
       (simulated experts take their latencies from the task's config).
+    charge_measured_time: True charges the wall time the sandbox and the
+      retriever really took (code cost and latency). False charges nothing for
+      it: with simulated experts, cost and latency are then functions of the
+      seed alone, not of machine load, so offline rewards repeat exactly
+      (a resumed run retraces an uninterrupted one).
   """
 
   experts: dict[str, ExpertClient]
@@ -40,6 +45,11 @@ class Backends:
   expert_max_tokens: int = 2048
   expert_temperature: float = 0.0
   experts_for_config: Callable[[Any], dict[str, ExpertClient]] | None = None
+  charge_measured_time: bool = True
+
+  def charged_seconds(self, measured_s: float) -> float:
+    """The part of a measured wall time that is charged (see the attribute)."""
+    return float(measured_s) if self.charge_measured_time else 0.0
 
 
 def make_tools(tool_config: config_lib.ToolConfig,

@@ -128,7 +128,8 @@ def build_env(config):
   from orchestra_jax.tools.python_sandbox import run_python
   return SyntheticOrchestrationEnv(
       seed=config.seed, num_entities=config.data.synthetic_num_entities,
-      run_code=functools.partial(run_python, isolation=config.tools.sandbox))
+      run_code=functools.partial(run_python, isolation=config.tools.sandbox),
+      charge_measured_time=config.tools.charge_measured_time)
 
 
 def source_specs(config, split: str, num_synthetic: int) -> list[dict[str, Any]]:
