@@ -21,8 +21,9 @@ work in its role (see `prompts`):
 where tokens = (prompt_tokens * price_in + completion_tokens * price_out) / 1e6
 with the alias's prices, and * marks measured wall time, charged only where
 `Backends.charge_measured_time` is set (offline runs leave it out, so that
-their rewards do not depend on machine load). A bad alias or a failing backend returns a
-`ToolResult` with `error` set (and whatever was already spent).
+their rewards do not depend on machine load). A bad alias or a failing
+backend returns a `ToolResult` with `error` set (and whatever was already
+spent).
 """
 
 from __future__ import annotations
