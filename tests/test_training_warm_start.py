@@ -89,27 +89,29 @@ def test_best_demo_filter_keeps_each_tasks_solved_episode_of_highest_utility():
     warm_start.keep_demonstrations(demos, "best", group_size=3)
 
 
-def _collect_twice(config):
-  """Demonstrations collected by two fresh runs of `config` (to check seeding)."""
+def _collect_seeded(config):
+  """Demonstrations of `config`, after checking that a second fresh run collects
+  the same ones: same tokens, and (tools.charge_measured_time=False) the same
+  costs and latencies, charged to the seed, not the clock."""
   collected = []
   for _ in range(2):
     run = grpo_loop.setup_run(config)
     collected.append(experiment.collect_demonstrations(config, run))
     if hasattr(run.engine, "close"):
       run.engine.close()
-  return collected
+  demos, again = collected
+  assert [d.token_ids for d in again] == [d.token_ids for d in demos]
+  assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s)
+                                                        for d in demos]
+  return demos
 
 
 def test_correct_demonstrations_are_collected_until_enough_pass(tmp_path):
   config = _config(tmp_path)
   config.sft.demo_filter = "correct"
   config.sft.num_demos = 6
-  demos, again = _collect_twice(config)
+  demos = _collect_seeded(config)
   assert demos and len(demos) <= 6 and all(d.correct for d in demos)
-  assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
-  # Charged to the seed, not the clock (tools.charge_measured_time=False).
-  assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s)
-                                                        for d in demos]
 
 
 def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
@@ -117,10 +119,6 @@ def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
   config.sft.demo_filter = "best"
   config.sft.demo_best_of = 3
   config.sft.num_demos = 4
-  demos, again = _collect_twice(config)
+  demos = _collect_seeded(config)
   assert demos and len(demos) <= 4 and all(d.correct for d in demos)
   assert len({d.task_id for d in demos}) == len(demos)  # one per task
-  assert [d.token_ids for d in again] == [d.token_ids for d in demos]  # seeded
-  # Charged to the seed, not the clock (tools.charge_measured_time=False).
-  assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s)
-                                                        for d in demos]
