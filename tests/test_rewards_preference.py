@@ -61,8 +61,22 @@ def test_efficiency_reward_with_floor():
         efficiency_rewards(features, [True] * 3, cost_weight=-1.0, latency_weight=0.0)
 
 
+def test_utility_reward_weighs_cost_and_latency_by_the_tasks_preference():
+    features = [{"cost": 0.01, "latency": 30.0}, {"cost": 0.04, "latency": 60.0},
+                {"cost": 0.0, "latency": 0.0}]
+    pref = {"accuracy": 1.0, "cost": 0.5, "latency": 0.2}
+    fn = make_reward("utility", cost_scale=0.02, latency_scale=120.0)
+    # 1 - 0.5*0.01/0.02 - 0.2*30/120 = 0.7; the second would be 1 - 1 - 0.1 < 0: floor 0.
+    np.testing.assert_allclose(fn(features, [True, True, False], pref), [0.7, 0.0, 0.0],
+                               rtol=1e-6)
+    # No stated efficiency preference: every right answer is worth 1, whatever it cost.
+    np.testing.assert_allclose(fn(features, [True, True, True], {"accuracy": 1.0}), [1, 1, 1])
+    with pytest.raises(ValueError, match="scales must be positive"):
+        make_reward("utility", cost_scale=0.0, latency_scale=1.0)(features, [True] * 3, pref)
+
+
 def test_registry_binds_weights_and_rejects_unknown_names():
-    assert REWARDS.names() == ["efficiency", "outcome", "preference"]
+    assert REWARDS.names() == ["efficiency", "outcome", "preference", "utility"]
     fn = make_reward("efficiency", cost_weight=2.0, latency_weight=0.0)
     assert fn([{"cost": 0.25, "latency": 9.0}], [True], {}).tolist() == [0.5]
     with pytest.raises(ValueError, match="unknown reward"):

@@ -104,7 +104,9 @@ def _base() -> ml_collections.ConfigDict:
 
   # --- reward ----------------------------------------------------------------
   c.reward = ml_collections.ConfigDict()
-  c.reward.type = "preference"      # "preference" | "efficiency" | "outcome".
+  # "preference" (paper) | "efficiency" | "outcome" | "utility" (the held-out
+  # evaluation's reward, with eval.cost_scale_usd and eval.latency_scale_s).
+  c.reward.type = "preference"
   c.reward.efficiency_alpha = 1.0   # efficiency: 1 - alpha·cost - beta·latency.
   c.reward.efficiency_beta = 0.0
   c.reward.efficiency_floor = 0.0

@@ -1,4 +1,6 @@
-"""An alternative, preference-free efficiency reward.
+"""Absolute (not group-relative) rewards that trade correctness against spending.
+
+Efficiency, preference-free:
 
     R_i = max(floor, 1 − α · cost_i − β · latency_i)   if episode i is correct,
     R_i = 0                                             otherwise,
@@ -7,6 +9,14 @@ with cost in US dollars and latency in seconds. Unlike the preference reward it
 is not relative to the group, so it is meaningful for G = 1 and for evaluation.
 The floor (≥ 0 by default) keeps a right-but-expensive answer from scoring below
 a wrong one.
+
+Utility, the same with the weights taken from the task's preference vector P:
+
+    α = P_cost / cost_scale,   β = P_latency / latency_scale,   floor 0,
+
+so a dollar weighs what the user said it does. Held-out evaluation scores every
+policy with it (`training/evaluation.py`); as a training reward it optimises
+that score directly, where the paper's reward only ranks a group's episodes.
 """
 
 from __future__ import annotations
@@ -38,3 +48,16 @@ def efficiency_rewards(features: Sequence[Mapping[str, float]], correct: Sequenc
     value = np.maximum(floor, 1.0 - cost_weight * cost - latency_weight * latency)
     return np.where(np.asarray(correct, dtype=bool), value, 0.0).astype(np.float32)
 
+
+
+def utility_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
+                    preference: Mapping[str, float], *, cost_scale: float,
+                    latency_scale: float) -> np.ndarray:
+    """max(0, 1 − P_cost·cost/cost_scale − P_latency·latency/latency_scale) for
+    correct episodes, 0 for wrong ones (see the module docstring)."""
+    if cost_scale <= 0 or latency_scale <= 0:
+        raise ValueError(f"scales must be positive, got cost_scale={cost_scale}, "
+                         f"latency_scale={latency_scale}")
+    return efficiency_rewards(features, correct,
+                              cost_weight=preference.get("cost", 0.0) / cost_scale,
+                              latency_weight=preference.get("latency", 0.0) / latency_scale)

@@ -12,6 +12,8 @@ binds the weights from the config:
                   task's preference vector P does the weighting;
     "efficiency"  1 − α·cost − β·latency with a floor (rewards/efficiency.py);
                   weights: cost_weight, latency_weight, floor;
+    "utility"     the same with α, β from the task's preference vector, the
+                  held-out evaluation's reward; weights: cost_scale, latency_scale;
     "outcome"     1 if correct else 0 (rewards/outcome.py).
 """
 
@@ -22,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from orchestra_jax.rewards.efficiency import efficiency_rewards
+from orchestra_jax.rewards.efficiency import efficiency_rewards, utility_rewards
 from orchestra_jax.rewards.outcome import outcome_rewards
 from orchestra_jax.rewards.preference import preference_rewards
 from orchestra_jax.rl.registry import Registry
@@ -42,6 +44,12 @@ def _preference() -> GroupReward:
 def _efficiency(*, cost_weight: float, latency_weight: float, floor: float = 0.0) -> GroupReward:
     return functools.partial(efficiency_rewards, cost_weight=cost_weight,
                              latency_weight=latency_weight, floor=floor)
+
+
+@REWARDS.register("utility")
+def _utility(*, cost_scale: float, latency_scale: float) -> GroupReward:
+    return functools.partial(utility_rewards, cost_scale=cost_scale,
+                             latency_scale=latency_scale)
 
 
 @REWARDS.register("outcome")

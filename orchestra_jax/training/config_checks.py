@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 ENGINES = ("jax", "sglang")
-REWARDS = ("preference", "efficiency", "outcome")
+REWARDS = ("preference", "efficiency", "utility", "outcome")
 BACKENDS = ("offline",)
 SANDBOXES = ("bwrap", "rlimits")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -158,6 +158,9 @@ def validate(config: Any) -> None:
   elif buckets[-1] < config.agent.max_context_tokens:
     errors.append(f"rl.seq_buckets: the largest ({buckets[-1]}) must hold "
                   f"agent.max_context_tokens ({config.agent.max_context_tokens})")
+  if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
+    errors.append("eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
+                  "the held-out reward and reward.type='utility')")
   for name in split_list(config.eval.baselines):
     if name not in BASELINES:
       errors.append(f"eval.baselines: unknown router {name!r}; known: {BASELINES}")

@@ -26,7 +26,7 @@ import numpy as np
 
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.eval.summary import summarize
-from orchestra_jax.rewards.efficiency import efficiency_rewards
+from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.training.rollouts import run_graded_episodes
 
 EVAL_PREFERENCES = (
@@ -57,15 +57,13 @@ def eval_tool_configs(env, tasks: Sequence[Any], *, seed: int = 0,
 
 
 def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) -> np.ndarray:
-  """The module docstring's R for each graded episode: the efficiency reward with
-  α = P_cost / cost_scale and β = P_latency / latency_scale from its own preference."""
+  """The module docstring's R for each graded episode (`rewards.efficiency.
+  utility_rewards` under the episode's own preference)."""
   if not trajectories:
     return np.zeros(0, np.float32)
   return np.concatenate([
-      efficiency_rewards([t.features()], [bool(t.correct)],
-                         cost_weight=t.preference.get("cost", 0.0) / cost_scale,
-                         latency_weight=t.preference.get("latency", 0.0) / latency_scale,
-                         floor=0.0)
+      utility_rewards([t.features()], [bool(t.correct)], t.preference,
+                      cost_scale=cost_scale, latency_scale=latency_scale)
       for t in trajectories]).astype(np.float32)
 
 

@@ -68,6 +68,9 @@ def make_reward_fn(config):
     return make_reward("efficiency", cost_weight=config.reward.efficiency_alpha,
                        latency_weight=config.reward.efficiency_beta,
                        floor=config.reward.efficiency_floor)
+  if config.reward.type == "utility":  # The held-out evaluation's own utility.
+    return make_reward("utility", cost_scale=config.eval.cost_scale_usd,
+                       latency_scale=config.eval.latency_scale_s)
   return make_reward(config.reward.type)
 
 
