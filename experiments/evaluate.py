@@ -24,14 +24,15 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True)
 _POLICIES = flags.DEFINE_string(
     "policies", "checkpoint,always_strongest,always_cheapest,random",
-    "Comma-separated policies: checkpoint, hf:<folder>, or a router name.")
+    "Comma-separated policies: checkpoint, hf:<folder>, or a router name "
+    "(or a '+' mixture of routers).")
 
 
 def main(argv):
   del argv
   flags_util.init_distributed()
   from orchestra_jax.eval.report import write_report
-  from orchestra_jax.eval.routers import ROUTERS, RouterEngine
+  from orchestra_jax.eval.routers import RouterEngine, is_router
   from orchestra_jax.training import builders, experiment, grpo_loop
   from orchestra_jax.training.config_checks import split_list
   from orchestra_jax.training.evaluation import eval_tool_configs
@@ -43,7 +44,7 @@ def main(argv):
   tool_configs = eval_tool_configs(env, tasks, seed=config.seed,
                                    description_style=config.tools.description_style)
   for policy in split_list(_POLICIES.value):
-    if policy in ROUTERS:
+    if is_router(policy):
       engine, extra = RouterEngine(policy, tokenizer, tool_configs, seed=config.seed), {
           "baseline": True}
     elif policy == "checkpoint":

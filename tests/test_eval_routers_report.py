@@ -40,6 +40,21 @@ def test_plans_pick_by_price(env):
     routers.make_plan("oracle", config, 0)
 
 
+def test_a_mixture_plays_one_of_its_routers_per_episode(env):
+  config = env.default_tool_config()
+  cheapest = routers.make_plan("always_cheapest", config, seed=0)
+  direct = routers.make_plan("direct_strongest", config, seed=0)
+  plans = [routers.make_plan("always_cheapest+direct_strongest", config, seed)
+           for seed in range(40)]
+  assert all(p in (cheapest, direct) for p in plans)
+  assert 10 <= sum(p == cheapest for p in plans) <= 30  # Drawn about evenly.
+  assert plans == [routers.make_plan("always_cheapest+direct_strongest", config, seed)
+                   for seed in range(40)]  # Seeded.
+  assert routers.is_router("random+always_cheapest") and not routers.is_router("random+oracle")
+  with pytest.raises(ValueError, match="unknown router 'oracle'"):
+    routers.make_plan("random+oracle", config, 0)
+
+
 def test_tool_call_text_parses_back():
   from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
   calls = parse_tool_calls(routers.tool_call_text("answer", {"model": "answer-2"}))

@@ -156,3 +156,13 @@ def test_every_variant_builds(variant):
   assert config.variant == variant
   if variant in ("demo", "micro"):
     validate(config)
+
+
+def test_demo_policy_may_be_a_mixture_of_routers():
+  config = grpo_hle.get_config("micro")
+  config.sft.steps = 5
+  config.sft.demo_policy = "always_cheapest+direct_strongest"
+  validate(config)
+  config.sft.demo_policy = "random+oracle"
+  with pytest.raises(ConfigError, match="sft.demo_policy"):
+    validate(config)

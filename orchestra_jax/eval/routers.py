@@ -11,8 +11,12 @@ so routers are graded, priced and logged exactly like a trained policy.
   direct_strongest   answer at once with the strongest answer model
   random             1 to 3 steps, uniformly random tools and aliases, then answer
 
-The `random` router is also the demonstrator of the demo's warm start: it
-teaches the call format while saying nothing about which tool is right.
+A name joined with "+" is a mixture: each episode follows one of the named
+routers, drawn uniformly (seeded), e.g. "always_cheapest+direct_strongest+random".
+
+Routers are also the demonstrators of the warm start (`sft.demo_policy`): they
+teach the call format and whole plans, while a choice that ignores the task
+says nothing about which plan suits it.
 """
 
 from __future__ import annotations
@@ -73,11 +77,31 @@ ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
 }
 
 
+MIXTURE_SEPARATOR = "+"
+
+
+def router_parts(router: str) -> tuple[str, ...]:
+  """The routers that `router` names: one, or the parts of a "+" mixture."""
+  parts = tuple(router.split(MIXTURE_SEPARATOR))
+  unknown = [p for p in parts if p not in ROUTERS]
+  if unknown:
+    raise ValueError(f"unknown router {unknown[0]!r} in {router!r}; choose from "
+                     f"{sorted(ROUTERS)}, or join several with {MIXTURE_SEPARATOR!r}")
+  return parts
+
+
+def is_router(name: str) -> bool:
+  """Whether `name` is a router or a "+" mixture of routers."""
+  return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
+
+
 def make_plan(router: str, tool_config, seed: int) -> Plan:
   """The plan of `router` for one episode (deterministic in `seed`)."""
-  if router not in ROUTERS:
-    raise ValueError(f"unknown router {router!r}; choose one of {sorted(ROUTERS)}")
-  return ROUTERS[router](tool_config, np.random.default_rng(seed))
+  parts = router_parts(router)
+  rng = np.random.default_rng(seed)
+  if len(parts) > 1:
+    router = parts[int(rng.integers(len(parts)))]
+  return ROUTERS[router](tool_config, rng)
 
 
 def parse_request_id(request_id: str) -> tuple[str, int, int]:
@@ -90,7 +114,7 @@ class RouterEngine(ScriptedEngine):
   """A `RolloutEngine` that plays each episode's router plan, one call a turn.
 
   Args:
-    router: a name in `ROUTERS`.
+    router: a name in `ROUTERS`, or a "+" mixture of them.
     tokenizer: the policy's tokenizer (calls are emitted as its token ids).
     tool_configs: task id -> the ToolConfig that episode runs with.
     seed: plans are drawn from (seed, task, group index).
@@ -98,8 +122,7 @@ class RouterEngine(ScriptedEngine):
 
   def __init__(self, router: str, tokenizer, tool_configs: Mapping[str, Any], *,
                seed: int = 0):
-    if router not in ROUTERS:
-      raise ValueError(f"unknown router {router!r}; choose one of {sorted(ROUTERS)}")
+    router_parts(router)  # Fails early on an unknown name.
     self.router = router
     self.tokenizer = tokenizer
     self.tool_configs = dict(tool_configs)

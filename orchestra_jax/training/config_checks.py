@@ -19,6 +19,11 @@ KL_TYPES = ("k1", "mse", "k3")
 BASELINES = ("always_strongest", "always_cheapest", "direct_strongest", "random")
 
 
+def _is_router(name: str) -> bool:
+  """A router of `eval/routers.py`, or a "+" mixture of them."""
+  return all(part in BASELINES for part in name.split("+"))
+
+
 class ConfigError(ValueError):
   """A config that cannot run; the message lists every problem, one per line."""
 
@@ -162,8 +167,9 @@ def validate(config: Any) -> None:
     errors.append("eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
                   "the held-out reward and reward.type='utility')")
   for name in split_list(config.eval.baselines):
-    if name not in BASELINES:
-      errors.append(f"eval.baselines: unknown router {name!r}; known: {BASELINES}")
+    if not _is_router(name):
+      errors.append(f"eval.baselines: unknown router {name!r}; known: {BASELINES} "
+                    "or a '+' mixture of them")
   if config.sft.schedule not in SCHEDULES:
     errors.append(f"sft.schedule must be one of {SCHEDULES}, got {config.sft.schedule!r}")
   if config.sft.warmup_steps < 0 or (config.sft.steps
@@ -176,7 +182,8 @@ def validate(config: Any) -> None:
   elif config.sft.demo_filter != "best" and config.sft.demo_best_of != DEFAULT_DEMO_BEST_OF:
     errors.append(f"sft.demo_best_of={config.sft.demo_best_of} has no effect unless "
                   "sft.demo_filter='best'")
-  if config.sft.steps and config.sft.demo_policy not in BASELINES:
-    errors.append(f"sft.demo_policy must be a router {BASELINES}, got {config.sft.demo_policy!r}")
+  if config.sft.steps and not _is_router(config.sft.demo_policy):
+    errors.append(f"sft.demo_policy must be a router {BASELINES} or a '+' mixture of them, "
+                  f"got {config.sft.demo_policy!r}")
   if errors:
     raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
