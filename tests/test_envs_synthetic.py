@@ -9,6 +9,7 @@ import pytest
 
 from orchestra_jax.envs.base import Task, TaskSource
 from orchestra_jax.envs.synthetic import DOMAINS, SyntheticOrchestrationEnv
+from orchestra_jax.rewards.outcome import is_correct
 from orchestra_jax.tools import python_sandbox
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.python_sandbox import SandboxResult
@@ -49,6 +50,9 @@ def test_domains_answers_and_splits(env):
       assert t.answer_type == "numeric"
       assert str(eval(t.metadata["expression"])) == t.answer  # noqa: S307
       assert all(str(eval(w)) != t.answer for w in t.metadata["wrong_expressions"])  # noqa: S307
+      # A simulated expert's wrong answers are graded wrong, however close they are.
+      assert is_correct(f"Final answer: {t.answer}", t)
+      assert not any(is_correct(f"Final answer: {d}", t) for d in t.metadata["distractors"])
     if t.domain == "logic":
       assert t.answer in t.question and t.answer not in t.metadata["distractors"]
   ents = lambda ts: {t.metadata["entity_id"] for t in ts if t.domain == "entity_fact"}

@@ -42,6 +42,17 @@ def test_numeric_tolerance():
     assert is_correct("-2e3", task("-2000", "numeric"))
 
 
+def test_an_integer_reference_needs_the_exact_integer():
+    # Within 1e-4 of each other, but a different count or computation result.
+    assert not numeric_match("27512346", "27512345")
+    assert not numeric_match("27,512,355 members", 27512345)
+    assert numeric_match("Final answer: 27,512,345.", "27512345")
+    assert numeric_match("2000.0", "2,000") and not numeric_match("2000.5", "2000")
+    big = "123456789012345678901"  # Beyond float precision: still compared exactly.
+    assert numeric_match(big, big) and not numeric_match(str(int(big) + 1), big)
+    assert numeric_match("0.30000001", "0.3")  # Non-integer references keep the tolerance.
+
+
 def test_math_verify_equivalence():
     assert is_correct(r"\boxed{\frac{1}{2}}", task("0.5", "math"))
     assert is_correct("x(x+2)", task("x^2+2x", "math"))

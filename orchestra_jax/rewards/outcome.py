@@ -3,8 +3,9 @@
 Answer types (`envs/base.Task.answer_type`):
   "exact"   normalised string equality (lower case, no punctuation/articles,
             collapsed white space), also accepting a bare `\\boxed{...}` answer;
-  "numeric" the first number in the prediction equals the reference number
-            within a relative/absolute tolerance (commas, `$`, `%` ignored);
+  "numeric" the first number in the prediction equals the reference number,
+            exactly for an integer reference, else within a relative/absolute
+            tolerance (commas, `$`, `%` ignored);
   "math"    symbolic equivalence through `math-verify` (falls back to "numeric"
             and then "exact" when math-verify parses nothing);
   "judge"   free-form answers graded by an LLM judge (`rewards/judge.py`).
@@ -25,6 +26,7 @@ from orchestra_jax.envs.base import ANSWER_TYPES
 MAX_ANSWER_WORDS = 500
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+_INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
 
@@ -69,12 +71,27 @@ def parse_number(text: str) -> float | None:
 
 def numeric_match(prediction: str, reference: str | float, *,
                   rel_tol: float = 1e-4, abs_tol: float = 1e-8) -> bool:
-    """|p − r| <= max(rel_tol · max(|p|, |r|), abs_tol) for the first numbers found."""
-    pred = parse_number(prediction)
-    ref = reference if isinstance(reference, (int, float)) else parse_number(str(reference))
-    if pred is None or ref is None:
+    """The first numbers found agree: exactly when the reference is an integer (a
+    count, or an exact computation: 27,512,346 is not 27,512,345, although the two
+    are within any useful relative tolerance), else within
+    max(rel_tol · max(|p|, |r|), abs_tol)."""
+    match = _NUMBER.search(prediction.replace(",", "").replace("$", ""))
+    if match is None:
         return False
-    return math.isclose(pred, float(ref), rel_tol=rel_tol, abs_tol=abs_tol)
+    if isinstance(reference, str) and _INTEGER.fullmatch(
+            plain := reference.strip().replace(",", "").replace("$", "")):
+        reference = int(plain)
+    if isinstance(reference, int):
+        return _exact_number(match.group(0)) == reference
+    ref = reference if isinstance(reference, float) else parse_number(str(reference))
+    if ref is None:
+        return False
+    return math.isclose(float(match.group(0)), ref, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def _exact_number(text: str) -> int | float:
+    """An integer literal as an exact int (no float rounding above 2**53), else a float."""
+    return int(text) if _INTEGER.fullmatch(text) else float(text)
 
 
 def math_match(prediction: str, reference: str) -> bool | None:
