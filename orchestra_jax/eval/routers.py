@@ -80,6 +80,11 @@ ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
 MIXTURE_SEPARATOR = "+"
 
 
+def is_router(name: str) -> bool:
+  """Whether `name` is a router or a "+" mixture of routers."""
+  return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
+
+
 def router_parts(router: str) -> tuple[str, ...]:
   """The routers that `router` names: one, or the parts of a "+" mixture."""
   parts = tuple(router.split(MIXTURE_SEPARATOR))
@@ -88,11 +93,6 @@ def router_parts(router: str) -> tuple[str, ...]:
     raise ValueError(f"unknown router {unknown[0]!r} in {router!r}; choose from "
                      f"{sorted(ROUTERS)}, or join several with {MIXTURE_SEPARATOR!r}")
   return parts
-
-
-def is_router(name: str) -> bool:
-  """Whether `name` is a router or a "+" mixture of routers."""
-  return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
 
 
 def make_plan(router: str, tool_config, seed: int) -> Plan:

@@ -49,7 +49,6 @@ def efficiency_rewards(features: Sequence[Mapping[str, float]], correct: Sequenc
     return np.where(np.asarray(correct, dtype=bool), value, 0.0).astype(np.float32)
 
 
-
 def utility_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
                     preference: Mapping[str, float], *, cost_scale: float,
                     latency_scale: float) -> np.ndarray:
