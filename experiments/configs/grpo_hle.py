@@ -240,6 +240,7 @@ def _micro(c):
   # with an injected reward exercise the update.
   c.rl.format_filter = "off"
   c.sft.steps = 0
+  c.sft.demo_policy = "random"  # Two turns cannot hold the demo's three-call plans.
   c.checkpoint.every_steps = 1
   c.eval.num_tasks = 4
   c.eval.baselines = ""
