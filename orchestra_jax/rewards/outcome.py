@@ -63,10 +63,21 @@ def exact_match(prediction: str, reference: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(str(reference))
 
 
+def _without_separators(text: str) -> str:
+    """`text` without thousands separators and dollar signs."""
+    return text.replace(",", "").replace("$", "")
+
+
+def _first_number_text(text: str) -> str | None:
+    """The first number literal in `text` (separators and `$` ignored), or None."""
+    match = _NUMBER.search(_without_separators(text))
+    return match.group(0) if match else None
+
+
 def parse_number(text: str) -> float | None:
     """The first number in `text` (thousands separators, `$` and `%` ignored), or None."""
-    match = _NUMBER.search(text.replace(",", "").replace("$", ""))
-    return float(match.group(0)) if match else None
+    number = _first_number_text(text)
+    return float(number) if number is not None else None
 
 
 def numeric_match(prediction: str, reference: str | float, *,
@@ -75,18 +86,18 @@ def numeric_match(prediction: str, reference: str | float, *,
     count, or an exact computation: 27,512,346 is not 27,512,345, although the two
     are within any useful relative tolerance), else within
     max(rel_tol · max(|p|, |r|), abs_tol)."""
-    match = _NUMBER.search(prediction.replace(",", "").replace("$", ""))
-    if match is None:
+    pred = _first_number_text(prediction)
+    if pred is None:
         return False
     if isinstance(reference, str) and _INTEGER.fullmatch(
-            plain := reference.strip().replace(",", "").replace("$", "")):
+            plain := _without_separators(reference.strip())):
         reference = int(plain)
     if isinstance(reference, int):
-        return _exact_number(match.group(0)) == reference
+        return _exact_number(pred) == reference
     ref = reference if isinstance(reference, float) else parse_number(str(reference))
     if ref is None:
         return False
-    return math.isclose(float(match.group(0)), ref, rel_tol=rel_tol, abs_tol=abs_tol)
+    return math.isclose(float(pred), ref, rel_tol=rel_tol, abs_tol=abs_tol)
 
 
 def _exact_number(text: str) -> int | float:

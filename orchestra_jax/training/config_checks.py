@@ -16,12 +16,6 @@ BACKENDS = ("offline",)
 SANDBOXES = ("bwrap", "rlimits")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_TYPES = ("k1", "mse", "k3")
-BASELINES = ("always_strongest", "always_cheapest", "direct_strongest", "random")
-
-
-def _is_router(name: str) -> bool:
-  """A router of `eval/routers.py`, or a "+" mixture of them."""
-  return all(part in BASELINES for part in name.split("+"))
 
 
 class ConfigError(ValueError):
@@ -144,6 +138,7 @@ def validate(config: Any) -> None:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
   from orchestra_jax.rl.grpo import DEFAULT_FORMAT_PENALTY, FORMAT_FILTERS
   from orchestra_jax.rl.learner import SCHEDULES
+  from orchestra_jax.eval.routers import ROUTERS, is_router
   from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
   if config.rl.format_filter not in FORMAT_FILTERS:
     errors.append(f"rl.format_filter must be one of {FORMAT_FILTERS}, "
@@ -167,8 +162,8 @@ def validate(config: Any) -> None:
     errors.append("eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
                   "the held-out reward and reward.type='utility')")
   for name in split_list(config.eval.baselines):
-    if not _is_router(name):
-      errors.append(f"eval.baselines: unknown router {name!r}; known: {BASELINES} "
+    if not is_router(name):
+      errors.append(f"eval.baselines: unknown router {name!r}; known: {sorted(ROUTERS)} "
                     "or a '+' mixture of them")
   if config.sft.schedule not in SCHEDULES:
     errors.append(f"sft.schedule must be one of {SCHEDULES}, got {config.sft.schedule!r}")
@@ -182,8 +177,8 @@ def validate(config: Any) -> None:
   elif config.sft.demo_filter != "best" and config.sft.demo_best_of != DEFAULT_DEMO_BEST_OF:
     errors.append(f"sft.demo_best_of={config.sft.demo_best_of} has no effect unless "
                   "sft.demo_filter='best'")
-  if config.sft.steps and not _is_router(config.sft.demo_policy):
-    errors.append(f"sft.demo_policy must be a router {BASELINES} or a '+' mixture of them, "
+  if config.sft.steps and not is_router(config.sft.demo_policy):
+    errors.append(f"sft.demo_policy must be a router {sorted(ROUTERS)} or a '+' mixture of them, "
                   f"got {config.sft.demo_policy!r}")
   if errors:
     raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
