@@ -40,6 +40,18 @@ def test_plans_pick_by_price(env):
     routers.make_plan("oracle", config, 0)
 
 
+def test_random_models_draws_each_model_independently(env):
+  config = env.default_tool_config()
+  plans = [routers.make_plan("random_models", config, seed) for seed in range(60)]
+  assert all([t for t, _ in p] == list(routers.PLAN_TOOLS) for p in plans)
+  for i, tool in enumerate(routers.PLAN_TOOLS):
+    offered = {a.alias for a in config.aliases_for(tool)}
+    assert {p[i][1] for p in plans} == offered  # every model on offer, none other
+  # Not one choice for the whole plan: the steps' models vary independently.
+  assert len({tuple(a for _, a in p) for p in plans}) > len(config.aliases_for("answer"))
+  assert plans == [routers.make_plan("random_models", config, s) for s in range(60)]
+
+
 def test_a_mixture_plays_one_of_its_routers_per_episode(env):
   config = env.default_tool_config()
   cheapest = routers.make_plan("always_cheapest", config, seed=0)

@@ -8,6 +8,8 @@ so routers are graded, priced and logged exactly like a trained policy.
   always_strongest   search, enhance_reasoning, answer, each with the alias of
                      the highest output price (the strongest model on offer)
   always_cheapest    the same three steps with the lowest output price
+  random_models      the same three steps, each with a model drawn uniformly and
+                     independently from those on offer
   direct_strongest   answer at once with the strongest answer model
   random             1 to 3 steps, uniformly random tools and aliases, then answer
 
@@ -31,6 +33,9 @@ from orchestra_jax.rollout.scripted import ScriptedEngine
 
 Plan = list[tuple[str, str]]  # (tool name, model alias)
 
+# The three-step plan of the fixed routers, in order.
+PLAN_TOOLS = ("search", "enhance_reasoning", "answer")
+
 
 def tool_call_text(name: str, arguments: Mapping[str, Any]) -> str:
   """A call exactly as Qwen3's template writes an assistant `tool_calls` entry."""
@@ -47,8 +52,16 @@ def _fixed_plan(pick: Callable) -> Callable[[Any, np.random.Generator], Plan]:
   def plan(config, rng):
     del rng
     return [(tool, _by_price(config, tool, pick))
-            for tool in ("search", "enhance_reasoning", "answer")
-            if tool in config.tools]
+            for tool in PLAN_TOOLS if tool in config.tools]
+  return plan
+
+
+def _random_models(config, rng) -> Plan:
+  plan = []
+  for tool in PLAN_TOOLS:
+    if tool in config.tools:
+      options = config.aliases_for(tool)
+      plan.append((tool, options[int(rng.integers(len(options)))].alias))
   return plan
 
 
@@ -72,6 +85,7 @@ def _random(config, rng) -> Plan:
 ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
     "always_strongest": _fixed_plan(max),
     "always_cheapest": _fixed_plan(min),
+    "random_models": _random_models,
     "direct_strongest": _direct_strongest,
     "random": _random,
 }
