@@ -183,7 +183,7 @@ def _demo(c):
   c.tools.shuffle_aliases = False
   c.tools.description_style = "compact"
   c.tokenizer = "demo"
-  c.num_steps = 22
+  c.num_steps = 30
   c.rollout.max_batch_size = 64
   c.rollout.max_seq_len = 1536
   c.agent.max_turns = 4
@@ -209,14 +209,14 @@ def _demo(c):
   # docs/benchmarks.md).
   c.rl.format_filter = "episode"
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
-  # The warm start imitates the cheapest and the strongest fixed plans, half and
-  # half, picked regardless of the task: every call of the plan (search,
-  # enhance_reasoning, answer) is well formed from the start, and GRPO learns
-  # which model each step of which task deserves. Random-router demonstrations
+  # The warm start imitates one fixed plan (search, enhance_reasoning, answer)
+  # with each step's model drawn at random, regardless of the task: every call
+  # is well formed from the start, every model is tried, and GRPO learns which
+  # model each step deserves. Random-router demonstrations (random tools too)
   # pair a tool with another tool's alias, which a ~1M-parameter policy does
   # not learn to avoid within the budget (docs/benchmarks.md).
-  c.sft.demo_policy = "always_cheapest+always_strongest"
-  c.sft.steps = 60
+  c.sft.demo_policy = "random_models"
+  c.sft.steps = 100
   c.sft.lr = 5e-3
   c.sft.batch_size = 8
   c.sft.num_demos = 512
