@@ -56,13 +56,14 @@ def _fixed_plan(pick: Callable) -> Callable[[Any, np.random.Generator], Plan]:
   return plan
 
 
+def _random_alias(config, tool: str, rng: np.random.Generator) -> str:
+  options = config.aliases_for(tool)
+  return options[int(rng.integers(len(options)))].alias
+
+
 def _random_models(config, rng) -> Plan:
-  plan = []
-  for tool in PLAN_TOOLS:
-    if tool in config.tools:
-      options = config.aliases_for(tool)
-      plan.append((tool, options[int(rng.integers(len(options)))].alias))
-  return plan
+  return [(tool, _random_alias(config, tool, rng)) for tool in PLAN_TOOLS
+          if tool in config.tools]
 
 
 def _direct_strongest(config, rng) -> Plan:
@@ -75,10 +76,8 @@ def _random(config, rng) -> Plan:
   for _ in range(int(rng.integers(0, 3))):
     tool = ("search", "enhance_reasoning")[int(rng.integers(2))]
     if tool in config.tools:
-      options = config.aliases_for(tool)
-      steps.append((tool, options[int(rng.integers(len(options)))].alias))
-  answers = config.aliases_for("answer")
-  steps.append(("answer", answers[int(rng.integers(len(answers)))].alias))
+      steps.append((tool, _random_alias(config, tool, rng)))
+  steps.append(("answer", _random_alias(config, "answer", rng)))
   return steps
 
 
