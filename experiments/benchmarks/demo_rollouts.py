@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 import os
 import tempfile
+import time
 
 import jax
 
@@ -60,11 +61,11 @@ def main(argv=None):
     for step, step_tasks in enumerate(tasks):
         for name, engine in engines.items():
             asyncio.run(engine.update_weights(run.learner.params, version=step + 1))
-            experience = []
-            seconds[name].append(common.time_call(lambda: experience.append(run_sync(
-                grpo_loop.collect_experience(dataclasses.replace(run, engine=engine),
-                                             step_tasks, step)))))
-            tokens[name].append([t.token_ids for t in experience[0].trajectories])
+            start = time.perf_counter()
+            experience = run_sync(grpo_loop.collect_experience(
+                dataclasses.replace(run, engine=engine), step_tasks, step))
+            seconds[name].append(time.perf_counter() - start)
+            tokens[name].append([t.token_ids for t in experience.trajectories])
         print(f"step {step + 1}/{args.steps}: " + ", ".join(
             f"{n} {seconds[n][-1]:.1f} s" for n in engines), flush=True)
     half = args.steps // 2
