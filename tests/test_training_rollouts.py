@@ -38,6 +38,23 @@ def test_filters_and_advantages():
   np.testing.assert_array_equal(loose.keep, [True, True, False, False, False, False])
 
 
+def test_dr_grpo_advantages_are_centred_not_scaled():
+  # Utility-like rewards: group a differs by a cent's worth (0.9 vs 0.8), group b
+  # by correctness (1 vs 0). GRPO scales both to +-0.707; Dr. GRPO keeps 10:1.
+  trajs = [_traj("a", True, 0.1), _traj("a", True, 0.2), _traj("b", True, 0.0),
+           _traj("b", False, 0.0)]
+  reward = make_reward("efficiency", cost_weight=1.0, latency_weight=0.0)
+  grpo_exp = score_groups(trajs, group_size=2, reward_fn=reward, adv_clip=None,
+                          filter_reward_std=0.0, format_filter="off")
+  dr_exp = score_groups(trajs, group_size=2, reward_fn=reward, adv_clip=None,
+                        filter_reward_std=0.0, format_filter="off", advantage="dr_grpo")
+  np.testing.assert_allclose(grpo_exp.advantages, [0.7071, -0.7071, 0.7071, -0.7071], atol=1e-3)
+  np.testing.assert_allclose(dr_exp.advantages, [0.05, -0.05, 0.5, -0.5], atol=1e-6)
+  with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'"):
+    score_groups(trajs, group_size=2, reward_fn=reward, adv_clip=None, filter_reward_std=0.0,
+                 format_filter="off", advantage="ppo")
+
+
 def _two_turn_traj(task, correct, first_valid):
   # prompt 2 | turn 1: 2 sampled | observation 1 | turn 2: 3 sampled
   turns = [Turn("a", 2, "stop", format_valid=first_valid), Turn("b", 3, "stop")]

@@ -126,6 +126,9 @@ def _base() -> ml_collections.ConfigDict:
   c.rl.kl_coef = 1e-4
   c.rl.kl_type = "mse"
   c.rl.loss_agg = "token-mean"
+  # "grpo": (r − mean) / std within each group (paper). "dr_grpo": r − mean, so
+  # a group whose rewards barely differ gives a small update, not a full-scale one.
+  c.rl.advantage = "grpo"
   c.rl.adv_clip = 3.0
   c.rl.filter_reward_std = 0.1      # Drop groups whose reward std is at most this.
   # Malformed tool calls: "turn" (reference) drops those turns from the loss,

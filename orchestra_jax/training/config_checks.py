@@ -146,6 +146,9 @@ def validate(config: Any) -> None:
   elif config.rl.format_filter != "penalty" and config.rl.format_penalty != DEFAULT_FORMAT_PENALTY:
     errors.append(f"rl.format_penalty={config.rl.format_penalty} has no effect unless "
                   "rl.format_filter='penalty'")
+  from orchestra_jax.rl.grpo import ADVANTAGES
+  if config.rl.advantage not in ADVANTAGES:
+    errors.append(f"rl.advantage must be one of {ADVANTAGES.names()}, got {config.rl.advantage!r}")
   if config.rl.kl_type not in KL_TYPES:
     errors.append(f"rl.kl_type must be one of {KL_TYPES}, got {config.rl.kl_type!r}")
   if config.rl.clip_low <= 0 or config.rl.clip_high <= 0:

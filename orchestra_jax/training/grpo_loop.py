@@ -140,7 +140,8 @@ async def collect_experience(run: Run, tasks, step: int):
                       filter_reward_std=config.rl.filter_reward_std,
                       format_filter=config.rl.format_filter,
                       format_penalty=config.rl.format_penalty,
-                      filter_no_answer=config.rl.filter_no_answer)
+                      filter_no_answer=config.rl.filter_no_answer,
+                      advantage=config.rl.advantage)
 
 
 def train_step(run: Run, experience) -> dict[str, float]:

@@ -77,10 +77,11 @@ def _make_tools(config, backends):
 def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_fn,
                  adv_clip: float | None, filter_reward_std: float,
                  format_filter: str = "turn", format_penalty: float = grpo.DEFAULT_FORMAT_PENALTY,
-                 filter_no_answer: bool = False) -> StepExperience:
+                 filter_no_answer: bool = False, advantage: str = "grpo") -> StepExperience:
   """Rewards, advantages and filters for graded trajectories (group by group).
 
-  Kept episodes: groups whose reward std exceeds `filter_reward_std` (a group
+  Advantages: the registered estimator `advantage` ("grpo" divides by the
+  group's reward std, "dr_grpo" only centres). Kept episodes: groups whose reward std exceeds `filter_reward_std` (a group
   where every episode scores the same teaches nothing); with
   `filter_no_answer`, minus groups where no episode gave a valid answer.
   Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
@@ -94,7 +95,7 @@ def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_
   if format_filter == "penalty":
     rewards = np.asarray(grpo.format_penalty_rewards(
         rewards, [t.format_valid for t in trajectories], format_penalty), np.float32)
-  advantages = np.asarray(grpo.group_advantages(
+  advantages = np.asarray(grpo.ADVANTAGES.get(advantage)(
       rewards, group_size, clip=adv_clip or None), np.float32)
   # np.array (a writable copy): the filters return read-only JAX buffers.
   keep = np.array(grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std),
