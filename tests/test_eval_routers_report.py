@@ -93,12 +93,12 @@ def test_router_episodes_follow_plan(env, tokenizer, router):
     assert traj.correct is not None and traj.cost_usd > 0
 
 
-def _traj(task_id, counts, correct, cost, latency, preference):
+def _traj(task_id, counts, correct, cost, latency, preference, domain="d"):
   return Trajectory(task_id=task_id, group_index=0, seed=0, token_ids=[1, 2],
                     loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0], prompt_length=1,
                     finish_reason="answer", tool_call_counts=counts, cost_usd=cost,
                     latency_s=latency, correct=correct, preference=preference,
-                    metadata={"domain": "d"})
+                    metadata={"domain": domain})
 
 
 def test_summary_hand_computed():
@@ -107,7 +107,8 @@ def test_summary_hand_computed():
             {"accuracy": 1.0, "tool:search-1": 1.0}),
       _traj("b", {"tool:answer-2": 1}, False, 0.001, 10.0,
             {"accuracy": 1.0, "tool:answer-2": -0.5}),
-      _traj("c", {"tool:answer-1": 1}, True, 0.01, 20.0, {"accuracy": 1.0, "cost": 1.0}),
+      _traj("c", {"tool:answer-1": 1}, True, 0.01, 20.0, {"accuracy": 1.0, "cost": 1.0},
+            domain="logic"),
   ]
   s = summary.summarize(trajs)
   assert s["accuracy"] == pytest.approx(2 / 3)
@@ -118,6 +119,15 @@ def test_summary_hand_computed():
   # Episode a: 1 * 1 / 2 calls / max|P| 1 = 0.5; b: -0.5 * 1 / 1 / 0.5 = -1; c unscored.
   assert s["preference_score"] == pytest.approx((0.5 - 1.0) / 2)
   assert s["num_preference_scored"] == 2
+  # Per domain: d holds a (right, $0.02, two calls) and b (wrong, $0.001); logic holds c.
+  assert s["by_domain"]["d"]["num_episodes"] == 2
+  assert s["by_domain"]["d"]["accuracy"] == pytest.approx(0.5)
+  assert s["by_domain"]["d"]["mean_cost_usd"] == pytest.approx(0.021 / 2)
+  assert s["by_domain"]["d"]["backend_mix"] == pytest.approx(
+      {"answer-1": 1 / 3, "answer-2": 1 / 3, "search-1": 1 / 3})
+  assert s["by_domain"]["logic"] == {"num_episodes": 1, "accuracy": 1.0,
+                                     "mean_cost_usd": pytest.approx(0.01),
+                                     "backend_mix": {"answer-1": 1.0}}
   r = heldout_rewards(trajs, cost_scale=0.02, latency_scale=100.0)
   np.testing.assert_allclose(r, [1.0, 0.0, 1.0 - 0.01 / 0.02], rtol=1e-6)
 
@@ -133,5 +143,24 @@ def test_report_marks_dominated_policies(tmp_path):
   assert "| random | 0.300" in text and text.split("| random |")[1].split("\n")[0].endswith(
       "| grpo |")
   assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+  assert "Per domain" not in text  # No policy reports domains.
   assert report.dominated_by({"policy": "grpo", "accuracy": 0.8, "mean_cost_usd": 0.01},
                              [{"policy": "x", "accuracy": 0.8, "mean_cost_usd": 0.01}]) == []
+
+
+def test_report_breaks_results_down_by_domain():
+  def row(name, logic_acc, logic_mix):
+    return {"policy": name, "accuracy": 0.5, "mean_cost_usd": 0.01, "mean_latency_s": 1.0,
+            "by_domain": {"logic": {"num_episodes": 2, "accuracy": logic_acc,
+                                    "mean_cost_usd": 0.02, "backend_mix": logic_mix},
+                          "arithmetic": {"num_episodes": 2, "accuracy": 1.0,
+                                         "mean_cost_usd": 0.001,
+                                         "backend_mix": {"answer/sim-small": 1.0}}}}
+  text = report.markdown_table([
+      row("grpo", 0.5, {"answer/sim-frontier": 0.75, "search/sim-small": 0.25}),
+      row("always_cheapest", 0.0, {"answer/sim-small": 1.0})])
+  table = text.split("Per domain")[1]
+  assert "| policy | arithmetic | logic |" in table
+  assert ("| grpo | 1.00, 0.0010; answer/sim-small 1.00 | 0.50, 0.0200; "
+          "answer/sim-frontier 0.75, search/sim-small 0.25 |") in table
+  assert "| always_cheapest | 1.00, 0.0010; answer/sim-small 1.00 | 0.00, 0.0200;" in table

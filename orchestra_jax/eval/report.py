@@ -2,7 +2,7 @@
 
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
 `eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
-tool mix) and `eval_pareto.png` (accuracy against mean cost, one point per
+tool mix, and accuracy, cost and tool mix per task domain) and `eval_pareto.png` (accuracy against mean cost, one point per
 policy, the non-dominated ones joined). A policy is dominated when another is
 at least as accurate and at most as expensive, and strictly better in one.
 """
@@ -55,7 +55,29 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
   for s in summaries:
     parts = ", ".join(f"{k} {v:.2f}" for k, v in s.get("backend_mix", {}).items())
     mix.append(f"- {s['policy']}: {parts or 'no calls'}")
-  return head + "\n".join(rows) + "\n" + "\n".join(mix) + "\n"
+  return head + "\n".join(rows) + "\n" + "\n".join(mix) + "\n" + _domain_table(summaries)
+
+
+def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
+  """Accuracy, cost and the most used backends per task domain and policy."""
+  domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
+  if len(domains) < 2:
+    return ""
+  lines = ["", "Per domain (accuracy, mean cost in USD, most used backends):", "",
+           "| policy | " + " | ".join(domains) + " |",
+           "|---|" + "---|" * len(domains)]
+  for s in summaries:
+    cells = []
+    for d in domains:
+      row = s.get("by_domain", {}).get(d)
+      if row is None:
+        cells.append("—")
+        continue
+      top = sorted(row["backend_mix"].items(), key=lambda kv: -kv[1])[:3]
+      cells.append(f"{row['accuracy']:.2f}, {row['mean_cost_usd']:.4f}; "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in top))
+    lines.append(f"| {s['policy']} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
 
 
 def pareto_plot(summaries: Sequence[dict[str, Any]], out_png: str) -> str:

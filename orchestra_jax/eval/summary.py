@@ -13,6 +13,10 @@ where n_t counts the episode's calls of tool feature t. +1: every call went to
 the most preferred tool; -1: every call went to a tool the user asked to avoid.
 The policy's `preference_score` is the mean over scored episodes (None when no
 episode states a tool preference).
+
+`by_domain` repeats accuracy, cost and backend mix per task domain (the task's
+`metadata["domain"]`, e.g. an HLE category): whether a policy's choice of model
+depends on the question shows there, not in the pooled mix.
 """
 
 from __future__ import annotations
@@ -77,9 +81,9 @@ def summarize(trajectories: Sequence[Any], *,
   for t in trajectories:
     calls.update(t.tool_call_counts)
   total_calls = sum(calls.values())
-  by_domain: dict[str, list[float]] = collections.defaultdict(list)
-  for t, c in zip(trajectories, correct):
-    by_domain[str(t.metadata.get("domain", "all"))].append(c)
+  by_domain: dict[str, list[int]] = collections.defaultdict(list)
+  for i, t in enumerate(trajectories):
+    by_domain[str(t.metadata.get("domain", "all"))].append(i)
   rewards = [t.reward for t in trajectories if t.reward is not None]
   return {
       "num_episodes": len(trajectories),
@@ -98,5 +102,9 @@ def summarize(trajectories: Sequence[Any], *,
       "format_valid_rate": float(np.mean([t.format_valid for t in trajectories])),
       "answered_rate": float(np.mean([t.finish_reason == "answer"
                                       for t in trajectories])),
-      "accuracy_by_domain": {d: float(np.mean(v)) for d, v in sorted(by_domain.items())},
+      "by_domain": {
+          d: {"num_episodes": len(idx), "accuracy": float(correct[idx].mean()),
+              "mean_cost_usd": float(cost[idx].mean()),
+              "backend_mix": backend_mix([trajectories[i] for i in idx], tool_configs or {})}
+          for d, idx in sorted(by_domain.items())},
   }
