@@ -10,8 +10,8 @@ so routers are graded, priced and logged exactly like a trained policy.
   always_cheapest    the same three steps with the lowest output price
   random_models      the same three steps, each with a model drawn uniformly and
                      independently from those on offer
-  random_skips       random_models, with enhance_reasoning left out of half the
-                     episodes (a coin flip): search, [enhance_reasoning,] answer
+  random_answer      always_cheapest's search and enhance_reasoning, then the
+                     answer model drawn uniformly from those on offer
   direct_strongest   answer at once with the strongest answer model
   random             1 to 3 steps, uniformly random tools and aliases, then answer
 
@@ -68,11 +68,9 @@ def _random_models(config, rng) -> Plan:
           if tool in config.tools]
 
 
-def _random_skips(config, rng) -> Plan:
-  plan = _random_models(config, rng)
-  if rng.random() < 0.5:
-    plan = [step for step in plan if step[0] != "enhance_reasoning"]
-  return plan
+def _random_answer(config, rng) -> Plan:
+  return [(tool, _random_alias(config, tool, rng) if tool == "answer"
+           else _by_price(config, tool, min)) for tool in PLAN_TOOLS if tool in config.tools]
 
 
 def _direct_strongest(config, rng) -> Plan:
@@ -94,7 +92,7 @@ ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
     "always_strongest": _fixed_plan(max),
     "always_cheapest": _fixed_plan(min),
     "random_models": _random_models,
-    "random_skips": _random_skips,
+    "random_answer": _random_answer,
     "direct_strongest": _direct_strongest,
     "random": _random,
 }
