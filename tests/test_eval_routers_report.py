@@ -166,10 +166,13 @@ def test_report_breaks_results_down_by_domain():
                                          "mean_cost_usd": 0.001,
                                          "backend_mix": {"answer/sim-small": 1.0}}}}
   text = report.markdown_table([
-      row("grpo", 0.5, {"answer/sim-frontier": 0.75, "search/sim-small": 0.25}),
+      row("grpo", 0.5, {"answer/sim-frontier": 0.45, "answer/sim-small": 0.15,
+                        "search/sim-small": 0.4}),
       row("always_cheapest", 0.0, {"answer/sim-small": 1.0})])
   table = text.split("Per domain")[1]
   assert "| policy | arithmetic | logic |" in table
+  # Logic: 3 of 4 of grpo's answer calls went to the frontier model, 1 to sim-small.
   assert ("| grpo | 1.00, 0.0010; answer/sim-small 1.00 | 0.50, 0.0200; "
-          "answer/sim-frontier 0.75, search/sim-small 0.25 |") in table
-  assert "| always_cheapest | 1.00, 0.0010; answer/sim-small 1.00 | 0.00, 0.0200;" in table
+          "answer/sim-frontier 0.75, search/sim-small 1.00 |") in table
+  assert ("| always_cheapest | 1.00, 0.0010; answer/sim-small 1.00 | 0.00, 0.0200; "
+          "answer/sim-small 1.00 |") in table

@@ -59,25 +59,35 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
 
 
 def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
-  """Accuracy, cost and the most used backends per task domain and policy."""
+  """Per task domain and policy: accuracy, cost, and each tool's most used backend."""
   domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
   if len(domains) < 2:
     return ""
-  lines = ["", "Per domain (accuracy, mean cost in USD, most used backends):", "",
+  lines = ["", "Per domain (accuracy, mean cost in USD; per tool, its most used backend "
+           "and that backend's share of the tool's calls):", "",
            "| policy | " + " | ".join(domains) + " |",
            "|---|" + "---|" * len(domains)]
   for s in summaries:
     cells = []
     for d in domains:
       row = s.get("by_domain", {}).get(d)
-      if row is None:
-        cells.append("—")
-        continue
-      top = sorted(row["backend_mix"].items(), key=lambda kv: -kv[1])[:3]
-      cells.append(f"{row['accuracy']:.2f}, {row['mean_cost_usd']:.4f}; "
-                   + ", ".join(f"{k} {v:.2f}" for k, v in top))
+      cells.append("—" if row is None else
+                   f"{row['accuracy']:.2f}, {row['mean_cost_usd']:.4f}; "
+                   + _top_backend_per_tool(row["backend_mix"]))
     lines.append(f"| {s['policy']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def _top_backend_per_tool(mix: dict[str, float]) -> str:
+  by_tool: dict[str, dict[str, float]] = {}
+  for key, share in mix.items():
+    tool, _, backend = key.partition("/")
+    by_tool.setdefault(tool, {})[backend or tool] = share
+  parts = []
+  for tool, backends in sorted(by_tool.items()):
+    top = max(backends, key=backends.get)
+    parts.append(f"{tool}/{top} {backends[top] / sum(backends.values()):.2f}")
+  return ", ".join(parts) or "no calls"
 
 
 def pareto_plot(summaries: Sequence[dict[str, Any]], out_png: str) -> str:
