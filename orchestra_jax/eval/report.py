@@ -2,9 +2,10 @@
 
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
 `eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
-tool mix, and accuracy, cost and tool mix per task domain) and `eval_pareto.png` (accuracy against mean cost, one point per
-policy, the non-dominated ones joined). A policy is dominated when another is
-at least as accurate and at most as expensive, and strictly better in one.
+tool mix; accuracy, cost and tool mix per task domain) and `eval_pareto.png`
+(accuracy against mean cost, one point per policy, the non-dominated ones
+joined). A policy is dominated when another is at least as accurate and at
+most as expensive, and strictly better in one.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def validate(config: Any) -> None:
     errors.append(f"reward.type must be one of {REWARDS}, got {config.reward.type!r}")
   if config.rl.loss_agg not in LOSS_AGGS:
     errors.append(f"rl.loss_agg must be one of {LOSS_AGGS}, got {config.rl.loss_agg!r}")
-  from orchestra_jax.rl.grpo import DEFAULT_FORMAT_PENALTY, FORMAT_FILTERS
+  from orchestra_jax.rl.grpo import ADVANTAGES, DEFAULT_FORMAT_PENALTY, FORMAT_FILTERS
   from orchestra_jax.rl.learner import SCHEDULES
   from orchestra_jax.eval.routers import ROUTERS, is_router
   from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
@@ -146,7 +146,6 @@ def validate(config: Any) -> None:
   elif config.rl.format_filter != "penalty" and config.rl.format_penalty != DEFAULT_FORMAT_PENALTY:
     errors.append(f"rl.format_penalty={config.rl.format_penalty} has no effect unless "
                   "rl.format_filter='penalty'")
-  from orchestra_jax.rl.grpo import ADVANTAGES
   if config.rl.advantage not in ADVANTAGES:
     errors.append(f"rl.advantage must be one of {ADVANTAGES.names()}, got {config.rl.advantage!r}")
   if config.rl.kl_type not in KL_TYPES:

@@ -81,9 +81,10 @@ def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_
   """Rewards, advantages and filters for graded trajectories (group by group).
 
   Advantages: the registered estimator `advantage` ("grpo" divides by the
-  group's reward std, "dr_grpo" only centres). Kept episodes: groups whose reward std exceeds `filter_reward_std` (a group
-  where every episode scores the same teaches nothing); with
-  `filter_no_answer`, minus groups where no episode gave a valid answer.
+  group's reward std, "dr_grpo" only centres). Kept episodes: groups whose
+  reward std exceeds `filter_reward_std` (a group where every episode scores
+  the same teaches nothing); with `filter_no_answer`, minus groups where no
+  episode gave a valid answer.
   Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
   episode's well-formed turns only, "episode" drops every episode with a
   malformed turn, "off" trains on everything, "penalty" trains on everything
