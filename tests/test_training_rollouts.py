@@ -39,7 +39,7 @@ def test_filters_and_advantages():
 
 
 def test_dr_grpo_advantages_are_centred_not_scaled():
-  # Utility-like rewards: group a differs by a cent's worth (0.9 vs 0.8), group b
+  # Efficiency rewards: group a differs by a little cost (0.9 vs 0.8), group b
   # by correctness (1 vs 0). GRPO scales both to +-0.707; Dr. GRPO keeps 10:1.
   trajs = [_traj("a", True, 0.1), _traj("a", True, 0.2), _traj("b", True, 0.0),
            _traj("b", False, 0.0)]
