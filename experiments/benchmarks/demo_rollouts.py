@@ -4,8 +4,10 @@
 
 The workload is the demo itself: the `demo` config's policy after a short warm
 start (`--sft-steps` behaviour-cloning steps on its demonstrator), then
-`--steps` GRPO rollout steps (8 tasks x G = 4, the synthetic environment, its
-tools and the agent loop), each after an `update_weights` as in training. Turns
+`--steps` GRPO rollout steps (the config's tasks per step x G: 8 x 4 when the
+result in docs/benchmarks.md was recorded, 4 x 8 in the demo config since; the
+synthetic environment, its tools and the agent loop), each after an
+`update_weights` as in training. Turns
 reach the engine as the agent loop hands them over, so admissions mix rows and
 suffix lengths as they do in a run.
 
