@@ -9,12 +9,18 @@ For every policy evaluated in each seed's workdir (the trained `grpo`, its
 their mean and sample std, GRPO's gain over its warm start per seed, and which
 policies dominate GRPO on the accuracy/cost plane. Writes
 `experiments/benchmarks/results/demo_learning.json`.
+
+Each seed's gain also comes with its standard error over the held-out tasks,
+paired task by task (both policies play the same tasks with the same tool
+configurations): it says how much of a seed's gain the evaluation's own noise
+could explain, which the spread across three seeds alone cannot.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 
 import numpy as np
@@ -25,12 +31,39 @@ from orchestra_jax.eval.report import dominated_by, load_summaries
 FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
 
 
+def heldout_rewards_by_task(workdir: str, policy: str) -> dict[str, float]:
+  """task id -> held-out reward of `policy`'s evaluation episode in `workdir`."""
+  path = os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl")
+  with open(path) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return {row["task_id"]: float(row["reward"]) for row in rows}
+
+
+def paired_gain(workdir: str, policy: str = "grpo", baseline: str = "warm_start") -> dict | None:
+  """Mean and standard error of policy − baseline held-out reward over shared tasks.
+
+  None when either evaluation's episodes were not written.
+  """
+  try:
+    a = heldout_rewards_by_task(workdir, policy)
+    b = heldout_rewards_by_task(workdir, baseline)
+  except FileNotFoundError:
+    return None
+  tasks = sorted(set(a) & set(b))
+  if len(tasks) < 2:
+    return None
+  diff = np.array([a[t] - b[t] for t in tasks])
+  return {"mean": float(diff.mean()), "stderr": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+          "num_tasks": len(tasks)}
+
+
 def summarise(sweep_dir: str) -> dict:
-  seeds = {}
+  seeds, workdirs = {}, {}
   for workdir in sorted(glob.glob(os.path.join(sweep_dir, "*"))):
     summaries = {s["policy"]: s for s in load_summaries(workdir)} if os.path.isdir(workdir) else {}
     if "grpo" in summaries:
       seeds[os.path.basename(workdir)] = summaries
+      workdirs[os.path.basename(workdir)] = workdir
   if not seeds:
     raise SystemExit(f"no evaluated runs (eval_grpo.json) under {sweep_dir}")
   policies = sorted(set.intersection(*(set(s) for s in seeds.values())))
@@ -47,6 +80,7 @@ def summarise(sweep_dir: str) -> dict:
       "grpo_gain_over_warm_start": [
           seeds[k]["grpo"]["heldout_reward"] - seeds[k]["warm_start"]["heldout_reward"]
           for k in seeds if "warm_start" in seeds[k]],
+      "grpo_gain_paired": {k: paired_gain(workdirs[k]) for k in seeds},
       "grpo_dominated_by": {k: dominated_by(s["grpo"], list(s.values())) for k, s in seeds.items()},
   }
 
@@ -59,4 +93,8 @@ if __name__ == "__main__":
   for policy, row in result["policies"].items():
     r = row["heldout_reward"]
     print(f"{policy:18s} held-out reward {r['mean']:.3f} ± {r['std']:.3f}")
+  for run, gain in result["grpo_gain_paired"].items():
+    if gain:
+      print(f"{run}: GRPO − warm start {gain['mean']:+.3f} ± {gain['stderr']:.3f} "
+            f"(standard error over {gain['num_tasks']} paired tasks)")
   print(f"-> {path}")
