@@ -13,7 +13,7 @@ policies dominate GRPO on the accuracy/cost plane. Writes
 Each seed's gain also comes with its standard error over the held-out tasks,
 paired task by task (both policies play the same tasks with the same tool
 configurations): it says how much of a seed's gain the evaluation's own noise
-could explain, which the spread across three seeds alone cannot.
+could explain, which the spread across a few seeds alone cannot.
 """
 
 from __future__ import annotations
