@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from orchestra_jax.chat import template
@@ -39,6 +39,14 @@ def test_calls_inside_think_are_not_calls():
     assert parse_tool_calls(f"<think>\nmaybe {inner}\n</think>\n\nNo call.") == []
     assert parse_tool_calls(f"<think>\nstill thinking {inner}") == []  # unclosed think: all reasoning
     assert [c.name for c in parse_tool_calls(f"<think>\nx\n</think>\n\n{inner}")] == ["answer"]
+
+
+def test_reasoning_ends_at_the_first_think_close():
+    # A `</think>` inside a call's JSON is data: reasoning ended at the first one
+    # (found by the round-trip property below with arguments {"</think>": null}).
+    block = call('{"name": "answer", "arguments": {"</think>": null}}')
+    (parsed,) = parse_tool_calls(f"<think>\n\n</think>\n\n{block}")
+    assert parsed == ToolCall("answer", {"</think>": None}, block)
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -146,6 +154,7 @@ calls = st.lists(st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,15}", fullm
 
 
 @settings(max_examples=100, deadline=None)
+@example(calls=[("A", {"</think>": None}, False)], content="", reasoning=None)
 @given(calls=calls, content=st.text().filter(lambda s: not any(t in s for t in TAGS)),
        reasoning=st.none() | st.text().filter(lambda s: not any(t in s for t in TAGS)))
 def test_round_trips_every_call_render_writes(calls, content, reasoning):

@@ -10,7 +10,11 @@ Qwen3 writes each call as::
 `ToolCall` when the block is a JSON object with exactly a string `name` and an
 object `arguments` that fit the tool schemas (if given), else a
 `ToolCallError` whose `message` is written for the model to read. Calls inside
-the `<think>` section are reasoning, not calls, and are ignored.
+the `<think>` section are reasoning, not calls, and are ignored. That section
+ends at the first `</think>`, where generation left reasoning (as SGLang's and
+vLLM's Qwen3 reasoning parsers split); a later `</think>`, e.g. inside a call's
+JSON string, is content. (`split_reasoning` splits at the last one instead, as
+the chat template does when it re-renders earlier turns.)
 
 Parsing rules, chosen so that a bad block never hides a good one:
   * the JSON is decoded first, so `}` or `</tool_call>` inside JSON strings do
@@ -81,6 +85,18 @@ def strip_think(text: str) -> str:
     return split_reasoning(text)[1]
 
 
+def generated_content(text: str) -> str:
+    """What a model wrote after its reasoning: the text after the first `</think>`.
+
+    With an unclosed `<think>` there is none; with no think tags it is all the text.
+    """
+    if THINK_CLOSE in text:
+        return text.partition(THINK_CLOSE)[2]
+    if THINK_OPEN in text:
+        return text.partition(THINK_OPEN)[0]
+    return text
+
+
 def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> list[ToolCall | ToolCallError]:
     """Every `<tool_call>` block outside `<think>`, decoded and checked against `tools`.
 
@@ -90,7 +106,7 @@ def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None = None
     if not isinstance(text, str):
         raise TypeError(f"parse_tool_calls takes a str, got {type(text).__name__}")
     schemas = tool_parameters(tools) if tools is not None else None
-    content = strip_think(text)
+    content = generated_content(text)
     results: list[ToolCall | ToolCallError] = []
     pos = 0
     while True:
