@@ -216,17 +216,20 @@ def _demo(c):
   c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
   # The warm start imitates one fixed plan (search, enhance_reasoning, answer)
   # with the cheapest search and reasoning models and an answer model drawn at
-  # random, regardless of the task: every call is well formed from the start,
-  # and a group's rewards differ only by the answer model (and the experts'
-  # luck), the choice this environment's questions differ on (the frontier
-  # model answers logic puzzles; a cheap one reads off computed and retrieved
-  # results). GRPO learns which answer model each question deserves. With
-  # every step's model random (`random_models`), a group's costs differed for
-  # three reasons at once and GRPO learned one answer model for all questions
-  # (docs/benchmarks.md, sessions 8 and 9). Random-router demonstrations
-  # (random tools too) pair a tool with another tool's alias, which a
-  # ~1M-parameter policy does not learn to avoid within the budget.
+  # random: every call is well formed from the start, and a group's rewards
+  # differ only by the answer model (and the experts' luck), the choice this
+  # environment's questions differ on (the frontier model answers logic
+  # puzzles; a cheap one reads off computed and retrieved results). Each task
+  # is played sft.demo_best_of times and its solved episode of highest utility
+  # kept (best-of-n rejection sampling under the task's own preferences), so
+  # the warm start already leans to the right answer model per question, and
+  # GRPO turns the lean into a choice. From unfiltered demonstrations GRPO's
+  # first move was one answer model for every question, dearer or cheaper
+  # depending on the seed (docs/benchmarks.md, sessions 8 to 10). Random-router
+  # demonstrations (random tools too) pair a tool with another tool's alias,
+  # which a ~1M-parameter policy does not learn to avoid within the budget.
   c.sft.demo_policy = "random_answer"
+  c.sft.demo_filter = "best"
   c.sft.steps = 100
   c.sft.lr = 5e-3
   c.sft.batch_size = 8
@@ -252,6 +255,7 @@ def _micro(c):
   c.rl.format_filter = "off"
   c.sft.steps = 0
   c.sft.demo_policy = "random"  # Two turns cannot hold the demo's three-call plans.
+  c.sft.demo_filter = "none"    # Tests' tiny warm starts need no solved episode.
   c.checkpoint.every_steps = 1
   c.eval.num_tasks = 4
   c.eval.baselines = ""
