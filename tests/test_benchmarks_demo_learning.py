@@ -7,6 +7,7 @@ import os
 import pytest
 
 from experiments.benchmarks import demo_learning
+from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
 
 
 def _write_run(workdir, summaries, episodes):
@@ -17,9 +18,11 @@ def _write_run(workdir, summaries, episodes):
       json.dump({"policy": policy, "heldout_reward": reward, "accuracy": accuracy,
                  "mean_cost_usd": cost, "mean_latency_s": 10.0}, f)
   for policy, rewards in episodes.items():
-    with open(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"), "w") as f:
-      for task_id, reward in rewards.items():
-        f.write(json.dumps({"task_id": task_id, "reward": reward}) + "\n")
+    write_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"),
+                [Trajectory(task_id=task_id, group_index=0, seed=0, token_ids=[1, 2],
+                            loss_mask=[0, 1], rollout_logprobs=[0.0, 0.0], prompt_length=1,
+                            finish_reason="answer", correct=reward > 0, reward=reward)
+                 for task_id, reward in rewards.items()])
 
 
 def test_paired_gain_is_the_mean_task_difference_with_its_standard_error(tmp_path):

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 
 import numpy as np
 
 from experiments.benchmarks import common
+from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.eval.report import dominated_by, load_summaries
 
 FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
@@ -33,10 +33,8 @@ FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
 
 def heldout_rewards_by_task(workdir: str, policy: str) -> dict[str, float]:
   """task id -> held-out reward of `policy`'s evaluation episode in `workdir`."""
-  path = os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl")
-  with open(path) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
-  return {row["task_id"]: float(row["reward"]) for row in rows}
+  episodes = read_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
+  return {t.task_id: float(t.reward) for t in episodes}
 
 
 def paired_gain(workdir: str, policy: str = "grpo", baseline: str = "warm_start") -> dict | None:
