@@ -7,9 +7,8 @@ start (`--sft-steps` behaviour-cloning steps on its demonstrator), then
 `--steps` GRPO rollout steps (the config's tasks per step x G: 8 x 4 when the
 result in docs/benchmarks.md was recorded, 4 x 8 in the demo config since; the
 synthetic environment, its tools and the agent loop), each after an
-`update_weights` as in training. Turns
-reach the engine as the agent loop hands them over, so admissions mix rows and
-suffix lengths as they do in a run.
+`update_weights` as in training. Turns reach the engine as the agent loop hands
+them over, so admissions mix rows and suffix lengths as they do in a run.
 
 Ours: JaxEngine as built by the demo (prefill rows padded to at least 8, prompts
 and suffixes to at least 128 tokens, cached prefixes used only when they cover a

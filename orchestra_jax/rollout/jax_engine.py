@@ -73,7 +73,8 @@ new combinations, and every new shape is a compile (about a second for the demo
 model on CPU, far more for large models), while the padding costs little. Over
 the demo's first eight GRPO rollout steps (8 tasks x G = 4) these floors (8
 rows, 128 tokens, with the quarter rule above; against 1 row, 16 tokens and any
-prefix) cut compiles from 36 to 22 and rollout time by 30 % (`experiments/benchmarks/demo_rollouts.py`).
+prefix) cut compiles from 36 to 22 and rollout time by 30 %
+(`experiments/benchmarks/demo_rollouts.py`).
 Sampling settings are arrays, not compile-time constants (see `sampling.py`),
 and each row's randomness depends only on its request's seed and token index,
 so a seeded request gives the same tokens whatever shares the batch.
