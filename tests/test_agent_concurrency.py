@@ -169,3 +169,56 @@ def test_batcher_rejects_bad_settings():
         GenerationBatcher(None, max_batch_size=0)
     with pytest.raises(ValueError, match="max_in_flight"):
         GenerationBatcher(None, max_in_flight=0)
+
+
+class CountingTool(SleepyTool):
+    """Counts the episodes inside a call at once (tools are where a flood queues)."""
+
+    def __init__(self, name, sleep_s, final=False):
+        super().__init__(name, sleep_s, final)
+        self.active = self.max_active = 0
+
+    async def __call__(self, arguments, ctx):
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            return await super().__call__(arguments, ctx)
+        finally:
+            self.active -= 1
+
+
+def _window_run(n, window):
+    wait, answer = CountingTool("wait", 0.01), CountingTool("answer", 0.0, final=True)
+    tools = [wait, answer]
+
+    def policy(ids, request):
+        turn = int(request.request_id.rsplit("/", 1)[1])
+        return TOK.encode(call("answer" if turn == 1 else "wait"))
+
+    engine = BatchRecordingEngine(policy)
+    specs = [EpisodeSpec(task=Task(id=f"t{i}", question=f"q{i}?", answer="done"),
+                         tool_config=Config(tools), tools=tools, seed=i) for i in range(n)]
+    trajs = run_episodes_sync(specs, engine, TOK, sampling=SamplingParams(),
+                              max_concurrent_episodes=window)
+    return trajs, wait.max_active, engine.batch_sizes
+
+
+def test_episode_window_bounds_concurrent_episodes_and_keeps_results():
+    unbounded, most_at_once, batches = _window_run(10, None)
+    assert most_at_once == 10 and batches[0] == 10
+    windowed, most_at_once, batches = _window_run(10, 3)
+    assert most_at_once == 3
+    assert batches[0] == 3  # the first batch waits for the window's episodes, not all ten
+    assert sum(batches) == 20  # two turns per episode, none lost or repeated
+    assert [t.task_id for t in windowed] == [f"t{i}" for i in range(10)]  # specs order
+    assert [t.token_ids for t in windowed] == [t.token_ids for t in unbounded]
+    assert all(t.finish_reason == "answer" for t in windowed)
+
+
+def test_episode_window_larger_than_the_episodes_and_bad_values():
+    trajs, most_at_once, _ = _window_run(4, 100)
+    assert most_at_once == 4 and len(trajs) == 4
+    assert run_episodes_sync([], ScriptedEngine([]), TOK, sampling=SamplingParams(),
+                             max_concurrent_episodes=2) == []
+    with pytest.raises(ValueError, match="max_concurrent_episodes"):
+        _window_run(2, -1)

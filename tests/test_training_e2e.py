@@ -131,12 +131,13 @@ def test_config_errors_are_listed_together(tmp_path):
   config.sft.demo_best_of = 0
   config.eval.cost_scale_usd = 0.0
   config.rl.advantage = "rloo"
+  config.agent.max_concurrent_episodes = -1
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
                  "sft.schedule", "sft.demo_filter", "sft.demo_best_of", "eval.cost_scale_usd",
-                 "rl.advantage"):
+                 "rl.advantage", "agent.max_concurrent_episodes"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

@@ -67,6 +67,10 @@ def _base() -> ml_collections.ConfigDict:
   # 0: a turn's latency is measured wall time. > 0: generated tokens x this
   # (offline runs: rewards independent of machine load, resume exact).
   c.agent.seconds_per_generated_token = 0.0
+  # Episodes in flight at once (0: all of a step's, or of an evaluation). A
+  # tool call's wait for a free sandbox or retrieval thread counts against
+  # tool_timeout_s, so routers, which answer instantly, need a bound.
+  c.agent.max_concurrent_episodes = 0
 
   # --- tasks -----------------------------------------------------------------
   c.data = ml_collections.ConfigDict()
@@ -101,6 +105,9 @@ def _base() -> ml_collections.ConfigDict:
   # latency). False: offline rewards depend on the seed only, not on machine
   # load, so runs repeat and a resumed run retraces an uninterrupted one.
   c.tools.charge_measured_time = True
+  # Run each distinct program once (tools/sandbox_cache.py): only where every
+  # program's output is a function of its text, as the offline experts' are.
+  c.tools.memoize_code = False
 
   # --- reward ----------------------------------------------------------------
   c.reward = ml_collections.ConfigDict()
@@ -193,8 +200,13 @@ def _demo(c):
   c.agent.max_context_tokens = 1536
   c.agent.max_new_tokens_per_turn = 48
   c.agent.tool_timeout_s = 30.0
+  # Without a bound the warm start's 2048 router episodes all called the
+  # sandbox at once, and half the demonstrations held a timed-out call whose
+  # count depended on the machine's load (docs/benchmarks.md, session 11).
+  c.agent.max_concurrent_episodes = 64
   c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
   c.tools.charge_measured_time = False  # Rewards a function of the seed alone.
+  c.tools.memoize_code = True  # The simulated experts' programs are pure.
   # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.5
   # keeps half of them well-formed (log-probs are taken at the same temperature).
   # Evaluation samples at the same temperature: it scores the policy GRPO trained.

@@ -230,8 +230,9 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
                        stop_on_no_tool_call: bool = False,
                        seconds_per_generated_token: float | None = None,
                        max_batch_size: int = 256, batch_wait_s: float = 0.005,
-                       max_in_flight_batches: int = 64) -> list[Trajectory]:
-    """Run every episode concurrently; trajectories come back in `specs` order.
+                       max_in_flight_batches: int = 64,
+                       max_concurrent_episodes: int | None = None) -> list[Trajectory]:
+    """Run the episodes concurrently; trajectories come back in `specs` order.
 
     `sampling` gives temperature/top-p/top-k; per turn the loop sets
     max_new_tokens = min(max_new_tokens_per_turn, room left in max_context_tokens),
@@ -239,7 +240,15 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
     A tool call gets `tool_timeout_s` seconds. `seconds_per_generated_token`: see
     `LoopLimits`. `max_batch_size`, `batch_wait_s`
     and `max_in_flight_batches` are `GenerationBatcher`'s knobs.
+
+    `max_concurrent_episodes` (None or 0: all at once) runs at most that many
+    episodes at a time, each slot starting the next episode when its own ends.
+    Engines that answer instantly (routers) would otherwise send every episode's
+    tool calls at once, and the calls queue for the sandbox's threads until they
+    pass `tool_timeout_s`: the episodes would then depend on the machine's load.
     """
+    if max_concurrent_episodes is not None and max_concurrent_episodes < 0:
+        raise ValueError(f"max_concurrent_episodes must be >= 0, got {max_concurrent_episodes}")
     limits = LoopLimits(max_turns=max_turns, max_context_tokens=max_context_tokens,
                         max_new_tokens_per_turn=max_new_tokens_per_turn,
                         tool_timeout_s=tool_timeout_s, enable_thinking=enable_thinking,
@@ -254,15 +263,23 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
         if key not in prompts:
             prompts[key] = render_prompt(spec, tokenizer, enable_thinking=enable_thinking)
         episodes.append(_Episode(spec, prompts[key], tokenizer, limits))
-        batcher.episode_started()  # all live before any runs: the first batch waits for all
+    num_slots = min(max_concurrent_episodes or len(episodes), len(episodes))
+    results: list[Trajectory | None] = [None] * len(episodes)
+    queue = iter(enumerate(episodes))  # shared by the slots: each takes the next episode
 
-    async def run_one(episode: _Episode) -> Trajectory:
+    async def slot() -> None:
+        # The batcher counts slots as live episodes: a slot stays live while it
+        # has episodes to run, so the batcher never waits for one not started.
         try:
-            return await episode.run(batcher, sampling)
+            for index, episode in queue:
+                results[index] = await episode.run(batcher, sampling)
         finally:
             batcher.episode_finished()
 
-    return list(await asyncio.gather(*(run_one(e) for e in episodes)))
+    for _ in range(num_slots):
+        batcher.episode_started()  # all live before any runs: the first batch waits for all
+    await asyncio.gather(*(slot() for _ in range(num_slots)))
+    return results
 
 
 def run_episodes_sync(*args, **kwargs) -> list[Trajectory]:

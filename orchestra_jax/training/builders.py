@@ -107,7 +107,8 @@ def loop_kwargs(config) -> dict[str, Any]:
               max_new_tokens_per_turn=a.max_new_tokens_per_turn,
               tool_timeout_s=a.tool_timeout_s, enable_thinking=a.enable_thinking,
               seconds_per_generated_token=a.seconds_per_generated_token or None,
-              max_batch_size=config.rollout.max_batch_size)
+              max_batch_size=config.rollout.max_batch_size,
+              max_concurrent_episodes=a.max_concurrent_episodes or None)
 
 
 def sampler_ranges(config) -> SamplerRanges:
@@ -123,12 +124,17 @@ def sampler_ranges(config) -> SamplerRanges:
 
 def build_env(config):
   """The offline environment: tasks of the synthetic source, corpus, simulated
-  experts, and the sandbox named by `tools.sandbox`."""
+  experts, and the sandbox named by `tools.sandbox` (memoized where
+  `tools.memoize_code`)."""
   from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
   from orchestra_jax.tools.python_sandbox import run_python
+  from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
+  run_code = functools.partial(run_python, isolation=config.tools.sandbox)
+  if config.tools.memoize_code:
+    run_code = MemoizedSandbox(run_code)
   return SyntheticOrchestrationEnv(
       seed=config.seed, num_entities=config.data.synthetic_num_entities,
-      run_code=functools.partial(run_python, isolation=config.tools.sandbox),
+      run_code=run_code,
       charge_measured_time=config.tools.charge_measured_time)
 
 
