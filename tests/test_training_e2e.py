@@ -10,7 +10,8 @@ from flax import nnx
 
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import read_jsonl
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.rl.learner import make_schedule
+from orchestra_jax.training import builders, grpo_loop
 from orchestra_jax.training.config_checks import ConfigError, validate
 
 
@@ -127,6 +128,7 @@ def test_config_errors_are_listed_together(tmp_path):
   config.tools.sandbox = "docker"
   config.rl.format_filter = "drop"
   config.sft.schedule = "step"
+  config.rl.schedule = "step"
   config.sft.demo_filter = "cheapest"
   config.sft.demo_best_of = 0
   config.eval.cost_scale_usd = 0.0
@@ -137,10 +139,24 @@ def test_config_errors_are_listed_together(tmp_path):
   message = str(e.value)
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
                  "sft.schedule", "sft.demo_filter", "sft.demo_best_of", "eval.cost_scale_usd",
-                 "rl.advantage", "agent.max_concurrent_episodes"):
+                 "rl.advantage", "agent.max_concurrent_episodes", "rl.schedule"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")
+
+
+def test_rl_schedule_reaches_the_learner_and_not_the_warm_start():
+  config = grpo_hle.get_config("micro")
+  config.num_steps, config.rl.schedule, config.rl.warmup_steps = 10, "cosine", 0
+  validate(config)
+  schedule = make_schedule(builders.build_learner_config(config, total_steps=config.num_steps))
+  assert float(schedule(0)) == pytest.approx(config.rl.lr)
+  assert float(schedule(5)) == pytest.approx(config.rl.lr / 2)
+  assert float(schedule(10)) == pytest.approx(0.0, abs=1e-12)
+  assert builders.build_sft_learner_config(config).schedule == config.sft.schedule
+  config.rl.warmup_steps = 10
+  with pytest.raises(ConfigError, match="rl.schedule"):
+    validate(config)
 
 
 def test_format_penalty_without_the_penalty_filter_is_an_error():

@@ -123,6 +123,7 @@ def _base() -> ml_collections.ConfigDict:
   c.rl.group_size = 8
   c.rl.tasks_per_step = 16
   c.rl.lr = 1e-6
+  c.rl.schedule = "constant"        # "constant" | "cosine" | "linear" (to 0 at num_steps).
   c.rl.warmup_steps = 0
   c.rl.weight_decay = 0.01
   c.rl.grad_clip = 1.0

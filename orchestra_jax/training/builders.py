@@ -65,7 +65,7 @@ def build_learner_config(config, *, total_steps: int | None = None) -> LearnerCo
   rl = config.rl
   return LearnerConfig(
       learning_rate=rl.lr, weight_decay=rl.weight_decay, grad_clip=rl.grad_clip,
-      warmup_steps=rl.warmup_steps, total_steps=total_steps,
+      schedule=rl.schedule, warmup_steps=rl.warmup_steps, total_steps=total_steps,
       micro_batch_size=rl.micro_batch_size, clip_low=rl.clip_low, clip_high=rl.clip_high,
       dual_clip=rl.dual_clip or None, agg=rl.loss_agg, kl_coef=rl.kl_coef,
       kl_type=rl.kl_type, temperature=max(config.rollout.temperature, 1e-6),
@@ -74,7 +74,8 @@ def build_learner_config(config, *, total_steps: int | None = None) -> LearnerCo
 
 def build_sft_learner_config(config) -> LearnerConfig:
   return dataclasses.replace(
-      build_learner_config(config), learning_rate=config.sft.lr, kl_coef=0.0,
+      build_learner_config(config, total_steps=config.num_steps),
+      learning_rate=config.sft.lr, kl_coef=0.0,
       schedule=config.sft.schedule, warmup_steps=config.sft.warmup_steps,
       total_steps=config.sft.steps, micro_batch_size=None, temperature=1.0)
 

@@ -168,6 +168,11 @@ def validate(config: Any) -> None:
     if not is_router(name):
       errors.append(f"eval.baselines: unknown router {name!r}; known: {sorted(ROUTERS)} "
                     "or a '+' mixture of them")
+  if config.rl.schedule not in SCHEDULES:
+    errors.append(f"rl.schedule must be one of {SCHEDULES}, got {config.rl.schedule!r}")
+  elif config.rl.schedule != "constant" and config.rl.warmup_steps >= config.num_steps:
+    errors.append(f"rl.schedule={config.rl.schedule!r} decays after rl.warmup_steps "
+                  f"({config.rl.warmup_steps}), which must be < num_steps ({config.num_steps})")
   if config.sft.schedule not in SCHEDULES:
     errors.append(f"sft.schedule must be one of {SCHEDULES}, got {config.sft.schedule!r}")
   if config.sft.warmup_steps < 0 or (config.sft.steps
