@@ -128,6 +128,10 @@ def _base() -> ml_collections.ConfigDict:
   c.rl.weight_decay = 0.01
   c.rl.grad_clip = 1.0
   c.rl.micro_batch_size = 8
+  # Keep one copy of each group's prompt in the learner batch and run it once
+  # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
+  # each episode. Rows, and so rl.micro_batch_size, then count groups, not episodes.
+  c.rl.share_prompts = False
   c.rl.clip_low = 0.2
   c.rl.clip_high = 0.28
   c.rl.dual_clip = 10.0
@@ -226,13 +230,19 @@ def _demo(c):
   # left the frontier model in its last two steps (docs/benchmarks.md,
   # session 11).
   c.rl.kl_coef = 0.1
-  c.rl.micro_batch_size = 16
+  # Each group's ~670-token prompt runs once, not eight times (rl/shared_prompts.py);
+  # a micro-batch holds 2 groups, 16 episodes.
+  c.rl.share_prompts = True
+  c.rl.micro_batch_size = 2
   c.rl.filter_reward_std = 0.0
   # Drop whole episodes with a malformed call (the recorded demo runs used this;
   # "turn" with T=1 rollouts let the tiny policy's call format drift, see
   # docs/benchmarks.md).
   c.rl.format_filter = "episode"
-  c.rl.seq_buckets = (512, 768, 1024, 1280, 1536)
+  # Steps of 64 up to 768 fit shared prompts (630-710 tokens) and the episodes'
+  # replies (200-400) closely; whole episodes (the warm start's) stay in multiples
+  # of 256, the block of the causal attention (models/qwen3_attention.py).
+  c.rl.seq_buckets = tuple(range(64, 769, 64)) + (1024, 1280, 1536)
   # The warm start imitates one fixed plan (search, enhance_reasoning, answer)
   # with the cheapest search and reasoning models and an answer model drawn at
   # random: every call is well formed from the start, and a group's rewards
@@ -266,6 +276,9 @@ def _micro(c):
   c.num_steps = 2
   c.rl.group_size = 2
   c.rl.tasks_per_step = 2
+  # Groups a micro-batch (rl.share_prompts): a multiple of the devices a test's
+  # mesh splits the batch over (8 fake CPU devices).
+  c.rl.micro_batch_size = 8
   c.rollout.max_batch_size = 4
   c.agent.max_turns = 2
   c.agent.max_new_tokens_per_turn = 32  # Router calls fit.

@@ -125,10 +125,12 @@ def _pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] | None = None,
-                      config: BatchingConfig = BatchingConfig()) -> TrainBatch:
-    """Packs trajectories (anything with `token_ids`, `loss_mask`, `rollout_logprobs`,
-    and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`."""
+def shifted_sequences(trajectories: Sequence[Any],
+                      advantages: Sequence[float] | None = None) -> list[dict[str, np.ndarray]]:
+    """Each trajectory's shifted arrays (module docstring), its advantage on its loss tokens.
+
+    `advantages` defaults to each trajectory's own `advantage`.
+    """
     if not trajectories:
         raise ValueError("cannot build a training batch from zero trajectories")
     if advantages is None:
@@ -138,7 +140,14 @@ def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] |
                              "or pass them explicitly")
     if len(advantages) != len(trajectories):
         raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
-    seqs = [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
+    return [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
+
+
+def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] | None = None,
+                      config: BatchingConfig = BatchingConfig()) -> TrainBatch:
+    """Packs trajectories (anything with `token_ids`, `loss_mask`, `rollout_logprobs`,
+    and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`."""
+    seqs = shifted_sequences(trajectories, advantages)
     lengths = [len(s["input_ids"]) for s in seqs]
     seq_len = bucket_length(max(lengths), config.seq_buckets)
     rows = _pack(lengths, seq_len) if config.pack else [[i] for i in range(len(seqs))]

@@ -6,6 +6,8 @@
 2. The batch [B, T] is split into B / micro_batch_size micro-batches; a
    `lax.scan` adds their losses and gradients. Each micro loss is already divided
    by the full-batch denominator, so the sum equals the full-batch loss exactly.
+   (A `SharedPromptBatch`'s rows are groups, each one prompt and the episodes
+   continuing it: `rl/shared_prompts.py`.)
 3. optax: clip by global norm -> AdamW (decay on matrices only) with a schedule.
 4. If the loss or the gradient norm is not finite, parameters and optimizer
    state are left untouched and `skipped` = 1 in the metrics.
@@ -36,6 +38,9 @@ from orchestra_jax.rl.aggregation import check_aggregation, loss_denominator
 from orchestra_jax.rl.batching import TrainBatch
 from orchestra_jax.rl.objectives import (OBJECTIVES, combine_stats, compute_logprobs,
                                          empty_stats, finalize_stats)
+from orchestra_jax.rl.shared_prompts import SharedPromptBatch, loss_rows
+
+Batch = TrainBatch | SharedPromptBatch  # rows: episodes, or groups sharing a prompt
 
 __all__ = ["LearnerConfig", "Learner", "make_optimizer", "compute_logprobs"]
 
@@ -108,11 +113,10 @@ def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
                     eps=config.adam_eps, weight_decay=config.weight_decay, mask=decay_mask))
 
 
-def _split_micro_batches(batch: TrainBatch, num_micro: int) -> TrainBatch:
-    """[B, T] -> [n, B / n, T] with micro-batch i = rows i, n + i, 2n + i, …"""
+def _split_micro_batches(batch: Batch, num_micro: int) -> Batch:
+    """[B, ...] -> [n, B / n, ...] with micro-batch i = rows i, n + i, 2n + i, …"""
     def split(x):
-        rows, length = x.shape
-        return jnp.swapaxes(x.reshape(rows // num_micro, num_micro, length), 0, 1)
+        return jnp.swapaxes(x.reshape(x.shape[0] // num_micro, num_micro, *x.shape[1:]), 0, 1)
     return jax.tree.map(split, batch)
 
 
@@ -192,7 +196,7 @@ class Learner:
         micro = self.config.micro_batch_size or batch_size or 1
         return math.lcm(micro, self.num_batch_shards)
 
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    def train_step(self, batch: Batch) -> dict[str, float]:
         """One GRPO update on `batch`; returns metrics as floats (blocks until done)."""
         return self._run("grpo", batch)
 
@@ -200,8 +204,8 @@ class Learner:
         """One supervised update (cross-entropy on `batch.loss_mask` tokens)."""
         return self._run("sft", batch)
 
-    def _run(self, objective: str, batch: TrainBatch) -> dict[str, float]:
-        rows = batch.input_ids.shape[0]
+    def _run(self, objective: str, batch: Batch) -> dict[str, float]:
+        rows = batch.shape[0]
         micro = self.config.micro_batch_size or rows
         if rows % micro or micro % self.num_batch_shards:
             raise ValueError(
@@ -233,8 +237,9 @@ class Learner:
             return objective(model, ref, micro, denominator, config)
 
         def step(params, opt_state, ref_params, batch):
-            denominator = loss_denominator(batch.loss_mask, config.agg,
-                                           segment_ids=batch.segment_ids,
+            rows = loss_rows(batch)
+            denominator = loss_denominator(rows.loss_mask, config.agg,
+                                           segment_ids=rows.segment_ids,
                                            norm_length=config.norm_length)
             micros = jax.lax.with_sharding_constraint(
                 _split_micro_batches(batch, num_micro), micro_sharding)
@@ -253,7 +258,7 @@ class Learner:
                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params), param_shardings)
             carry, _ = jax.lax.scan(accumulate, (zero_grads, empty_stats(stats_shape)), micros)
             grads, stats = carry
-            metrics = finalize_stats(stats, batch.loss_mask.sum())
+            metrics = finalize_stats(stats, rows.loss_mask.sum())
             grad_norm = optax.global_norm(grads)
             finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
             updates, new_opt_state = tx.update(grads, opt_state, params)
@@ -261,7 +266,7 @@ class Learner:
             keep = lambda new, old: jax.tree.map(  # noqa: E731
                 lambda n, o: jnp.where(finite, n, o), new, old)
             metrics.update(grad_norm=grad_norm, skipped=1.0 - finite.astype(jnp.float32),
-                           num_loss_tokens=batch.loss_mask.sum(),
+                           num_loss_tokens=rows.loss_mask.sum(),
                            learning_rate=schedule(_update_count(opt_state)))
             return keep(new_params, params), keep(new_opt_state, opt_state), metrics
 

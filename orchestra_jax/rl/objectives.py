@@ -26,6 +26,7 @@ from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import aggregate
 from orchestra_jax.rl.batching import TrainBatch
 from orchestra_jax.rl.registry import Registry
+from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 from orchestra_jax.rl.sft import sft_loss
 
 OBJECTIVES = Registry("learner objective")
@@ -53,15 +54,20 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
         advantages=take(batch.advantages) * valid, old_logprobs=take(batch.old_logprobs) * valid)
 
 
-def loss_position_logprobs(model: nnx.Module, batch: TrainBatch, temperature: float = 1.0
-                           ) -> tuple[jax.Array, jax.Array, TrainBatch]:
-    """(log-probs [B, K], logits [B, K, V], the batch at its loss positions).
+def loss_position_logprobs(model: nnx.Module, batch: TrainBatch | SharedPromptBatch,
+                           temperature: float = 1.0) -> tuple[jax.Array, jax.Array, TrainBatch]:
+    """(log-probs [B, K], logits [B, K, V], the loss rows at their loss positions).
 
     Runs the transformer over all T positions but the LM head only at the K
     loss positions (`batch.loss_index`): exact, and far cheaper when the loss
-    covers a small part of each row.
+    covers a small part of each row. A SharedPromptBatch runs each group's
+    prompt once (`rl/shared_prompts.py`); its B rows are its episodes.
     """
-    hidden = model.hidden_states(batch.input_ids, batch.positions, segment_ids=batch.segment_ids)
+    if isinstance(batch, SharedPromptBatch):
+        hidden, batch = shared_prompt_hidden_states(model, batch)
+    else:
+        hidden = model.hidden_states(batch.input_ids, batch.positions,
+                                     segment_ids=batch.segment_ids)
     index = jnp.where(batch.loss_index >= 0, batch.loss_index, 0)
     logits = model.logits(jnp.take_along_axis(hidden, index[..., None], axis=1))
     view = at_loss_positions(batch)

@@ -30,6 +30,7 @@ from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.data.sources import load_sources
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.batching import build_train_batch
+from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.training import builders
 from orchestra_jax.training.checkpointing import Checkpointer
@@ -149,7 +150,8 @@ def train_step(run: Run, experience) -> dict[str, float]:
   kept = experience.kept
   if not kept:
     return {"learner/skipped_no_signal": 1.0}
-  batch = build_train_batch(kept, config=run.batching)
+  build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
+  batch = build(kept, config=run.batching)
   metrics = run.learner.train_step(batch)
   out = {f"learner/{k}": v for k, v in metrics.items()}
   out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
