@@ -13,6 +13,7 @@ from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.rl.learner import make_schedule
 from orchestra_jax.training import builders, grpo_loop
 from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment import run_experiment
 
 
 def micro_config(workdir, **overrides):
@@ -75,6 +76,21 @@ def test_parameters_change_and_loss_is_finite(two_steps):
     for key in ("reward", "accuracy", "cost_usd", "latency_s", "time/rollout_s",
                 "time/learner_s", "learner/pg_clip_frac_low"):
       assert key in line, key
+
+
+def test_policy_is_evaluated_every_eval_steps_apart_from_the_final_report(tmp_path):
+  config = micro_config(tmp_path, **{"eval.every_steps": 1, "eval.num_tasks": 2})
+  run_experiment(config)
+  lines = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  assert [l["step"] for l in lines] == [1, 2]
+  # Step 1 is evaluated during training; the last step by the final evaluation.
+  assert 0.0 <= lines[0]["eval/heldout_reward"] <= 1.0 and "time/eval_s" in lines[0]
+  assert not any(k.startswith("eval/") for k in lines[1])
+  during = json.loads((tmp_path / "eval_steps" / "eval_step_000001.json").read_text())
+  assert during["steps"] == 1 and during["num_episodes"] == 2
+  assert lines[0]["eval/accuracy"] == during["accuracy"]
+  assert sorted(p.name for p in tmp_path.glob("eval_*.json")) == [
+      "eval_grpo.json", "eval_warm_start.json"]  # what eval_report.md compares
 
 
 def test_loss_mask_covers_exactly_the_generated_tokens(two_steps):

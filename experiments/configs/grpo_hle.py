@@ -171,7 +171,7 @@ def _base() -> ml_collections.ConfigDict:
   c.checkpoint.every_steps = 10
   c.checkpoint.keep = 3
   c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 0            # 0: only at the end.
+  c.eval.every_steps = 0            # Also every N GRPO steps, into eval_steps/ (0: never).
   c.eval.num_tasks = 64
   c.eval.baselines = "always_strongest,always_cheapest,random"
   c.eval.temperature = 0.0          # 0: greedy decoding.

@@ -3,7 +3,10 @@
     1. warm start (config.sft.steps > 0, and no GRPO checkpoint yet): behaviour
        cloning of router demonstrations (training/warm_start.py);
     2. evaluate the warm-start policy on held-out tasks and prices;
-    3. GRPO to config.num_steps, resuming from the last checkpoint;
+    3. GRPO to config.num_steps, resuming from the last checkpoint; every
+       config.eval.every_steps steps (0: never) the current policy is evaluated
+       the same way into <workdir>/eval_steps/ and its held-out reward, accuracy,
+       cost, latency and preference score are logged as "eval/..." metrics;
     4. evaluate the trained policy and the baseline routers on the same tasks;
     5. eval_report.md, eval_pareto.png and training curves in the workdir.
 
@@ -49,11 +52,16 @@ def _eval_sampling(config) -> SamplingParams:
                         max_new_tokens=config.agent.max_new_tokens_per_turn)
 
 
-def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None):
+EVAL_METRICS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s",
+                "preference_score")
+
+
+def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None,
+             workdir=None):
   summary = run_sync(evaluate_policy(
       name, engine, tasks=tasks, tool_configs=tool_configs, env=env, tokenizer=tokenizer,
       sampling=_eval_sampling(config), loop_kwargs=builders.loop_kwargs(config),
-      workdir=grpo_loop.workdir_of(config), seed=derive_seed(config.seed, 99),
+      workdir=workdir or grpo_loop.workdir_of(config), seed=derive_seed(config.seed, 99),
       cost_scale=config.eval.cost_scale_usd, latency_scale=config.eval.latency_scale_s,
       extra=extra))
   log.info("eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
@@ -166,7 +174,14 @@ def run_experiment(config) -> dict:
     summaries["warm_start"] = evaluate(config, "warm_start", run.engine, env=run.env,
                                        tokenizer=run.tokenizer, tasks=tasks,
                                        tool_configs=tool_configs)
-  grpo_loop.grpo_train(run)
+  def evaluate_during_training(step):
+    # Kept apart from the final evaluations, which eval_report.md compares.
+    summary = evaluate(config, f"step_{step:06d}", run.engine, env=run.env,
+                       tokenizer=run.tokenizer, tasks=tasks, tool_configs=tool_configs,
+                       extra={"steps": step}, workdir=os.path.join(workdir, "eval_steps"))
+    return {f"eval/{k}": summary[k] for k in EVAL_METRICS if summary.get(k) is not None}
+
+  grpo_loop.grpo_train(run, evaluate=evaluate_during_training if config.eval.num_tasks else None)
   if config.eval.num_tasks:
     summaries["grpo"] = evaluate(config, "grpo", run.engine, env=run.env,
                                  tokenizer=run.tokenizer, tasks=tasks,

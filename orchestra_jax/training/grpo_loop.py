@@ -162,8 +162,13 @@ async def sync_weights(run: Run, version: int) -> None:
   await run.engine.update_weights(run.learner.params, version=version)
 
 
-def grpo_train(run: Run, *, progress=None) -> int:
-  """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step."""
+def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
+  """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step.
+
+  `evaluate(step)`, when given, runs after every `config.eval.every_steps`-th
+  step but the last (which the caller evaluates in full) and returns metrics
+  logged with that step, e.g. the current policy's held-out reward.
+  """
   config = run.config
   iterator = train_task_iterator(config)
   start = restore(run, iterator)
@@ -189,10 +194,16 @@ def grpo_train(run: Run, *, progress=None) -> int:
                               rng=jax.random.key(config.seed),
                               data_state=iterator.get_state(), config=config,
                               force=step + 1 == config.num_steps)
+      eval_metrics = {}
+      every = config.eval.every_steps
+      if evaluate is not None and every and (step + 1) % every == 0 \
+          and step + 1 < config.num_steps:
+        with timer("eval"):
+          eval_metrics = evaluate(step + 1)
       tool_time = float(np.mean([sum(turn.tool_latency_s for turn in t.turns)
                                  for t in experience.trajectories]))
-      writer.write(step + 1, {**experience.metrics, **learner_metrics, **timer.pop(),
-                              "episode_tool_latency_s": tool_time})
+      writer.write(step + 1, {**experience.metrics, **learner_metrics, **eval_metrics,
+                              **timer.pop(), "episode_tool_latency_s": tool_time})
       if progress is not None:
         progress(step + 1, experience.metrics)
   finally:
