@@ -50,6 +50,9 @@ def test_summary_pairs_each_seed_and_finds_dominating_baselines(tmp_path):
   result = demo_learning.summarise(str(sweep))
   assert result["runs"] == ["seed_0", "seed_1"]
   assert result["grpo_gain_over_warm_start"] == pytest.approx([0.2, 0.0])
+  summary = result["grpo_gain_summary"]
+  assert summary["mean"] == pytest.approx(0.1) and summary["std"] == pytest.approx(0.2 / 2 ** 0.5)
+  assert (summary["positive_runs"], summary["runs"]) == (1, 2)
   assert result["grpo_gain_paired"]["seed_0"]["mean"] == pytest.approx(0.2)
   assert result["grpo_gain_paired"]["seed_1"] is None
   assert result["policies"]["grpo"]["heldout_reward"]["mean"] == pytest.approx(0.55)

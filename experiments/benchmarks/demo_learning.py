@@ -73,11 +73,15 @@ def summarise(sweep_dir: str) -> dict:
       row[field] = {"per_seed": values, "mean": float(np.mean(values)),
                     "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
     table[policy] = row
+  gains = [seeds[k]["grpo"]["heldout_reward"] - seeds[k]["warm_start"]["heldout_reward"]
+           for k in seeds if "warm_start" in seeds[k]]
   return {
       "sweep_dir": sweep_dir, "runs": list(seeds), "policies": table,
-      "grpo_gain_over_warm_start": [
-          seeds[k]["grpo"]["heldout_reward"] - seeds[k]["warm_start"]["heldout_reward"]
-          for k in seeds if "warm_start" in seeds[k]],
+      "grpo_gain_over_warm_start": gains,
+      "grpo_gain_summary": {
+          "mean": float(np.mean(gains)) if gains else None,
+          "std": float(np.std(gains, ddof=1)) if len(gains) > 1 else None,
+          "positive_runs": sum(g > 0 for g in gains), "runs": len(gains)},
       "grpo_gain_paired": {k: paired_gain(workdirs[k]) for k in seeds},
       "grpo_dominated_by": {k: dominated_by(s["grpo"], list(s.values())) for k, s in seeds.items()},
   }
@@ -95,4 +99,8 @@ if __name__ == "__main__":
     if gain:
       print(f"{run}: GRPO − warm start {gain['mean']:+.3f} ± {gain['stderr']:.3f} "
             f"(standard error over {gain['num_tasks']} paired tasks)")
+  gain = result["grpo_gain_summary"]
+  if gain["std"] is not None:
+    print(f"GRPO − warm start over {gain['runs']} runs: {gain['mean']:+.3f} ± {gain['std']:.3f} "
+          f"(mean ± sample std), positive in {gain['positive_runs']}")
   print(f"-> {path}")
