@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.mesh import make_mesh
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
@@ -23,19 +24,13 @@ EXACT = LearnerConfig(learning_rate=0.1, adam_eps=1.0, kl_coef=0.05, clip_low=0.
 BUCKETS = (8, 16, 32, 64)
 
 
-@dataclasses.dataclass
-class Episode:
-    token_ids: list
-    loss_mask: list
-    rollout_logprobs: list
-    advantage: float
-
-
 def episode(prompt, rest, mask, rng):
-    ids = list(prompt) + list(rest)
+    ids = list(prompt) + [int(t) for t in rest]
     loss = [0] * len(prompt) + list(mask)
     logprobs = [float(-5.0 + rng.normal(scale=0.3)) if m else 0.0 for m in loss]
-    return Episode(ids, loss, logprobs, float(rng.normal()))
+    return Trajectory(task_id="t", group_index=0, seed=0, token_ids=ids, loss_mask=loss,
+                      rollout_logprobs=logprobs, prompt_length=len(prompt),
+                      advantage=float(rng.normal()))
 
 
 def grpo_like_episodes(seed=0):

@@ -31,6 +31,7 @@ import numpy as np
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
+from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
@@ -39,15 +40,7 @@ from orchestra_jax.training import builders
 CALLS, CALL_LEN, RESULT_LEN = 3, 16, 60
 
 
-@dataclasses.dataclass
-class Episode:
-    token_ids: list
-    loss_mask: list
-    rollout_logprobs: list
-    advantage: float
-
-
-def episodes(tasks: int, group: int, vocab: int, seed: int = 0) -> list[Episode]:
+def episodes(tasks: int, group: int, vocab: int, seed: int = 0) -> list[Trajectory]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(tasks):
@@ -60,7 +53,9 @@ def episodes(tasks: int, group: int, vocab: int, seed: int = 0) -> list[Episode]
                 ids += rng.integers(3, vocab, call + result).tolist()
                 mask += [1] * call + [0] * result
             logprobs = [float(rng.normal(-1.0, 0.3)) if m else 0.0 for m in mask]
-            out.append(Episode(ids, mask, logprobs, float(rng.normal())))
+            out.append(Trajectory(task_id="t", group_index=0, seed=0, token_ids=ids,
+                                  loss_mask=mask, rollout_logprobs=logprobs,
+                                  prompt_length=len(prompt), advantage=float(rng.normal())))
     return out
 
 
