@@ -30,8 +30,8 @@ from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.data.sources import load_sources
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.batching import build_train_batch
-from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rl.learner import Learner
+from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.training import builders
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.metrics import MetricsWriter
