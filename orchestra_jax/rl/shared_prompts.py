@@ -58,7 +58,7 @@ class SharedPromptBatch:
         return g, prompt + m * length
 
     def num_loss_tokens(self) -> int:
-        return int(np.asarray(self.completions.loss_mask).sum())
+        return self.completions.num_loss_tokens()
 
 
 def loss_rows(batch: TrainBatch | SharedPromptBatch) -> TrainBatch:
