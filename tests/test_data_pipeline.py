@@ -94,6 +94,57 @@ def test_iterator_state_resumes_exactly():
   assert take(resumed, 23) == reference[17:]
 
 
+def three_domains(sizes=(30, 30, 30)):
+  """One source whose tasks come in runs by domain (the order strata must not keep)."""
+  tasks = []
+  for domain, n in zip("abc", sizes):
+    tasks += [Task(id=f"{domain}{i}", question="q", answer="a", domain=domain) for i in range(n)]
+  return [WeightedSource("mixed", tasks)]
+
+
+def domains(batch_ids):
+  return [sorted(task_id[0] for task_id in batch) for batch in batch_ids]
+
+
+def test_stratified_steps_hold_every_domain_in_proportion():
+  batches = take(task_iterator(three_domains(), tasks_per_step=3, seed=0, shard_index=0,
+                               shard_count=1, stratify_by="domain"), 40)
+  assert domains(batches) == [["a", "b", "c"]] * 40
+  # Unstratified, chance composes some steps of fewer domains (the test's premise).
+  plain = take(task_iterator(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1), 40)
+  assert any(d != ["a", "b", "c"] for d in domains(plain))
+
+
+def test_stratified_mixture_keeps_each_strata_share_and_covers_its_epoch():
+  # Domain "a" is half the source: half of every 4 consecutive tasks. 20 steps
+  # are one epoch of every stratum: each task exactly once.
+  batches = take(task_iterator(three_domains((40, 20, 20)), tasks_per_step=4, seed=3, shard_index=0,
+                               shard_count=1, stratify_by="domain"), 20)
+  assert domains(batches) == [["a", "a", "b", "c"]] * 20
+  served = sorted(i for b in batches for i in b)
+  assert served == sorted(t.id for t in three_domains((40, 20, 20))[0].tasks)
+
+
+def test_stratified_iterator_resumes_exactly_and_depends_on_the_seed():
+  def fresh(seed=0):
+    return task_iterator(three_domains(), tasks_per_step=4, seed=seed, shard_index=0,
+                         shard_count=1, stratify_by="domain")
+
+  reference = take(fresh(), 30)
+  it = fresh()
+  take(it, 11)
+  resumed = fresh()
+  resumed.set_state(json.loads(json.dumps(it.get_state())))
+  assert take(resumed, 19) == reference[11:]
+  assert take(fresh(1), 30) != reference
+
+
+def test_stratify_by_must_name_a_task_field():
+  with pytest.raises(ValueError, match="stratify_by"):
+    task_batches(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1,
+                 stratify_by="colour")
+
+
 def test_bad_configurations_raise_clearly():
   with pytest.raises(ValueError, match="at least one"):
     task_batches([], tasks_per_step=1, seed=0)

@@ -81,6 +81,9 @@ def _base() -> ml_collections.ConfigDict:
   c.data.synthetic_num_entities = 400
   c.data.num_train_tasks = 4096     # synthetic: training tasks generated.
   c.data.eval_split = "heldout"
+  # "" or a task field ("domain", "answer_type"): every step's tasks keep the
+  # mixture's proportions of that field's values instead of varying by chance.
+  c.data.stratify_by = ""
 
   # --- tools, prices, preferences ---------------------------------------------
   c.tools = ml_collections.ConfigDict()

@@ -19,6 +19,13 @@ Pipeline, per source i with weight w_i:
   Σ_i p_i consecutive tasks (p = weights scaled to small integers), exactly
   p_i come from source i. With finite `num_epochs` the stream ends when the
   first source runs out.
+- Stratifying (`stratify_by="domain"`) splits every source into one stratum
+  per value of that task field and mixes the strata in proportion to their
+  sizes (times the source's weight). The mixture is unchanged, but each step's
+  composition no longer varies by chance: with 3 equal domains every run of 3
+  consecutive tasks holds one of each. A policy update then always sees every
+  domain's groups together, rather than steps of one domain alone pulling
+  shared parameters its way.
 - The iterator's `get_state()` is a small JSON-able dict (`{"next_index": k}`);
   `set_state` on a fresh iterator of the same pipeline continues exactly after
   the last batch served.
@@ -42,9 +49,33 @@ class WeightedSource:
   weight: float = 1.0
 
 
-def source_seed(seed: int, source_index: int) -> int:
-  """Independent 32-bit shuffle seed for source `source_index`, derived from `seed`."""
-  return int(np.random.SeedSequence([seed, source_index]).generate_state(1)[0])
+STRATIFY_FIELDS = ("domain", "answer_type")
+
+
+def source_seed(seed: int, source_index: int, stratum_index: int | None = None) -> int:
+  """Independent 32-bit shuffle seed for source `source_index` (and one of its
+  strata), derived from `seed`."""
+  entropy = [seed, source_index] + ([] if stratum_index is None else [stratum_index])
+  return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def stratify(sources: Sequence[WeightedSource], field: str) -> list[tuple[WeightedSource, int, int | None]]:
+  """Each source split by `field` into strata weighted by their share of it.
+
+  Returns `(stratum, source_index, stratum_index)` in source order, strata in
+  order of first appearance (so the split is a function of the task order).
+  """
+  if field not in STRATIFY_FIELDS:
+    raise ValueError(f"stratify_by must be one of {STRATIFY_FIELDS}, got {field!r}")
+  out = []
+  for i, source in enumerate(sources):
+    groups: dict[str, list[Any]] = {}
+    for task in source.tasks:
+      groups.setdefault(str(getattr(task, field)), []).append(task)
+    for j, (value, tasks) in enumerate(groups.items()):
+      share = source.weight * len(tasks) / len(source.tasks)
+      out.append((WeightedSource(f"{source.name}/{value}", tasks, share), i, j))
+  return out
 
 
 def host_shard() -> tuple[int, int]:
@@ -62,11 +93,13 @@ def task_batches(
     num_epochs: int | None = None,
     shard_index: int | None = None,
     shard_count: int | None = None,
+    stratify_by: str | None = None,
 ) -> grain.MapDataset:
   """The batched, mixed, sharded dataset of `list[Task]` (see module docstring).
 
   `num_epochs=None` repeats forever. `shard_index`/`shard_count` default to
-  this JAX process's index and the process count.
+  this JAX process's index and the process count. `stratify_by` (a task field
+  of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field.
   """
   _validate(sources, tasks_per_step, num_epochs)
   if (shard_index is None) != (shard_count is None):
@@ -76,20 +109,24 @@ def task_batches(
   if not 0 <= shard_index < shard_count:
     raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")
 
+  if stratify_by:
+    parts = stratify(sources, stratify_by)
+  else:
+    parts = [(source, i, None) for i, source in enumerate(sources)]
   per_source = []
-  for i, source in enumerate(sources):
+  for source, i, j in parts:
     ds = grain.MapDataset.source(list(source.tasks))[shard_index::shard_count]
     if len(ds) == 0:
       raise ValueError(
           f"source {source.name!r} has {len(source.tasks)} tasks: too few for "
           f"{shard_count} shards"
       )
-    ds = ds.shuffle(seed=source_seed(seed, i)).repeat(num_epochs)
+    ds = ds.shuffle(seed=source_seed(seed, i, j)).repeat(num_epochs)
     per_source.append(ds)
   if len(per_source) == 1:
     mixed = per_source[0]
   else:
-    mixed = grain.MapDataset.mix(per_source, weights=[s.weight for s in sources])
+    mixed = grain.MapDataset.mix(per_source, weights=[s.weight for s, _, _ in parts])
   return mixed.batch(tasks_per_step, drop_remainder=True, batch_fn=list)
 
 
@@ -101,6 +138,7 @@ def task_iterator(
     num_epochs: int | None = None,
     shard_index: int | None = None,
     shard_count: int | None = None,
+    stratify_by: str | None = None,
 ) -> grain.DatasetIterator:
   """A checkpointable iterator over `list[Task]` batches (`get_state`/`set_state`).
 
@@ -114,6 +152,7 @@ def task_iterator(
       num_epochs=num_epochs,
       shard_index=shard_index,
       shard_count=shard_count,
+      stratify_by=stratify_by,
   )
   read_options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
   return iter(dataset.to_iter_dataset(read_options))

@@ -52,6 +52,7 @@ def split_list(spec: str) -> list[str]:
 
 def validate(config: Any) -> None:
   """Raises ConfigError listing every problem of `config` (see module docstring)."""
+  from orchestra_jax.data.pipeline import STRATIFY_FIELDS
   from orchestra_jax.data.readers import READERS
   from orchestra_jax.models.qwen3 import Qwen3Config
   from orchestra_jax.tools.python_sandbox import bwrap_available
@@ -117,6 +118,9 @@ def validate(config: Any) -> None:
         errors.append(f"data.sources: weight of {name!r} must be > 0")
   except ConfigError as e:
     errors.append(str(e))
+  if config.data.stratify_by and config.data.stratify_by not in STRATIFY_FIELDS:
+    errors.append(f"data.stratify_by must be empty or one of {STRATIFY_FIELDS}, "
+                  f"got {config.data.stratify_by!r}")
   if config.tools.sandbox not in SANDBOXES:
     errors.append(f"tools.sandbox must be one of {SANDBOXES}, got {config.tools.sandbox!r}")
   elif config.tools.sandbox == "bwrap" and not bwrap_available():

@@ -99,7 +99,8 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
 def train_task_iterator(config):
   specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
   sources, _ = load_sources(specs)
-  return task_iterator(sources, tasks_per_step=config.rl.tasks_per_step, seed=config.seed)
+  return task_iterator(sources, tasks_per_step=config.rl.tasks_per_step, seed=config.seed,
+                       stratify_by=config.data.stratify_by or None)
 
 
 def restore(run: Run, iterator) -> int:
