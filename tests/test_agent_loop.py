@@ -227,6 +227,19 @@ def test_raising_tool_becomes_an_observation():
     assert "backend down" in TOK.decode(engine.requests[1].input_ids)
 
 
+def test_raising_tool_is_charged_its_wall_time_only_where_measured_time_counts():
+    def failed_latency(**kwargs):
+        tools = [FakeTool("search", sleep_s=0.05, raises=RuntimeError("down")),
+                 FakeTool("answer", final=True)]
+        engine = scripted({"t0/0": [call("search", q="x"), call("answer", q="1")]})
+        (traj,) = run([spec(tools)], engine, **kwargs)
+        return traj.turns[0].tool_results[0].latency_s
+
+    assert failed_latency() >= 0.05
+    # Offline runs: rewards must not depend on how long a failure took here.
+    assert failed_latency(charge_tool_failure_time=False) == 0.0
+
+
 def test_tool_returning_garbage_becomes_an_observation():
     class Garbage(FakeTool):
         async def __call__(self, arguments, ctx):

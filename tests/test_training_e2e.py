@@ -179,6 +179,14 @@ def test_data_stratify_by_reaches_the_training_iterator():
   assert steps_with_every_domain() >= 25
 
 
+def test_charge_measured_time_reaches_the_episode_loop():
+  from orchestra_jax.training import builders
+  config = grpo_hle.get_config("micro")
+  assert builders.loop_kwargs(config)["charge_tool_failure_time"] is False  # demo-derived
+  config.tools.charge_measured_time = True
+  assert builders.loop_kwargs(config)["charge_tool_failure_time"] is True
+
+
 def test_rl_schedule_reaches_the_learner_and_not_the_warm_start():
   config = grpo_hle.get_config("micro")
   config.num_steps, config.rl.schedule, config.rl.warmup_steps = 10, "cosine", 0

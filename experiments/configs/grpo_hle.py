@@ -105,8 +105,9 @@ def _base() -> ml_collections.ConfigDict:
   # limits resources (no network or file isolation): for trusted set-ups only.
   c.tools.sandbox = "bwrap"
   # Charge the sandbox's and the retriever's measured wall time (code cost,
-  # latency). False: offline rewards depend on the seed only, not on machine
-  # load, so runs repeat and a resumed run retraces an uninterrupted one.
+  # latency), and a failing tool's. False: offline rewards depend on the seed
+  # only, not on machine load, so runs repeat and a resumed run retraces an
+  # uninterrupted one.
   c.tools.charge_measured_time = True
   # Run each distinct program once (tools/sandbox_cache.py): only where every
   # program's output is a function of its text, as the offline experts' are.

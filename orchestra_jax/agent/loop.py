@@ -73,6 +73,9 @@ class LoopLimits:
     # feature (hence the reward) does not depend on machine load, and a resumed
     # run reproduces an uninterrupted one exactly.
     seconds_per_generated_token: float | None = None
+    # False: a tool that raises is charged no latency rather than its measured
+    # wall time, for the same reason (`tools.charge_measured_time=False`).
+    charge_tool_failure_time: bool = True
 
     def __post_init__(self):
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
@@ -152,7 +155,8 @@ class _Episode:
         calls = parse_tool_calls(turn.text, tools=self.schemas)
         turn.tool_calls = [tool_runner.record_call(c, self.traj.tool_call_counts) for c in calls]
         turn.tool_results, final_answer = await tool_runner.run_calls(
-            calls, self.spec.tools, self.ctx, timeout_s=self.limits.tool_timeout_s)
+            calls, self.spec.tools, self.ctx, timeout_s=self.limits.tool_timeout_s,
+            charge_failure_time=self.limits.charge_tool_failure_time)
         # Valid format: at least one call, each parsed and naming an offered tool.
         turn.format_valid = bool(calls) and all(
             isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls)
@@ -229,6 +233,7 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
                        tool_timeout_s: float = 60.0, enable_thinking: bool = True,
                        stop_on_no_tool_call: bool = False,
                        seconds_per_generated_token: float | None = None,
+                       charge_tool_failure_time: bool = True,
                        max_batch_size: int = 256, batch_wait_s: float = 0.005,
                        max_in_flight_batches: int = 64,
                        max_concurrent_episodes: int | None = None) -> list[Trajectory]:
@@ -237,8 +242,8 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
     `sampling` gives temperature/top-p/top-k; per turn the loop sets
     max_new_tokens = min(max_new_tokens_per_turn, room left in max_context_tokens),
     adds `<|im_end|>` to the stop ids and sets seed = turn_seed(spec.seed, turn).
-    A tool call gets `tool_timeout_s` seconds. `seconds_per_generated_token`: see
-    `LoopLimits`. `max_batch_size`, `batch_wait_s`
+    A tool call gets `tool_timeout_s` seconds. `seconds_per_generated_token` and
+    `charge_tool_failure_time`: see `LoopLimits`. `max_batch_size`, `batch_wait_s`
     and `max_in_flight_batches` are `GenerationBatcher`'s knobs.
 
     `max_concurrent_episodes` (None or 0: all at once) runs at most that many
@@ -253,7 +258,8 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
                         max_new_tokens_per_turn=max_new_tokens_per_turn,
                         tool_timeout_s=tool_timeout_s, enable_thinking=enable_thinking,
                         stop_on_no_tool_call=stop_on_no_tool_call,
-                        seconds_per_generated_token=seconds_per_generated_token)
+                        seconds_per_generated_token=seconds_per_generated_token,
+                        charge_tool_failure_time=charge_tool_failure_time)
     batcher = GenerationBatcher(engine, max_batch_size=max_batch_size, max_wait_s=batch_wait_s,
                                 max_in_flight=max_in_flight_batches)
     prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)

@@ -42,14 +42,21 @@ def record_call(call: ToolCall | ToolCallError, features: Collection[str]) -> To
                           feature=call_feature(call.name, call.arguments, features))
 
 
-async def run_call(tool: Any, arguments: dict[str, Any], ctx: Any, *,
-                   timeout_s: float) -> tuple[ToolResultRecord, str | None]:
+async def run_call(tool: Any, arguments: dict[str, Any], ctx: Any, *, timeout_s: float,
+                   charge_failure_time: bool = True) -> tuple[ToolResultRecord, str | None]:
     """Await `tool(arguments, ctx)` for at most `timeout_s` seconds.
 
     Returns the result record and the final answer (`answer` tool only). A
-    timeout is charged `timeout_s` of latency, the time the episode waited.
+    timeout is charged `timeout_s` of latency, the time the episode waited. A
+    tool that raises or returns no `ToolResult` is charged the wall time it
+    took, or nothing with `charge_failure_time=False` (runs whose rewards must
+    not depend on machine load, like `Backends.charge_measured_time=False`).
     """
     start = time.perf_counter()
+
+    def failure_latency() -> float:
+        return time.perf_counter() - start if charge_failure_time else 0.0
+
     try:
         result = await asyncio.wait_for(tool(arguments, ctx), timeout=timeout_s)
     except asyncio.TimeoutError:
@@ -57,19 +64,19 @@ async def run_call(tool: Any, arguments: dict[str, Any], ctx: Any, *,
         return ToolResultRecord(text=f"Error: {message}", latency_s=timeout_s, error=message), None
     except Exception as e:  # a buggy tool must not end the run; the model sees why
         message = f"tool {tool.name!r} failed: {type(e).__name__}: {e}"
-        return ToolResultRecord(text=f"Error: {message}",
-                                latency_s=time.perf_counter() - start, error=message), None
+        return ToolResultRecord(text=f"Error: {message}", latency_s=failure_latency(),
+                                error=message), None
     if not isinstance(getattr(result, "text", None), str):
         message = f"tool {tool.name!r} returned {type(result).__name__}, not a ToolResult"
-        return ToolResultRecord(text=f"Error: {message}",
-                                latency_s=time.perf_counter() - start, error=message), None
+        return ToolResultRecord(text=f"Error: {message}", latency_s=failure_latency(),
+                                error=message), None
     record = ToolResultRecord(text=result.text, cost_usd=float(result.cost_usd),
                               latency_s=float(result.latency_s), error=result.error)
     return record, result.final_answer
 
 
 async def run_calls(calls: Sequence[ToolCall | ToolCallError], tools: Mapping[str, Any],
-                    ctx: Any, *, timeout_s: float
+                    ctx: Any, *, timeout_s: float, charge_failure_time: bool = True
                     ) -> tuple[list[ToolResultRecord], str | None]:
     """Run the valid calls concurrently; one result per call, in call order.
 
@@ -85,7 +92,8 @@ async def run_calls(calls: Sequence[ToolCall | ToolCallError], tools: Mapping[st
         if tool is None:
             message = f"unknown tool {call.name!r}; available tools: {sorted(tools)}"
             return ToolResultRecord(text=f"Error: {message}", error=message), None
-        return await run_call(tool, dict(call.arguments), ctx, timeout_s=timeout_s)
+        return await run_call(tool, dict(call.arguments), ctx, timeout_s=timeout_s,
+                              charge_failure_time=charge_failure_time)
 
     outcomes = await asyncio.gather(*(one(call) for call in calls))
     answers = [answer for _, answer in outcomes if answer is not None]

@@ -108,6 +108,7 @@ def loop_kwargs(config) -> dict[str, Any]:
               max_new_tokens_per_turn=a.max_new_tokens_per_turn,
               tool_timeout_s=a.tool_timeout_s, enable_thinking=a.enable_thinking,
               seconds_per_generated_token=a.seconds_per_generated_token or None,
+              charge_tool_failure_time=config.tools.charge_measured_time,
               max_batch_size=config.rollout.max_batch_size,
               max_concurrent_episodes=a.max_concurrent_episodes or None)
 
