@@ -18,14 +18,14 @@ Pipeline, per source i with weight w_i:
 - Mixing is Grain's deterministic proportional interleave: of every
   Σ_i p_i consecutive tasks (p = weights scaled to small integers), exactly
   p_i come from source i. With finite `num_epochs` the stream ends when the
-  first source runs out.
+  first source (or stratum, below) runs out.
 - Stratifying (`stratify_by="domain"`) splits every source into one stratum
   per value of that task field and mixes the strata in proportion to their
   sizes (times the source's weight). The mixture is unchanged, but each step's
   composition no longer varies by chance: with 3 equal domains every run of 3
-  consecutive tasks holds one of each. A policy update then always sees every
-  domain's groups together, rather than steps of one domain alone pulling
-  shared parameters its way.
+  consecutive tasks holds one of each. The point: every policy update sees
+  each domain's groups, so no step of one domain alone pulls the parameters
+  the domains share its way.
 - The iterator's `get_state()` is a small JSON-able dict (`{"next_index": k}`);
   `set_state` on a fresh iterator of the same pipeline continues exactly after
   the last batch served.
