@@ -115,7 +115,7 @@ def test_stratified_steps_hold_every_domain_in_proportion():
   assert any(d != ["a", "b", "c"] for d in domains(plain))
 
 
-def test_stratified_mixture_keeps_each_strata_share_and_covers_its_epoch():
+def test_stratified_mixture_keeps_each_stratum_share_and_covers_its_epoch():
   # Domain "a" is half the source: half of every 4 consecutive tasks. 20 steps
   # are one epoch of every stratum: each task exactly once.
   batches = take(task_iterator(three_domains((40, 20, 20)), tasks_per_step=4, seed=3, shard_index=0,
