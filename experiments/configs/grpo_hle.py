@@ -220,8 +220,8 @@ def _demo(c):
   # keeps half of them well-formed (log-probs are taken at the same temperature).
   # Evaluation samples at the same temperature: it scores the policy GRPO trained.
   # Training rollouts at 0.7 (stratified) rescued a warm start that never
-  # sampled the frontier model on logic puzzles, but over seeds 0-4 gained
-  # +0.036 ± 0.039 against these settings' +0.027 ± 0.021 (session 13).
+  # sampled the frontier model on logic puzzles, but over seeds 0-6 gained
+  # +0.034 ± 0.036 against these settings' +0.027 ± 0.017 (session 13).
   c.rollout.temperature = 0.5
   c.eval.temperature = 0.5
   # Eight tries per question: a logic puzzle's group holds a frontier answer
