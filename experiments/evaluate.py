@@ -41,11 +41,11 @@ def main(argv):
   tokenizer = builders.build_tokenizer(config)
   env = builders.build_env(config)
   tasks = experiment.eval_tasks(config)
-  tool_configs = eval_tool_configs(env, tasks, seed=config.seed,
+  tool_configs = eval_tool_configs(env, tasks, seed=config.eval.seed,
                                    description_style=config.tools.description_style)
   for policy in split_list(_POLICIES.value):
     if is_router(policy):
-      engine, extra = RouterEngine(policy, tokenizer, tool_configs, seed=config.seed), {
+      engine, extra = RouterEngine(policy, tokenizer, tool_configs, seed=config.eval.seed), {
           "baseline": True}
     elif policy == "checkpoint":
       run = grpo_loop.setup_run(config)

@@ -151,13 +151,14 @@ def test_config_errors_are_listed_together(tmp_path):
   config.rl.advantage = "rloo"
   config.agent.max_concurrent_episodes = -1
   config.data.stratify_by = "colour"
+  config.eval.seed = -1
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
                  "sft.schedule", "sft.demo_filter", "sft.demo_best_of", "eval.cost_scale_usd",
                  "rl.advantage", "agent.max_concurrent_episodes", "rl.schedule",
-                 "data.stratify_by"):
+                 "data.stratify_by", "eval.seed"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")
@@ -177,6 +178,31 @@ def test_data_stratify_by_reaches_the_training_iterator():
   assert steps_with_every_domain() < 15
   config.data.stratify_by = "domain"
   assert steps_with_every_domain() >= 25
+
+
+def test_training_seed_keeps_the_world_and_the_heldout_test():
+  from orchestra_jax.training import experiment
+  from orchestra_jax.training.evaluation import eval_tool_configs
+
+  def world(**overrides):
+    config = micro_config("", **{"eval.num_tasks": 12, **overrides})
+    env = builders.build_env(config)
+    tasks = experiment.eval_tasks(config)
+    configs = eval_tool_configs(env, tasks, seed=config.eval.seed)
+    first_step = next(grpo_loop.train_task_iterator(config))
+    return ([(t.id, t.question, t.answer) for t in tasks],
+            list(configs.values()),
+            sorted(t.id for t in first_step))
+
+  tasks, tool_configs, first_step = world()
+  other_tasks, other_tool_configs, other_first_step = world(seed=1)
+  # Another training seed: the same held-out tasks, prices and preferences,
+  # another order of the same training tasks.
+  assert (other_tasks, other_tool_configs) == (tasks, tool_configs)
+  assert other_first_step != first_step
+  assert all(i.startswith("synthetic-0-train-") for i in other_first_step)
+  assert world(**{"data.synthetic_seed": 1})[0] != tasks
+  assert world(**{"eval.seed": 1})[1] != tool_configs  # Another tool preferred.
 
 
 def test_charge_measured_time_reaches_the_episode_loop():

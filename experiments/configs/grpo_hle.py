@@ -78,6 +78,10 @@ def _base() -> ml_collections.ConfigDict:
   # ("synthetic", "frames", "hle", "generalthought", "toolscale", "jsonl").
   c.data.sources = "synthetic"
   c.data.paths = ml_collections.ConfigDict()  # source name -> file path.
+  # The synthetic world's seed (organisations, corpus, every split's tasks),
+  # apart from `seed` so that runs of different training seeds learn the same
+  # world and are evaluated on the same held-out tasks.
+  c.data.synthetic_seed = 0
   c.data.synthetic_num_entities = 400
   c.data.num_train_tasks = 4096     # synthetic: training tasks generated.
   c.data.eval_split = "heldout"
@@ -177,6 +181,9 @@ def _base() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 0            # Also every N GRPO steps, into eval_steps/ (0: never).
   c.eval.num_tasks = 64
+  # Held-out tool configurations, baseline routers' draws and evaluation
+  # sampling: fixed across training seeds, so every policy meets the same test.
+  c.eval.seed = 0
   c.eval.baselines = "always_strongest,always_cheapest,random"
   c.eval.temperature = 0.0          # 0: greedy decoding.
   # Held-out reward: correct * max(0, 1 - P_cost*cost/scale - P_latency*latency/scale).

@@ -135,7 +135,7 @@ def build_env(config):
   if config.tools.memoize_code:
     run_code = MemoizedSandbox(run_code)
   return SyntheticOrchestrationEnv(
-      seed=config.seed, num_entities=config.data.synthetic_num_entities,
+      seed=config.data.synthetic_seed, num_entities=config.data.synthetic_num_entities,
       run_code=run_code,
       charge_measured_time=config.tools.charge_measured_time)
 
@@ -146,7 +146,7 @@ def source_specs(config, split: str, num_synthetic: int) -> list[dict[str, Any]]
   for name, weight in parse_sources(config.data.sources):
     spec: dict[str, Any] = {"kind": name, "weight": weight}
     if name == "synthetic":
-      spec.update(seed=config.seed, split=split, n=num_synthetic,
+      spec.update(seed=config.data.synthetic_seed, split=split, n=num_synthetic,
                   num_entities=config.data.synthetic_num_entities)
     else:
       spec["path"] = config.data.paths[name]

@@ -96,7 +96,7 @@ def validate(config: Any) -> None:
             "rl.filter_reward_std", "rl.tis_cap", "sft.steps", "eval.every_steps",
             "eval.num_tasks", "checkpoint.every_steps", "rollout.temperature",
             "agent.seconds_per_generated_token", "agent.max_concurrent_episodes",
-            allow_zero=True)
+            "seed", "data.synthetic_seed", "eval.seed", allow_zero=True)
   if not 0 < rollout.top_p <= 1:
     errors.append(f"rollout.top_p must be in (0, 1], got {rollout.top_p}")
   if config.agent.max_context_tokens > rollout.max_seq_len and rollout.engine == "jax":

@@ -61,7 +61,7 @@ def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, 
   summary = run_sync(evaluate_policy(
       name, engine, tasks=tasks, tool_configs=tool_configs, env=env, tokenizer=tokenizer,
       sampling=_eval_sampling(config), loop_kwargs=builders.loop_kwargs(config),
-      workdir=workdir or grpo_loop.workdir_of(config), seed=derive_seed(config.seed, 99),
+      workdir=workdir or grpo_loop.workdir_of(config), seed=derive_seed(config.eval.seed, 99),
       cost_scale=config.eval.cost_scale_usd, latency_scale=config.eval.latency_scale_s,
       extra=extra))
   log.info("eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
@@ -83,7 +83,7 @@ def run_warm_start(config, run) -> None:
       log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
   warm_start.run_sft(learner, demos, batch_size=config.sft.batch_size,
                      steps=config.sft.steps, seed=config.seed, batching=batching,
-                     on_step=report)
+                     on_step=report, ema_decay=config.sft.ema_decay)
   # The GRPO learner and engine were built on the same model object: refresh both.
   run.learner.load_state(learner.params, run.learner.opt_state, step=0)
   run_sync(grpo_loop.sync_weights(run, 0))
@@ -160,7 +160,7 @@ def run_experiment(config) -> dict:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   run = grpo_loop.setup_run(config)
   tasks = eval_tasks(config)
-  tool_configs = eval_tool_configs(run.env, tasks, seed=config.seed,
+  tool_configs = eval_tool_configs(run.env, tasks, seed=config.eval.seed,
                                    description_style=config.tools.description_style)
   summaries = {}
   fresh = run.checkpointer.latest_step() is None
@@ -187,7 +187,7 @@ def run_experiment(config) -> dict:
                                  tokenizer=run.tokenizer, tasks=tasks,
                                  tool_configs=tool_configs, extra={"steps": config.num_steps})
     for router in split_list(config.eval.baselines):
-      engine = RouterEngine(router, run.tokenizer, tool_configs, seed=config.seed)
+      engine = RouterEngine(router, run.tokenizer, tool_configs, seed=config.eval.seed)
       summaries[router] = evaluate(config, router, engine, env=run.env,
                                    tokenizer=run.tokenizer, tasks=tasks,
                                    tool_configs=tool_configs, extra={"baseline": True})
