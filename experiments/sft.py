@@ -64,7 +64,8 @@ def main(argv):
     warm_start.run_sft(learner, examples, batch_size=config.sft.batch_size,
                        steps=config.sft.steps, seed=config.seed, batching=batching,
                        on_step=lambda s, m: s % 10 or logging.info("step %d loss %.4f",
-                                                                   s, m["loss"]))
+                                                                   s, m["loss"]),
+                       ema_decay=config.sft.ema_decay)
   else:
     run = grpo_loop.setup_run(config)
     experiment.run_warm_start(config, run)

@@ -152,13 +152,14 @@ def test_config_errors_are_listed_together(tmp_path):
   config.agent.max_concurrent_episodes = -1
   config.data.stratify_by = "colour"
   config.eval.seed = -1
+  config.sft.ema_decay = 1.0
   with pytest.raises(ConfigError) as e:
     validate(config)
   message = str(e.value)
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
                  "sft.schedule", "sft.demo_filter", "sft.demo_best_of", "eval.cost_scale_usd",
                  "rl.advantage", "agent.max_concurrent_episodes", "rl.schedule",
-                 "data.stratify_by", "eval.seed"):
+                 "data.stratify_by", "eval.seed", "sft.ema_decay"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")

@@ -122,3 +122,64 @@ def test_best_demonstrations_are_solved_one_per_task_and_seeded(tmp_path):
   demos = _collect_seeded(config)
   assert demos and len(demos) <= 4 and all(d.correct for d in demos)
   assert len({d.task_id for d in demos}) == len(demos)  # one per task
+
+
+def test_parameter_ema_is_the_debiased_moving_average():
+  import jax.numpy as jnp
+  trees = [{"w": jnp.array([v], jnp.bfloat16)} for v in (1.0, 2.0, 4.0)]
+  average = warm_start.parameter_ema(iter(trees), 0.5)
+  # Weights 1/8, 1/4, 1/2 (decay^(n-i) (1 - decay)), divided by their sum 7/8.
+  assert average["w"].dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(average["w"]), [(1 / 8 + 2 / 4 + 4 / 2) / (7 / 8)])
+  np.testing.assert_allclose(np.asarray(warm_start.parameter_ema(iter(trees[:1]), 0.9)["w"]),
+                             [1.0], rtol=1e-6)
+  with pytest.raises(ValueError, match="no parameters"):
+    warm_start.parameter_ema(iter([]), 0.5)
+
+
+class CountingLearner:
+  """Each SFT step adds 1 to every parameter: after step k they equal k."""
+
+  def __init__(self):
+    import jax.numpy as jnp
+    self.params, self.opt_state, self.step = {"w": jnp.zeros(2, jnp.bfloat16)}, "adam", 0
+
+  def sft_step(self, batch):
+    self.params, self.step = {"w": self.params["w"] + 1}, self.step + 1
+    return {"loss": 0.0}
+
+  def load_state(self, params, opt_state=None, *, step=0):
+    self.params, self.opt_state, self.step = params, opt_state, step
+
+
+@pytest.mark.parametrize("decay, expected", [(0.0, 3.0), (0.5, (1 / 8 + 2 / 4 + 3 / 2) / (7 / 8))])
+def test_sft_ends_on_the_last_or_the_averaged_parameters(decay, expected):
+  from orchestra_jax.rl.batching import BatchingConfig
+  demo = Trajectory(task_id="t", group_index=0, seed=0, token_ids=list(range(1, 9)),
+                    loss_mask=[0] * 4 + [1] * 4, rollout_logprobs=[0.0] * 8, prompt_length=4,
+                    finish_reason="answer")
+  learner = CountingLearner()
+  history = warm_start.run_sft(learner, [demo], batch_size=1, steps=3, seed=0,
+                               batching=BatchingConfig(seq_buckets=(8,)), ema_decay=decay)
+  assert len(history) == 3 and learner.step == 3 and learner.opt_state == "adam"
+  assert learner.params["w"].dtype == np.dtype("bfloat16") if decay else True
+  np.testing.assert_allclose(np.asarray(learner.params["w"], np.float32), [expected] * 2,
+                             rtol=1e-2)
+
+
+def test_sft_ema_decay_reaches_the_warm_start(tmp_path, monkeypatch):
+  config = _config(tmp_path)
+  config.sft.ema_decay = 0.9
+  seen = {}
+  real = warm_start.run_sft
+
+  def spy(*args, **kwargs):
+    seen.update(kwargs)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(warm_start, "run_sft", spy)
+  run = grpo_loop.setup_run(config)
+  experiment.run_warm_start(config, run)
+  assert seen["ema_decay"] == 0.9
+  if hasattr(run.engine, "close"):
+    run.engine.close()

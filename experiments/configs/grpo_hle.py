@@ -166,6 +166,9 @@ def _base() -> ml_collections.ConfigDict:
   c.sft.lr = 1e-5
   c.sft.schedule = "constant"       # "constant" | "cosine" | "linear" (decay to 0).
   c.sft.warmup_steps = 0
+  # > 0: the warm start is the moving average of the parameters over its steps
+  # (this decay per step), not the last step's (training/warm_start.py).
+  c.sft.ema_decay = 0.0
   c.sft.batch_size = 16
   c.sft.num_demos = 512
   c.sft.demo_policy = "random"      # A router (eval/routers.py) or a "+" mixture of them.

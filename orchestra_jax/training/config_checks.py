@@ -182,6 +182,8 @@ def validate(config: Any) -> None:
   if config.sft.warmup_steps < 0 or (config.sft.steps
                                      and config.sft.warmup_steps >= config.sft.steps):
     errors.append(f"sft.warmup_steps must be in [0, sft.steps), got {config.sft.warmup_steps}")
+  if not 0 <= config.sft.ema_decay < 1:
+    errors.append(f"sft.ema_decay must be in [0, 1), got {config.sft.ema_decay}")
   if config.sft.demo_filter not in DEMO_FILTERS:
     errors.append(f"sft.demo_filter must be one of {DEMO_FILTERS}, got {config.sft.demo_filter!r}")
   if config.sft.demo_best_of < 1:
