@@ -285,7 +285,7 @@ def _demo(c):
   c.sft.steps = 100
   c.sft.lr = 5e-3
   # At this constant learning rate the last step's answer choice swings with
-  # the last few batches (logic puzzles to the frontier model 3 % to 79 % of
+  # the last few batches (logic puzzles to the frontier model 4 % to 79 % of
   # the time from one 10-step mark to the next), so the warm start, and what
   # GRPO can sample from it, was a matter of where the swing ended. The
   # moving average over ~10 steps keeps the demonstrations' lean instead: on

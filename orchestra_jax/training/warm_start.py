@@ -161,7 +161,7 @@ def run_sft(learner, examples: Sequence[Trajectory], *, batch_size: int, steps: 
   learning rate the last step's parameters carry the last few batches' noise:
   the demo's warm start, imitating demonstrations whose answer model varies
   within each kind of question, swung between answering logic puzzles with the
-  frontier model 3 % and 79 % of the time from one 10-step mark to the next
+  frontier model 4 % and 79 % of the time from one 10-step mark to the next
   (docs/benchmarks.md, session 14); the average keeps the demonstrations' lean.
   """
   history = []
