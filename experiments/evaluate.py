@@ -32,20 +32,18 @@ def main(argv):
   del argv
   flags_util.init_distributed()
   from orchestra_jax.eval.report import write_report
-  from orchestra_jax.eval.routers import RouterEngine, is_router
+  from orchestra_jax.eval.routers import is_router
   from orchestra_jax.training import builders, experiment, grpo_loop
   from orchestra_jax.training.config_checks import split_list
-  from orchestra_jax.training.evaluation import eval_tool_configs
 
   config = flags_util.validated(_CONFIG.value)
   tokenizer = builders.build_tokenizer(config)
   env = builders.build_env(config)
   tasks = experiment.eval_tasks(config)
-  tool_configs = eval_tool_configs(env, tasks, seed=config.eval.seed,
-                                   description_style=config.tools.description_style)
+  tool_configs = experiment.heldout_tool_configs(config, env, tasks)
   for policy in split_list(_POLICIES.value):
     if is_router(policy):
-      engine, extra = RouterEngine(policy, tokenizer, tool_configs, seed=config.eval.seed), {
+      engine, extra = experiment.baseline_router(config, policy, tokenizer, tool_configs), {
           "baseline": True}
     elif policy == "checkpoint":
       run = grpo_loop.setup_run(config)

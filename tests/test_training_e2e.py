@@ -183,13 +183,12 @@ def test_data_stratify_by_reaches_the_training_iterator():
 
 def test_training_seed_keeps_the_world_and_the_heldout_test():
   from orchestra_jax.training import experiment
-  from orchestra_jax.training.evaluation import eval_tool_configs
 
   def world(**overrides):
     config = micro_config("", **{"eval.num_tasks": 12, **overrides})
     env = builders.build_env(config)
     tasks = experiment.eval_tasks(config)
-    configs = eval_tool_configs(env, tasks, seed=config.eval.seed)
+    configs = experiment.heldout_tool_configs(config, env, tasks)
     first_step = next(grpo_loop.train_task_iterator(config))
     return ([(t.id, t.question, t.answer) for t in tasks],
             list(configs.values()),

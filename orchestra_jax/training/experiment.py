@@ -47,6 +47,17 @@ def eval_tasks(config):
   return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
 
 
+def heldout_tool_configs(config, env, tasks) -> dict:
+  """task id -> its held-out tool configuration, drawn from `eval.seed`."""
+  return eval_tool_configs(env, tasks, seed=config.eval.seed,
+                           description_style=config.tools.description_style)
+
+
+def baseline_router(config, router: str, tokenizer, tool_configs) -> RouterEngine:
+  """Baseline `router` playing `tool_configs`, its draws from `eval.seed`."""
+  return RouterEngine(router, tokenizer, tool_configs, seed=config.eval.seed)
+
+
 def _eval_sampling(config) -> SamplingParams:
   return SamplingParams(temperature=config.eval.temperature, top_p=1.0, top_k=-1,
                         max_new_tokens=config.agent.max_new_tokens_per_turn)
@@ -160,8 +171,7 @@ def run_experiment(config) -> dict:
     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   run = grpo_loop.setup_run(config)
   tasks = eval_tasks(config)
-  tool_configs = eval_tool_configs(run.env, tasks, seed=config.eval.seed,
-                                   description_style=config.tools.description_style)
+  tool_configs = heldout_tool_configs(config, run.env, tasks)
   summaries = {}
   fresh = run.checkpointer.latest_step() is None
   if fresh and config.sft.steps:
@@ -187,7 +197,7 @@ def run_experiment(config) -> dict:
                                  tokenizer=run.tokenizer, tasks=tasks,
                                  tool_configs=tool_configs, extra={"steps": config.num_steps})
     for router in split_list(config.eval.baselines):
-      engine = RouterEngine(router, run.tokenizer, tool_configs, seed=config.eval.seed)
+      engine = baseline_router(config, router, run.tokenizer, tool_configs)
       summaries[router] = evaluate(config, router, engine, env=run.env,
                                    tokenizer=run.tokenizer, tasks=tasks,
                                    tool_configs=tool_configs, extra={"baseline": True})

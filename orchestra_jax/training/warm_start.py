@@ -180,7 +180,6 @@ def run_sft(learner, examples: Sequence[Trajectory], *, batch_size: int, steps: 
       pass
     return history
   average = parameter_ema(updated_params(), ema_decay)
-  dtypes = jax.tree.map(lambda p: p.dtype, learner.params)
-  learner.load_state(jax.tree.map(lambda a, t: a.astype(t), average, dtypes),
+  learner.load_state(jax.tree.map(lambda a, p: a.astype(p.dtype), average, learner.params),
                      learner.opt_state, step=learner.step)
   return history
