@@ -139,6 +139,25 @@ def test_stratified_iterator_resumes_exactly_and_depends_on_the_seed():
   assert take(fresh(1), 30) != reference
 
 
+def test_stratum_weights_scale_a_domains_share_of_every_step():
+  # Three equal domains, "c" weighted 2: of every 4 consecutive tasks, 2 are "c".
+  batches = take(task_iterator(three_domains(), tasks_per_step=4, seed=0, shard_index=0,
+                               shard_count=1, stratify_by="domain", stratum_weights={"c": 2}), 15)
+  assert domains(batches) == [["a", "b", "c", "c"]] * 15
+
+
+def test_stratum_weights_reject_unknown_values_and_need_stratify_by():
+  with pytest.raises(ValueError, match=r"\['d'\]: no task has that domain"):
+    task_batches(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1,
+                 stratify_by="domain", stratum_weights={"d": 2})
+  with pytest.raises(ValueError, match="must be > 0"):
+    task_batches(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1,
+                 stratify_by="domain", stratum_weights={"a": 0})
+  with pytest.raises(ValueError, match="needs stratify_by"):
+    task_batches(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1,
+                 stratum_weights={"a": 2})
+
+
 def test_stratify_by_must_name_a_task_field():
   with pytest.raises(ValueError, match="stratify_by"):
     task_batches(three_domains(), tasks_per_step=3, seed=0, shard_index=0, shard_count=1,

@@ -151,6 +151,7 @@ def test_config_errors_are_listed_together(tmp_path):
   config.rl.advantage = "rloo"
   config.agent.max_concurrent_episodes = -1
   config.data.stratify_by = "colour"
+  config.data.stratum_weights = "logic:two"
   config.eval.seed = -1
   config.sft.ema_decay = 1.0
   with pytest.raises(ConfigError) as e:
@@ -159,7 +160,7 @@ def test_config_errors_are_listed_together(tmp_path):
   for needle in ("rl.lr", "rollout.engine", "nonsense", "tools.sandbox", "rl.format_filter",
                  "sft.schedule", "sft.demo_filter", "sft.demo_best_of", "eval.cost_scale_usd",
                  "rl.advantage", "agent.max_concurrent_episodes", "rl.schedule",
-                 "data.stratify_by", "eval.seed", "sft.ema_decay"):
+                 "data.stratify_by", "data.stratum_weights", "eval.seed", "sft.ema_decay"):
     assert needle in message
   with pytest.raises(ValueError, match="unknown config variant"):
     grpo_hle.get_config("huge")
@@ -176,10 +177,14 @@ def test_data_stratify_by_reaches_the_training_iterator():
   # The synthetic domains' shares are near, not exactly, a third each, so the
   # proportional interleave repeats a domain now and then; by chance, a step
   # of three holds all three 2 times in 9.
-  config.data.stratify_by = ""
+  config.data.stratify_by, config.data.stratum_weights = "", ""
   assert steps_with_every_domain() < 15
   config.data.stratify_by = "domain"
   assert steps_with_every_domain() >= 25
+  config.data.stratum_weights = "logic:2"
+  iterator = grpo_loop.train_task_iterator(config)
+  logic = sum(task.domain == "logic" for _ in range(30) for task in next(iterator))
+  assert 40 <= logic <= 50  # About half of 90, not a third.
 
 
 def test_training_seed_keeps_the_world_and_the_heldout_test():

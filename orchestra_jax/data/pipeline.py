@@ -25,7 +25,10 @@ Pipeline, per source i with weight w_i:
   composition no longer varies by chance: with 3 equal domains every run of 3
   consecutive tasks holds one of each. The point: every policy update sees
   each domain's groups, so no step of one domain alone pulls the parameters
-  the domains share its way.
+  the domains share its way. `stratum_weights` ({value: w}, 1 where absent)
+  scales a stratum's share: {"logic": 2} trains on twice as many logic tasks
+  as the sources hold, relative to the other domains (per-domain mixture
+  weights, as in domain-reweighted pretraining).
 - The iterator's `get_state()` is a small JSON-able dict (`{"next_index": k}`);
   `set_state` on a fresh iterator of the same pipeline continues exactly after
   the last batch served.
@@ -34,7 +37,7 @@ Pipeline, per source i with weight w_i:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import grain
 import numpy as np
@@ -59,22 +62,36 @@ def source_seed(seed: int, source_index: int, stratum_index: int | None = None) 
   return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def stratify(sources: Sequence[WeightedSource], field: str) -> list[tuple[WeightedSource, int, int | None]]:
-  """Each source split by `field` into strata weighted by their share of it.
+def stratify(sources: Sequence[WeightedSource], field: str,
+             weights: Mapping[str, float] | None = None
+             ) -> list[tuple[WeightedSource, int, int | None]]:
+  """Each source split by `field` into strata weighted by their share of it,
+  times `weights[value]` (1 for values not named).
 
   Returns `(stratum, source_index, stratum_index)` in source order, strata in
   order of first appearance (so the split is a function of the task order).
+  A weight for a value no source holds is an error (a typo would otherwise
+  change nothing).
   """
   if field not in STRATIFY_FIELDS:
     raise ValueError(f"stratify_by must be one of {STRATIFY_FIELDS}, got {field!r}")
-  out = []
+  weights = dict(weights or {})
+  for value, w in weights.items():
+    if not w > 0:
+      raise ValueError(f"stratum weight of {value!r} must be > 0, got {w}")
+  out, seen = [], set()
   for i, source in enumerate(sources):
     groups: dict[str, list[Any]] = {}
     for task in source.tasks:
       groups.setdefault(str(getattr(task, field)), []).append(task)
     for j, (value, tasks) in enumerate(groups.items()):
-      share = source.weight * len(tasks) / len(source.tasks)
+      share = source.weight * len(tasks) / len(source.tasks) * weights.get(value, 1.0)
       out.append((WeightedSource(f"{source.name}/{value}", tasks, share), i, j))
+    seen.update(groups)
+  unknown = sorted(set(weights) - seen)
+  if unknown:
+    raise ValueError(f"stratum weights for {unknown}: no task has that {field} "
+                     f"(values: {sorted(seen)})")
   return out
 
 
@@ -94,12 +111,14 @@ def task_batches(
     shard_index: int | None = None,
     shard_count: int | None = None,
     stratify_by: str | None = None,
+    stratum_weights: Mapping[str, float] | None = None,
 ) -> grain.MapDataset:
   """The batched, mixed, sharded dataset of `list[Task]` (see module docstring).
 
   `num_epochs=None` repeats forever. `shard_index`/`shard_count` default to
   this JAX process's index and the process count. `stratify_by` (a task field
-  of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field.
+  of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field;
+  `stratum_weights` reweights its values (see `stratify`).
   """
   _validate(sources, tasks_per_step, num_epochs)
   if (shard_index is None) != (shard_count is None):
@@ -110,7 +129,9 @@ def task_batches(
     raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")
 
   if stratify_by:
-    parts = stratify(sources, stratify_by)
+    parts = stratify(sources, stratify_by, stratum_weights)
+  elif stratum_weights:
+    raise ValueError("stratum_weights needs stratify_by")
   else:
     parts = [(source, i, None) for i, source in enumerate(sources)]
   per_source = []
@@ -139,6 +160,7 @@ def task_iterator(
     shard_index: int | None = None,
     shard_count: int | None = None,
     stratify_by: str | None = None,
+    stratum_weights: Mapping[str, float] | None = None,
 ) -> grain.DatasetIterator:
   """A checkpointable iterator over `list[Task]` batches (`get_state`/`set_state`).
 
@@ -153,6 +175,7 @@ def task_iterator(
       shard_index=shard_index,
       shard_count=shard_count,
       stratify_by=stratify_by,
+      stratum_weights=stratum_weights,
   )
   read_options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
   return iter(dataset.to_iter_dataset(read_options))

@@ -32,7 +32,7 @@ def _positive(errors, config, *names, allow_zero=False):
       errors.append(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
-def parse_sources(spec: str) -> list[tuple[str, float]]:
+def parse_weighted(spec: str, field: str = "data.sources") -> list[tuple[str, float]]:
   """"synthetic:3,frames:1" -> [("synthetic", 3.0), ("frames", 1.0)]; weight defaults to 1."""
   out = []
   for item in (s.strip() for s in spec.split(",")):
@@ -42,8 +42,18 @@ def parse_sources(spec: str) -> list[tuple[str, float]]:
     try:
       out.append((name.strip(), float(weight) if weight else 1.0))
     except ValueError:
-      raise ConfigError(f"data.sources: bad weight in {item!r} (want name:weight)") from None
+      raise ConfigError(f"{field}: bad weight in {item!r} (want name:weight)") from None
   return out
+
+
+def parse_sources(spec: str) -> list[tuple[str, float]]:
+  """`data.sources`, e.g. "synthetic:3,frames:1" (see `parse_weighted`)."""
+  return parse_weighted(spec, "data.sources")
+
+
+def stratum_weights(config: Any) -> dict[str, float]:
+  """`data.stratum_weights` ("logic:2") as {value: weight}."""
+  return dict(parse_weighted(config.data.stratum_weights, "data.stratum_weights"))
 
 
 def split_list(spec: str) -> list[str]:
@@ -121,6 +131,16 @@ def validate(config: Any) -> None:
   if config.data.stratify_by and config.data.stratify_by not in STRATIFY_FIELDS:
     errors.append(f"data.stratify_by must be empty or one of {STRATIFY_FIELDS}, "
                   f"got {config.data.stratify_by!r}")
+  try:
+    weights = stratum_weights(config)
+    if weights and not config.data.stratify_by:
+      errors.append("data.stratum_weights needs data.stratify_by (the field whose values "
+                    "it weighs)")
+    for value, weight in weights.items():
+      if weight <= 0:
+        errors.append(f"data.stratum_weights: weight of {value!r} must be > 0")
+  except ConfigError as e:
+    errors.append(str(e))
   if config.tools.sandbox not in SANDBOXES:
     errors.append(f"tools.sandbox must be one of {SANDBOXES}, got {config.tools.sandbox!r}")
   elif config.tools.sandbox == "bwrap" and not bwrap_available():

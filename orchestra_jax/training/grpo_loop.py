@@ -32,7 +32,7 @@ from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.training import builders
+from orchestra_jax.training import builders, config_checks
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import Timer, run_graded_episodes, score_groups
@@ -100,7 +100,8 @@ def train_task_iterator(config):
   specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
   sources, _ = load_sources(specs)
   return task_iterator(sources, tasks_per_step=config.rl.tasks_per_step, seed=config.seed,
-                       stratify_by=config.data.stratify_by or None)
+                       stratify_by=config.data.stratify_by or None,
+                       stratum_weights=config_checks.stratum_weights(config))
 
 
 def restore(run: Run, iterator) -> int:
