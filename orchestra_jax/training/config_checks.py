@@ -32,8 +32,11 @@ def _positive(errors, config, *names, allow_zero=False):
       errors.append(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
-def parse_weighted(spec: str, field: str = "data.sources") -> list[tuple[str, float]]:
-  """"synthetic:3,frames:1" -> [("synthetic", 3.0), ("frames", 1.0)]; weight defaults to 1."""
+def parse_weighted(spec: str, field: str) -> list[tuple[str, float]]:
+  """"synthetic:3,frames:1" -> [("synthetic", 3.0), ("frames", 1.0)]; weight defaults to 1.
+
+  `field` is the config field the spec came from, named in the error.
+  """
   out = []
   for item in (s.strip() for s in spec.split(",")):
     if not item:
