@@ -21,53 +21,66 @@ from ml_collections import config_flags
 from experiments import flags_util
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True)
+    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
+)
 _POLICIES = flags.DEFINE_string(
-    "policies", "checkpoint,always_strongest,always_cheapest,random",
+    "policies",
+    "checkpoint,always_strongest,always_cheapest,random",
     "Comma-separated policies: checkpoint, hf:<folder>, or a router name "
-    "(or a '+' mixture of routers).")
+    "(or a '+' mixture of routers).",
+)
 
 
 def main(argv):
-  del argv
-  flags_util.init_distributed()
-  from orchestra_jax.eval.report import write_report
-  from orchestra_jax.eval.routers import is_router
-  from orchestra_jax.training import builders, experiment, grpo_loop
-  from orchestra_jax.training.config_checks import split_list
+    del argv
+    flags_util.init_distributed()
+    from orchestra_jax.eval.report import write_report
+    from orchestra_jax.eval.routers import is_router
+    from orchestra_jax.training import builders, experiment, grpo_loop
+    from orchestra_jax.training.config_checks import split_list
 
-  config = flags_util.validated(_CONFIG.value)
-  tokenizer = builders.build_tokenizer(config)
-  env = builders.build_env(config)
-  tasks = experiment.eval_tasks(config)
-  tool_configs = experiment.heldout_tool_configs(config, env, tasks)
-  for policy in split_list(_POLICIES.value):
-    if is_router(policy):
-      engine, extra = experiment.baseline_router(config, policy, tokenizer, tool_configs), {
-          "baseline": True}
-    elif policy == "checkpoint":
-      run = grpo_loop.setup_run(config)
-      step = grpo_loop.restore(run, iterator=None)
-      if not step:
-        raise SystemExit(f"error: no checkpoint in {run.checkpointer.directory}")
-      engine, extra = run.engine, {"steps": step}
-      policy = "grpo"
-    elif policy.startswith("hf:"):
-      with config.unlocked():
-        config.model.preset, config.model.hf_path = "", policy[3:]
-      mesh = builders.build_mesh(config)
-      model, model_config = builders.build_model(config, mesh, tokenizer)
-      engine = builders.build_engine(config, model, model_config, tokenizer)
-      extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
-    else:
-      raise SystemExit(f"error: unknown policy {policy!r}; see --help")
-    experiment.evaluate(config, policy, engine, env=env, tokenizer=tokenizer, tasks=tasks,
-                        tool_configs=tool_configs, extra=extra)
-    if hasattr(engine, "close"):
-      engine.close()
-  md, png = write_report(grpo_loop.workdir_of(config))
-  logging.info("report: %s, %s", md, png)
+    config = flags_util.validated(_CONFIG.value)
+    tokenizer = builders.build_tokenizer(config)
+    env = builders.build_env(config)
+    tasks = experiment.eval_tasks(config)
+    tool_configs = experiment.heldout_tool_configs(config, env, tasks)
+    for policy in split_list(_POLICIES.value):
+        if is_router(policy):
+            engine, extra = (
+                experiment.baseline_router(config, policy, tokenizer, tool_configs),
+                {"baseline": True},
+            )
+        elif policy == "checkpoint":
+            run = grpo_loop.setup_run(config)
+            step = grpo_loop.restore(run, iterator=None)
+            if not step:
+                raise SystemExit(f"error: no checkpoint in {run.checkpointer.directory}")
+            engine, extra = run.engine, {"steps": step}
+            policy = "grpo"
+        elif policy.startswith("hf:"):
+            with config.unlocked():
+                config.model.preset, config.model.hf_path = "", policy[3:]
+            mesh = builders.build_mesh(config)
+            model, model_config = builders.build_model(config, mesh, tokenizer)
+            engine = builders.build_engine(config, model, model_config, tokenizer)
+            extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
+        else:
+            raise SystemExit(f"error: unknown policy {policy!r}; see --help")
+        experiment.evaluate(
+            config,
+            policy,
+            engine,
+            env=env,
+            tokenizer=tokenizer,
+            tasks=tasks,
+            tool_configs=tool_configs,
+            extra=extra,
+        )
+        if hasattr(engine, "close"):
+            engine.close()
+    md, png = write_report(grpo_loop.workdir_of(config))
+    logging.info("report: %s, %s", md, png)
 
 
 if __name__ == "__main__":
-  flags_util.run(main)
+    flags_util.run(main)

@@ -9,44 +9,47 @@ from absl import flags
 
 
 def parse_flags_or_exit(argv):
-  """absl flag parsing, but a bad config or override exits with one line, not a traceback."""
-  try:
-    return flags.FLAGS(argv)
-  except (AttributeError, KeyError) as e:  # an unknown --config.a.b field
-    sys.exit(f"error: no config field {str(e).strip(chr(34))} (check the --config.* overrides)")
-  except (flags.Error, TypeError, ValueError) as e:
-    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
-    # ml_collections embeds get_config()'s traceback; its last line is the reason.
-    sys.exit(f"error: {lines[-1] if lines else e}")
+    """absl flag parsing, but a bad config or override exits with one line, not a traceback."""
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:  # an unknown --config.a.b field
+        sys.exit(f"error: no config field {str(e).strip(chr(34))} (check the --config.* overrides)")
+    except (flags.Error, TypeError, ValueError) as e:
+        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        # ml_collections embeds get_config()'s traceback; its last line is the reason.
+        sys.exit(f"error: {lines[-1] if lines else e}")
 
 
 def validated(config):
-  """The config, or exit with every problem listed (training/config_checks.py)."""
-  from orchestra_jax.training.config_checks import ConfigError, validate
-  try:
-    validate(config)
-  except ConfigError as e:
-    sys.exit(f"error: {e}")
-  return config
+    """The config, or exit with every problem listed (training/config_checks.py)."""
+    from orchestra_jax.training.config_checks import ConfigError, validate
+
+    try:
+        validate(config)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    return config
 
 
 def init_distributed():
-  """Multi-host launches (launch/tpu_pod.sh) set ORCHESTRA_JAX_DISTRIBUTED=1."""
-  if os.environ.get("ORCHESTRA_JAX_DISTRIBUTED") == "1":
-    import jax
-    jax.distributed.initialize()
+    """Multi-host launches (launch/tpu_pod.sh) set ORCHESTRA_JAX_DISTRIBUTED=1."""
+    if os.environ.get("ORCHESTRA_JAX_DISTRIBUTED") == "1":
+        import jax
+
+        jax.distributed.initialize()
 
 
 def quiet_libraries():
-  """Our progress at INFO; Orbax/absl chatter (one line per file written) at WARNING."""
-  logging.getLogger("absl").setLevel(logging.WARNING)
-  logging.getLogger().setLevel(logging.INFO)
+    """Our progress at INFO; Orbax/absl chatter (one line per file written) at WARNING."""
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.getLogger().setLevel(logging.INFO)
 
 
 def run(main):
-  flags.mark_flag_as_required("config")
+    flags.mark_flag_as_required("config")
 
-  def wrapped(argv):
-    quiet_libraries()
-    return main(argv)
-  app.run(wrapped, flags_parser=parse_flags_or_exit)
+    def wrapped(argv):
+        quiet_libraries()
+        return main(argv)
+
+    app.run(wrapped, flags_parser=parse_flags_or_exit)

@@ -14,15 +14,17 @@ from ml_collections import config_flags
 from experiments import flags_util
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True)
+    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
+)
 
 
 def main(argv):
-  del argv
-  flags_util.init_distributed()
-  from orchestra_jax.training.experiment import run_experiment
-  run_experiment(flags_util.validated(_CONFIG.value))
+    del argv
+    flags_util.init_distributed()
+    from orchestra_jax.training.experiment import run_experiment
+
+    run_experiment(flags_util.validated(_CONFIG.value))
 
 
 if __name__ == "__main__":
-  flags_util.run(main)
+    flags_util.run(main)

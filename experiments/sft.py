@@ -21,59 +21,76 @@ from ml_collections import config_flags
 from experiments import flags_util
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True)
-_DEMOS = flags.DEFINE_string("demos", "", "jsonl of {'messages': [...], 'tools': [...]}; "
-                             "empty: router demonstrations from the offline environment.")
+    "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
+)
+_DEMOS = flags.DEFINE_string(
+    "demos",
+    "",
+    "jsonl of {'messages': [...], 'tools': [...]}; "
+    "empty: router demonstrations from the offline environment.",
+)
 
 
 def read_conversations(path, tokenizer, enable_thinking):
-  from orchestra_jax.training.warm_start import conversation_example
-  examples, bad = [], 0
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-        examples.append(conversation_example(row["messages"], tokenizer, tools=row.get("tools"),
-                                             enable_thinking=enable_thinking))
-      except (ValueError, KeyError, TypeError) as e:
-        bad += 1
-        if bad <= 5:
-          logging.warning("%s:%d: skipped: %s", path, lineno, e)
-  logging.info("%s: %d conversations, %d malformed rows skipped", path, len(examples), bad)
-  return examples
+    from orchestra_jax.training.warm_start import conversation_example
+
+    examples, bad = [], 0
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                examples.append(
+                    conversation_example(
+                        row["messages"],
+                        tokenizer,
+                        tools=row.get("tools"),
+                        enable_thinking=enable_thinking,
+                    )
+                )
+            except (ValueError, KeyError, TypeError) as e:
+                bad += 1
+                if bad <= 5:
+                    logging.warning("%s:%d: skipped: %s", path, lineno, e)
+    logging.info("%s: %d conversations, %d malformed rows skipped", path, len(examples), bad)
+    return examples
 
 
 def main(argv):
-  del argv
-  flags_util.init_distributed()
-  from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-  from orchestra_jax.rl.learner import Learner
-  from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
+    del argv
+    flags_util.init_distributed()
+    from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+    from orchestra_jax.rl.learner import Learner
+    from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
 
-  config = flags_util.validated(_CONFIG.value)
-  workdir = grpo_loop.workdir_of(config)
-  if _DEMOS.value:
-    tokenizer = builders.build_tokenizer(config)
-    mesh = builders.build_mesh(config)
-    model, model_config = builders.build_model(config, mesh, tokenizer)
-    examples = read_conversations(_DEMOS.value, tokenizer, config.agent.enable_thinking)
-    learner = Learner(model, builders.build_sft_learner_config(config), mesh=mesh)
-    batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
-    warm_start.run_sft(learner, examples, batch_size=config.sft.batch_size,
-                       steps=config.sft.steps, seed=config.seed, batching=batching,
-                       on_step=lambda s, m: s % 10 or logging.info("step %d loss %.4f",
-                                                                   s, m["loss"]),
-                       ema_decay=config.sft.ema_decay)
-  else:
-    run = grpo_loop.setup_run(config)
-    experiment.run_warm_start(config, run)
-    model, model_config = run.model, run.model_config
-  out = os.path.join(workdir, "sft_hf")
-  save_hf_checkpoint(model, model_config, out)
-  logging.info("wrote %s", out)
+    config = flags_util.validated(_CONFIG.value)
+    workdir = grpo_loop.workdir_of(config)
+    if _DEMOS.value:
+        tokenizer = builders.build_tokenizer(config)
+        mesh = builders.build_mesh(config)
+        model, model_config = builders.build_model(config, mesh, tokenizer)
+        examples = read_conversations(_DEMOS.value, tokenizer, config.agent.enable_thinking)
+        learner = Learner(model, builders.build_sft_learner_config(config), mesh=mesh)
+        batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
+        warm_start.run_sft(
+            learner,
+            examples,
+            batch_size=config.sft.batch_size,
+            steps=config.sft.steps,
+            seed=config.seed,
+            batching=batching,
+            on_step=lambda s, m: s % 10 or logging.info("step %d loss %.4f", s, m["loss"]),
+            ema_decay=config.sft.ema_decay,
+        )
+    else:
+        run = grpo_loop.setup_run(config)
+        experiment.run_warm_start(config, run)
+        model, model_config = run.model, run.model_config
+    out = os.path.join(workdir, "sft_hf")
+    save_hf_checkpoint(model, model_config, out)
+    logging.info("wrote %s", out)
 
 
 if __name__ == "__main__":
-  flags_util.run(main)
+    flags_util.run(main)

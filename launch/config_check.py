@@ -46,4 +46,6 @@ def check_overrides(config_arg: str, keys: Iterable[str]) -> None:
     """Raises one ValueError listing every swept key the config lacks."""
     problems = missing_keys(load_config(config_arg), list(dict.fromkeys(keys)))
     if problems:
-        raise ValueError(f"the sweep sets keys that {config_arg} lacks:\n  " + "\n  ".join(problems))
+        raise ValueError(
+            f"the sweep sets keys that {config_arg} lacks:\n  " + "\n  ".join(problems)
+        )

@@ -65,8 +65,12 @@ def _start(trial: Trial, env: Mapping[str, str], cwd: str | None) -> _Running:
     log = open(workdir / LOG_NAME, "ab")
     try:
         process = subprocess.Popen(
-            list(trial.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env), cwd=cwd,
+            list(trial.argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=cwd,
         )
     except OSError:
         log.close()
@@ -138,7 +142,9 @@ def run_local(
                 result = _finish(run)
                 results[run.trial.index] = result
                 colour = "green" if result.status == "ok" else "red"
-                console.print(f"[{colour}]{result.status}[/] {run.trial.name} (exit {result.returncode})")
+                console.print(
+                    f"[{colour}]{result.status}[/] {run.trial.name} (exit {result.returncode})"
+                )
             time.sleep(poll_interval_s)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: stopping running trials[/]")
@@ -147,7 +153,8 @@ def run_local(
             results[run.trial.index] = _finish(run, "interrupted")
         for trial in pending:
             results[trial.index] = TrialResult(
-                trial, "not started", None, 0.0, str(pathlib.Path(trial.workdir) / LOG_NAME))
+                trial, "not started", None, 0.0, str(pathlib.Path(trial.workdir) / LOG_NAME)
+            )
     return [results[t.index] for t in trials]
 
 

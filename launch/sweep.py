@@ -36,20 +36,42 @@ EXECUTORS = ("print", "local", "xmanager")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launch.sweep", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", help="config file and variant, e.g. experiments/configs/grpo_hle.py:demo "
-                        "(default: the sweep file's CONFIG)")
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.sweep", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--config",
+        help="config file and variant, e.g. experiments/configs/grpo_hle.py:demo "
+        "(default: the sweep file's CONFIG)",
+    )
     parser.add_argument("--sweep", required=True, help="sweep file defining get_sweep(hyper)")
     parser.add_argument("--executor", choices=EXECUTORS, default="print")
-    parser.add_argument("--max_parallel", type=int, help="local executor: trials at once (default 1)")
-    parser.add_argument("--workdir_root", default="runs", help="trial i runs in <root>/<sweep name>/<i>_<overrides>")
-    parser.add_argument("--module", default=trials_lib.DEFAULT_MODULE, help="python module each trial runs")
-    parser.add_argument("--python", default=sys.executable, help="interpreter for local and printed commands")
-    parser.add_argument("--trials", help="comma-separated trial indices to keep, e.g. 0,3 (default: all)")
-    parser.add_argument("--skip_config_check", action="store_true",
-                        help="do not load the config to check the swept keys exist")
-    parser.add_argument("--xm_platform", choices=xm_executor.PLATFORMS, help="xmanager: local Docker or vertex")
-    parser.add_argument("--xm_requirements", help="xmanager: resources, e.g. A100=8,ram=256GiB or local_gpu=1")
+    parser.add_argument(
+        "--max_parallel", type=int, help="local executor: trials at once (default 1)"
+    )
+    parser.add_argument(
+        "--workdir_root", default="runs", help="trial i runs in <root>/<sweep name>/<i>_<overrides>"
+    )
+    parser.add_argument(
+        "--module", default=trials_lib.DEFAULT_MODULE, help="python module each trial runs"
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter for local and printed commands"
+    )
+    parser.add_argument(
+        "--trials", help="comma-separated trial indices to keep, e.g. 0,3 (default: all)"
+    )
+    parser.add_argument(
+        "--skip_config_check",
+        action="store_true",
+        help="do not load the config to check the swept keys exist",
+    )
+    parser.add_argument(
+        "--xm_platform", choices=xm_executor.PLATFORMS, help="xmanager: local Docker or vertex"
+    )
+    parser.add_argument(
+        "--xm_requirements", help="xmanager: resources, e.g. A100=8,ram=256GiB or local_gpu=1"
+    )
     return parser
 
 
@@ -60,7 +82,9 @@ def _check_flag_combinations(args: argparse.Namespace) -> None:
     if (args.xm_platform or args.xm_requirements) and args.executor != "xmanager":
         raise ValueError("--xm_platform and --xm_requirements apply only to --executor=xmanager")
     if args.executor == "local" and "://" in args.workdir_root:
-        raise ValueError(f"--executor=local writes logs into local folders; got --workdir_root={args.workdir_root}")
+        raise ValueError(
+            f"--executor=local writes logs into local folders; got --workdir_root={args.workdir_root}"
+        )
 
 
 def _select(all_trials: list[trials_lib.Trial], spec: str | None) -> list[trials_lib.Trial]:
@@ -82,7 +106,9 @@ def plan(args: argparse.Namespace) -> tuple[str, str, list[trials_lib.Trial]]:
     sweep_file = trials_lib.load_sweep_file(args.sweep)
     config = args.config or getattr(sweep_file, "CONFIG", None)
     if not config:
-        raise ValueError(f"pass --config=path.py:variant (the sweep file {args.sweep} sets no CONFIG)")
+        raise ValueError(
+            f"pass --config=path.py:variant (the sweep file {args.sweep} sets no CONFIG)"
+        )
     sweep = hyper.check_sweep(sweep_file.get_sweep(hyper))
     if not args.skip_config_check:
         config_check.check_overrides(config, [key for trial in sweep for key in trial])
@@ -91,7 +117,8 @@ def plan(args: argparse.Namespace) -> tuple[str, str, list[trials_lib.Trial]]:
         root = os.path.abspath(root)
     name = pathlib.Path(args.sweep).stem
     all_trials = trials_lib.expand(
-        config, sweep, sweep_name=name, workdir_root=root, python=args.python, module=args.module)
+        config, sweep, sweep_name=name, workdir_root=root, python=args.python, module=args.module
+    )
     return config, name, _select(all_trials, args.trials)
 
 
@@ -110,7 +137,9 @@ def _run_local(args, name: str, trials: list[trials_lib.Trial], console: Console
     summary_path = pathlib.Path(trials[0].workdir).parent / "sweep_summary.json"
     write_summary(summary_path, results)
     failed = [r for r in results if r.status != "ok"]
-    console.print(f"{len(results) - len(failed)}/{len(results)} trials ok; summary in {summary_path}")
+    console.print(
+        f"{len(results) - len(failed)}/{len(results)} trials ok; summary in {summary_path}"
+    )
     return 1 if failed else 0
 
 
@@ -126,8 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.executor == "local":
             return _run_local(args, name, trials, console)
         experiment_id = xm_executor.launch_xmanager(
-            trials, config=config, module=args.module, title=f"{name} ({config})",
-            platform=args.xm_platform or "local", requirements=args.xm_requirements or "")
+            trials,
+            config=config,
+            module=args.module,
+            title=f"{name} ({config})",
+            platform=args.xm_platform or "local",
+            requirements=args.xm_requirements or "",
+        )
         console.print(f"launched XManager experiment {experiment_id} with {len(trials)} jobs")
         return 0
     except (ValueError, TypeError, FileNotFoundError, xm_executor.XManagerMissing) as error:

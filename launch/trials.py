@@ -78,7 +78,7 @@ def short_keys(keys: Sequence[str]) -> dict[str, str]:
     parts = {key: key.split(".")[1:] for key in keys}
     depth = {key: 1 for key in keys}
     while True:
-        names = {key: ".".join(parts[key][-depth[key]:]) for key in keys}
+        names = {key: ".".join(parts[key][-depth[key] :]) for key in keys}
         clashes = [k for k in keys if list(names.values()).count(names[k]) > 1]
         growable = [k for k in clashes if depth[k] < len(parts[k])]
         if not growable:
@@ -107,7 +107,10 @@ def override_string(overrides: Mapping[str, Any], names: Mapping[str, str] | Non
 
 
 def trial_name(
-    index: int, num_trials: int, overrides: Mapping[str, Any], names: Mapping[str, str] | None = None
+    index: int,
+    num_trials: int,
+    overrides: Mapping[str, Any],
+    names: Mapping[str, str] | None = None,
 ) -> str:
     """`<index>_<override string>`, the index zero-padded so folders sort in trial order."""
     width = len(str(max(num_trials - 1, 0)))
@@ -160,7 +163,9 @@ def expand(
     for overrides in sweep:
         for key in RESERVED_KEYS:
             if key in overrides:
-                raise ValueError(f"sweeps may not set {key!r}: the launcher gives each trial its own")
+                raise ValueError(
+                    f"sweeps may not set {key!r}: the launcher gives each trial its own"
+                )
     all_keys = list(dict.fromkeys(k for overrides in sweep for k in overrides))
     names = short_keys(all_keys)  # one naming for the whole sweep, so trials read alike
     root = workdir_root.rstrip("/")
@@ -174,6 +179,8 @@ def expand(
     for trial in trials:
         key = repr(sorted((k, format_value(v)) for k, v in trial.overrides.items()))
         if key in seen:
-            raise ValueError(f"trials {seen[key]} and {trial.index} of the sweep have the same overrides")
+            raise ValueError(
+                f"trials {seen[key]} and {trial.index} of the sweep have the same overrides"
+            )
         seen[key] = trial.index
     return trials

@@ -19,7 +19,9 @@ from typing import Any, Sequence
 
 from launch.trials import Trial, format_value
 
-INSTALL_HINT = "the xmanager executor needs XManager: pip install xmanager (and Docker); see launch/README.md"
+INSTALL_HINT = (
+    "the xmanager executor needs XManager: pip install xmanager (and Docker); see launch/README.md"
+)
 PLATFORMS = ("local", "vertex")
 BASE_IMAGE = "python:3.11-slim"
 
@@ -122,5 +124,7 @@ def launch_xmanager(
             [xm.Packageable(executable_spec=spec, executor_spec=executor.Spec())]
         )
         for trial in trials:
-            experiment.add(xm.Job(executable=executable, executor=executor, args=job_args(trial, config)))
+            experiment.add(
+                xm.Job(executable=executable, executor=executor, args=job_args(trial, config))
+            )
     return experiment.experiment_id

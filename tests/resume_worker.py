@@ -14,32 +14,35 @@ import numpy as np
 
 
 def ranked_reward(features, correct, preference):
-  """Episode i of a group scores i: a fixed, resume-safe ranking with real gradients
-  (a random tiny model never answers correctly, so the paper's reward is all 0)."""
-  del correct, preference
-  return np.arange(len(features), dtype=np.float32)
+    """Episode i of a group scores i: a fixed, resume-safe ranking with real gradients
+    (a random tiny model never answers correctly, so the paper's reward is all 0)."""
+    del correct, preference
+    return np.arange(len(features), dtype=np.float32)
 
 
 def main(workdir, num_steps, kill_after=None):
-  import logging
-  logging.basicConfig(level=logging.INFO)
-  from experiments.configs import grpo_hle
-  from orchestra_jax.training import grpo_loop
-  config = grpo_hle.get_config("micro")
-  config.workdir = workdir
-  config.num_steps = num_steps
-  config.agent.seconds_per_generated_token = 0.02  # latency independent of machine load
-  run = grpo_loop.setup_run(config)
-  run.reward_fn = ranked_reward
+    import logging
 
-  def progress(step, metrics):
-    del metrics
-    if kill_after is not None and step == kill_after:
-      os.kill(os.getpid(), signal.SIGKILL)
-  grpo_loop.grpo_train(run, progress=progress)
-  run.engine.close()
+    logging.basicConfig(level=logging.INFO)
+    from experiments.configs import grpo_hle
+    from orchestra_jax.training import grpo_loop
+
+    config = grpo_hle.get_config("micro")
+    config.workdir = workdir
+    config.num_steps = num_steps
+    config.agent.seconds_per_generated_token = 0.02  # latency independent of machine load
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = ranked_reward
+
+    def progress(step, metrics):
+        del metrics
+        if kill_after is not None and step == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    grpo_loop.grpo_train(run, progress=progress)
+    run.engine.close()
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -27,8 +27,9 @@ class SleepyTool:
 
     async def __call__(self, arguments, ctx):
         await asyncio.sleep(self.sleep_s)
-        return ToolResult(text="slept", latency_s=self.sleep_s,
-                          final_answer="done" if self.final else None)
+        return ToolResult(
+            text="slept", latency_s=self.sleep_s, final_answer="done" if self.final else None
+        )
 
 
 class Config:
@@ -59,7 +60,7 @@ class BatchRecordingEngine(ScriptedEngine):
 
 
 def call(name):
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": {}})}\n</tool_call><|im_end|>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': {}})}\n</tool_call><|im_end|>"
 
 
 def test_n_episodes_of_k_tool_turns_take_about_k_tool_latencies():
@@ -71,8 +72,15 @@ def test_n_episodes_of_k_tool_turns_take_about_k_tool_latencies():
         return TOK.encode(call("answer" if turn == k - 1 else "wait"))
 
     engine = BatchRecordingEngine(policy)
-    specs = [EpisodeSpec(task=Task(id=f"t{i}", question="?", answer="done"),
-                         tool_config=Config(tools), tools=tools, seed=i) for i in range(n)]
+    specs = [
+        EpisodeSpec(
+            task=Task(id=f"t{i}", question="?", answer="done"),
+            tool_config=Config(tools),
+            tools=tools,
+            seed=i,
+        )
+        for i in range(n)
+    ]
     start = time.perf_counter()
     trajs = run_episodes_sync(specs, engine, TOK, sampling=SamplingParams())
     wall = time.perf_counter() - start
@@ -87,8 +95,9 @@ def test_calls_of_one_turn_run_concurrently():
     tools = [SleepyTool(f"t{j}", latency) for j in range(4)] + [SleepyTool("answer", 0, True)]
     many = "".join(call(f"t{j}").replace("<|im_end|>", "\n") for j in range(4)) + "<|im_end|>"
     engine = ScriptedEngine([TOK.encode(many), TOK.encode(call("answer"))])
-    spec = EpisodeSpec(task=Task(id="t", question="?", answer="done"), tool_config=Config(tools),
-                       tools=tools)
+    spec = EpisodeSpec(
+        task=Task(id="t", question="?", answer="done"), tool_config=Config(tools), tools=tools
+    )
     start = time.perf_counter()
     (traj,) = run_episodes_sync([spec], engine, TOK, sampling=SamplingParams())
     assert time.perf_counter() - start < 0.5 * 4 * latency
@@ -157,8 +166,10 @@ def test_batcher_does_not_wait_forever_for_busy_episodes():
     assert [len(b) for b in engine.batches] == [1, 1, 1]
 
 
-@pytest.mark.parametrize("engine, error", [(SlowEngine(fail=True), ConnectionError),
-                                           (SlowEngine(short=True), RuntimeError)])
+@pytest.mark.parametrize(
+    "engine, error",
+    [(SlowEngine(fail=True), ConnectionError), (SlowEngine(short=True), RuntimeError)],
+)
 def test_batcher_reports_engine_failures_to_every_request(engine, error):
     outs = _drive(GenerationBatcher(engine), 3)
     assert all(isinstance(o, error) for o in outs)
@@ -196,10 +207,18 @@ def _window_run(n, window):
         return TOK.encode(call("answer" if turn == 1 else "wait"))
 
     engine = BatchRecordingEngine(policy)
-    specs = [EpisodeSpec(task=Task(id=f"t{i}", question=f"q{i}?", answer="done"),
-                         tool_config=Config(tools), tools=tools, seed=i) for i in range(n)]
-    trajs = run_episodes_sync(specs, engine, TOK, sampling=SamplingParams(),
-                              max_concurrent_episodes=window)
+    specs = [
+        EpisodeSpec(
+            task=Task(id=f"t{i}", question=f"q{i}?", answer="done"),
+            tool_config=Config(tools),
+            tools=tools,
+            seed=i,
+        )
+        for i in range(n)
+    ]
+    trajs = run_episodes_sync(
+        specs, engine, TOK, sampling=SamplingParams(), max_concurrent_episodes=window
+    )
     return trajs, wait.max_active, engine.batch_sizes
 
 
@@ -218,7 +237,11 @@ def test_episode_window_bounds_concurrent_episodes_and_keeps_results():
 def test_episode_window_larger_than_the_episodes_and_bad_values():
     trajs, most_at_once, _ = _window_run(4, 100)
     assert most_at_once == 4 and len(trajs) == 4
-    assert run_episodes_sync([], ScriptedEngine([]), TOK, sampling=SamplingParams(),
-                             max_concurrent_episodes=2) == []
+    assert (
+        run_episodes_sync(
+            [], ScriptedEngine([]), TOK, sampling=SamplingParams(), max_concurrent_episodes=2
+        )
+        == []
+    )
     with pytest.raises(ValueError, match="max_concurrent_episodes"):
         _window_run(2, -1)

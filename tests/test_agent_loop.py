@@ -26,15 +26,15 @@ SAMPLING = SamplingParams(temperature=1.0)
 class FakeTool:
     """Answers `text` (or `final` for an answering tool) after `sleep_s`; may raise."""
 
-    def __init__(self, name, text="ok", *, cost=0.0, latency=0.0, sleep_s=0.0, final=False,
-                 raises=None):
+    def __init__(
+        self, name, text="ok", *, cost=0.0, latency=0.0, sleep_s=0.0, final=False, raises=None
+    ):
         self.name, self.text, self.cost, self.latency = name, text, cost, latency
         self.sleep_s, self.final, self.raises = sleep_s, final, raises
         self.calls = []
 
     def schema(self):
-        return function_schema(self.name, f"the {self.name} tool",
-                               {"q": {"type": "string"}}, [])
+        return function_schema(self.name, f"the {self.name} tool", {"q": {"type": "string"}}, [])
 
     async def __call__(self, arguments, ctx):
         self.calls.append(arguments)
@@ -42,8 +42,12 @@ class FakeTool:
             await asyncio.sleep(self.sleep_s)
         if self.raises is not None:
             raise self.raises
-        return ToolResult(text=self.text, cost_usd=self.cost, latency_s=self.latency,
-                          final_answer=arguments.get("q", "") if self.final else None)
+        return ToolResult(
+            text=self.text,
+            cost_usd=self.cost,
+            latency_s=self.latency,
+            final_answer=arguments.get("q", "") if self.final else None,
+        )
 
 
 class FakeConfig:
@@ -64,7 +68,7 @@ class FakeConfig:
 
 
 def call(name, **arguments):
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def logprob_of(turn, i):
@@ -85,8 +89,9 @@ def scripted(turns_by_episode, tok=TOK):
 
 def spec(tools, task_id="t0", group_index=0, seed=0):
     task = Task(id=task_id, question=f"What is {task_id}?", answer="42")
-    return EpisodeSpec(task=task, tool_config=FakeConfig(tools), tools=tools,
-                       group_index=group_index, seed=seed)
+    return EpisodeSpec(
+        task=task, tool_config=FakeConfig(tools), tools=tools, group_index=group_index, seed=seed
+    )
 
 
 def run(specs, engine, tok=TOK, **kwargs):
@@ -104,9 +109,11 @@ def mask_runs(traj):
     return runs
 
 
-THREE_TURNS = ["<think>\nlook it up\n</think>\n\n" + call("search", q="x"),
-               "<think>\nonce more\n</think>\n\n" + call("search", q="y"),
-               "<think>\ndone\n</think>\n\n" + call("answer", q="42")]
+THREE_TURNS = [
+    "<think>\nlook it up\n</think>\n\n" + call("search", q="x"),
+    "<think>\nonce more\n</think>\n\n" + call("search", q="y"),
+    "<think>\ndone\n</think>\n\n" + call("answer", q="42"),
+]
 
 
 def test_ids_mask_logprobs_line_up_and_trained_spans_are_the_generated_tokens():
@@ -118,7 +125,7 @@ def test_ids_mask_logprobs_line_up_and_trained_spans_are_the_generated_tokens():
         assert traj.finish_reason == "answer" and traj.final_answer == "42"
         assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.rollout_logprobs)
         assert all(lp == 0.0 for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if m == 0)
-        assert traj.loss_mask[:traj.prompt_length] == [0] * traj.prompt_length
+        assert traj.loss_mask[: traj.prompt_length] == [0] * traj.prompt_length
         trained = [ids for m, ids in mask_runs(traj) if m == 1]
         assert [TOK.decode(ids) for ids in trained] == [t + "<|im_end|>" for t in THREE_TURNS]
         assert [turn.text for turn in traj.turns] == [t + "<|im_end|>" for t in THREE_TURNS]
@@ -146,8 +153,10 @@ def test_sequence_equals_template_render_when_append_only(tokenizer_name, reques
     tok = TOK if tokenizer_name == "demo" else load_tokenizer(request.getfixturevalue("qwen3_dir"))
     tools = [FakeTool("search", "found: ünïcode ∑"), FakeTool("answer", final=True)]
     (traj,) = run([spec(tools)], scripted({"t0/0": THREE_TURNS}, tok), tok)
-    messages = [{"role": "system", "content": "You orchestrate tools."},
-                {"role": "user", "content": "What is t0?"}]
+    messages = [
+        {"role": "system", "content": "You orchestrate tools."},
+        {"role": "user", "content": "What is t0?"},
+    ]
     for k, text in enumerate(THREE_TURNS):
         messages.append({"role": "assistant", "content": text})
         if k < 2:
@@ -163,11 +172,13 @@ def test_empty_think_blocks_are_not_append_only():
     engine = scripted({"t0/0": [call("search", q="x"), call("answer", q="1")]})
     (traj,) = run([spec(tools)], engine, enable_thinking=False)
     assert traj.finish_reason == "answer"
-    messages = [{"role": "system", "content": "You orchestrate tools."},
-                {"role": "user", "content": "What is t0?"},
-                {"role": "assistant", "content": call("search", q="x")},
-                {"role": "tool", "content": "ok"},
-                {"role": "assistant", "content": call("answer", q="1")}]
+    messages = [
+        {"role": "system", "content": "You orchestrate tools."},
+        {"role": "user", "content": "What is t0?"},
+        {"role": "assistant", "content": call("search", q="x")},
+        {"role": "tool", "content": "ok"},
+        {"role": "assistant", "content": call("answer", q="1")},
+    ]
     rerender = TOK.encode(render(messages, tools=FakeConfig(tools).tool_schemas()))
     assert traj.token_ids + TOK.encode("\n") != rerender
     assert TOK.decode(traj.token_ids).count("<think>\n\n</think>\n\n") == 2
@@ -186,8 +197,12 @@ def test_context_budget_is_never_exceeded(extra):
     tools = [FakeTool("search", "a long result " * 10), FakeTool("answer", final=True)]
     prompt_len = len(loop.render_prompt(spec(tools), TOK, enable_thinking=True))
     budget = prompt_len + extra
-    (traj,) = run([spec(tools)], scripted({"t0/0": [call("search", q="x" * 30)]}),
-                  max_context_tokens=budget, max_turns=30)
+    (traj,) = run(
+        [spec(tools)],
+        scripted({"t0/0": [call("search", q="x" * 30)]}),
+        max_context_tokens=budget,
+        max_turns=30,
+    )
     assert traj.finish_reason == "context"
     assert len(traj.token_ids) <= budget
     if extra:
@@ -219,7 +234,10 @@ def test_hanging_tool_times_out_into_an_observation():
 
 
 def test_raising_tool_becomes_an_observation():
-    tools = [FakeTool("search", raises=RuntimeError("backend down")), FakeTool("answer", final=True)]
+    tools = [
+        FakeTool("search", raises=RuntimeError("backend down")),
+        FakeTool("answer", final=True),
+    ]
     engine = scripted({"t0/0": [call("search", q="x"), call("answer", q="1")]})
     (traj,) = run([spec(tools)], engine)
     assert traj.finish_reason == "answer" and traj.format_valid  # the model's call was fine
@@ -229,8 +247,10 @@ def test_raising_tool_becomes_an_observation():
 
 def test_raising_tool_is_charged_its_wall_time_only_where_measured_time_counts():
     def failed_latency(**kwargs):
-        tools = [FakeTool("search", sleep_s=0.05, raises=RuntimeError("down")),
-                 FakeTool("answer", final=True)]
+        tools = [
+            FakeTool("search", sleep_s=0.05, raises=RuntimeError("down")),
+            FakeTool("answer", final=True),
+        ]
         engine = scripted({"t0/0": [call("search", q="x"), call("answer", q="1")]})
         (traj,) = run([spec(tools)], engine, **kwargs)
         return traj.turns[0].tool_results[0].latency_s
@@ -252,11 +272,14 @@ def test_tool_returning_garbage_becomes_an_observation():
     assert "returned dict, not a ToolResult" in traj.turns[0].tool_results[0].text
 
 
-@pytest.mark.parametrize("bad_turn", [
-    '<tool_call>\n{"name": "search", "arguments": {"q": "x"</tool_call>',  # malformed JSON
-    call("browse", q="x"),  # unknown tool
-    "I think the answer is 42.",  # no call at all
-])
+@pytest.mark.parametrize(
+    "bad_turn",
+    [
+        '<tool_call>\n{"name": "search", "arguments": {"q": "x"</tool_call>',  # malformed JSON
+        call("browse", q="x"),  # unknown tool
+        "I think the answer is 42.",  # no call at all
+    ],
+)
 def test_invalid_calls_become_readable_errors(bad_turn):
     tools = [FakeTool("search"), FakeTool("answer", final=True)]
     engine = scripted({"t0/0": [bad_turn, call("answer", q="1")]})
@@ -283,15 +306,17 @@ def test_engine_failure_ends_only_that_episode():
         return TOK.encode(call("answer", q="1") + "<|im_end|>")
 
     # Batches of one, so the failing request's call holds no other episode's request.
-    trajs = run([spec(tools, "bad"), spec(tools, "good")], ScriptedEngine(policy),
-                max_batch_size=1)
+    trajs = run([spec(tools, "bad"), spec(tools, "good")], ScriptedEngine(policy), max_batch_size=1)
     assert trajs[0].finish_reason == "error" and "server gone" in trajs[0].metadata["error"]
     assert trajs[1].finish_reason == "answer"
 
 
 def test_costs_and_latency_accounting():
-    tools = [FakeTool("search", cost=0.01, latency=2.0), FakeTool("lookup", cost=0.02, latency=5.0),
-             FakeTool("answer", cost=0.1, latency=1.0, final=True)]
+    tools = [
+        FakeTool("search", cost=0.01, latency=2.0),
+        FakeTool("lookup", cost=0.02, latency=5.0),
+        FakeTool("answer", cost=0.1, latency=1.0, final=True),
+    ]
     both = call("search", q="a") + "\n" + call("lookup", q="b")
     engine = scripted({"t0/0": [both, call("answer", q="7")]})
     (traj,) = run([spec(tools)], engine)
@@ -310,7 +335,8 @@ def test_group_specs_and_seeds():
     tasks = [Task(id=f"t{i}", question="?", answer="1") for i in range(3)]
     specs = make_group_specs(tasks, [FakeConfig(tools)] * 3, 4, seed=11, tools=[tools] * 3)
     assert [(s.task.id, s.group_index) for s in specs] == [
-        (f"t{i}", g) for i in range(3) for g in range(4)]
+        (f"t{i}", g) for i in range(3) for g in range(4)
+    ]
     assert len({s.seed for s in specs}) == 12
     again = make_group_specs(tasks, [FakeConfig(tools)] * 3, 4, seed=11, tools=[tools] * 3)
     assert [s.seed for s in again] == [s.seed for s in specs]

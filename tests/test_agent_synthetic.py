@@ -15,7 +15,9 @@ TOK = load_tokenizer("demo")
 
 
 def call(name, **arguments):
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call><|im_end|>'
+    return (
+        f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call><|im_end|>"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +40,14 @@ def test_search_then_answer_episode(env):
         assert traj.finish_reason == "answer" and traj.final_answer and traj.format_valid
         assert traj.tool_call_counts["tool:search-1"] == 1
         assert traj.tool_call_counts["tool:answer-1"] == 1
-        assert set(traj.tool_call_counts) == {f for f in config.feature_names()
-                                              if f.startswith("tool:")}
+        assert set(traj.tool_call_counts) == {
+            f for f in config.feature_names() if f.startswith("tool:")
+        }
         assert traj.tool_cost_usd > 0 and traj.orchestrator_cost_usd > 0
         assert traj.latency_s >= sum(t.tool_latency_s for t in traj.turns) > 0
         assert traj.preference == config.preference
         # The system prompt states the preference; the schemas carry the price tables.
-        prompt = TOK.decode(traj.token_ids[:traj.prompt_length])
+        prompt = TOK.decode(traj.token_ids[: traj.prompt_length])
         assert config.system_prompt() in prompt and "search-1" in prompt
     assert trajs[0].seed != trajs[1].seed
 
@@ -52,8 +55,12 @@ def test_search_then_answer_episode(env):
 def test_wrong_alias_is_an_observation_not_a_crash(env):
     task = env.tasks("train", 1)[0]
     config = env.default_tool_config()
-    engine = ScriptedEngine([TOK.encode(call("search", model="search-99")),
-                             TOK.encode(call("answer", model="answer-2"))])
+    engine = ScriptedEngine(
+        [
+            TOK.encode(call("search", model="search-99")),
+            TOK.encode(call("answer", model="answer-2")),
+        ]
+    )
     specs = make_group_specs([task], [config], 1, seed=0, backends=env.build_backends(config))
     (traj,) = run_episodes_sync(specs, engine, TOK, sampling=SamplingParams())
     assert traj.finish_reason == "answer"

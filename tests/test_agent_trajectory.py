@@ -4,29 +4,59 @@ import json
 
 import pytest
 
-from orchestra_jax.agent.trajectory import (ToolCallRecord, ToolResultRecord, Trajectory, Turn,
-                                            read_jsonl, write_jsonl)
+from orchestra_jax.agent.trajectory import (
+    ToolCallRecord,
+    ToolResultRecord,
+    Trajectory,
+    Turn,
+    read_jsonl,
+    write_jsonl,
+)
 
 
 def make_trajectory(**overrides) -> Trajectory:
     fields = dict(
-        task_id="t1", group_index=2, seed=7,
-        token_ids=[1, 2, 3, 4, 5], loss_mask=[0, 0, 1, 1, 0],
-        rollout_logprobs=[0.0, 0.0, -0.5, -1.25, 0.0], prompt_length=2,
-        turns=[Turn(text="<tool_call>…</tool_call><|im_end|>", num_generated_tokens=2,
-                    finish_reason="stop",
-                    tool_calls=[ToolCallRecord(name="answer", arguments={"model": "answer-1"},
-                                               raw="{}", feature="tool:answer-1"),
-                                ToolCallRecord(name=None, arguments=None, raw="{bad",
-                                               error="invalid JSON")],
-                    tool_results=[ToolResultRecord(text="42", cost_usd=0.01, latency_s=3.0),
-                                  ToolResultRecord(text="Error: invalid JSON",
-                                                   error="invalid JSON")])],
-        final_answer="42", finish_reason="answer", format_valid=False,
+        task_id="t1",
+        group_index=2,
+        seed=7,
+        token_ids=[1, 2, 3, 4, 5],
+        loss_mask=[0, 0, 1, 1, 0],
+        rollout_logprobs=[0.0, 0.0, -0.5, -1.25, 0.0],
+        prompt_length=2,
+        turns=[
+            Turn(
+                text="<tool_call>…</tool_call><|im_end|>",
+                num_generated_tokens=2,
+                finish_reason="stop",
+                tool_calls=[
+                    ToolCallRecord(
+                        name="answer",
+                        arguments={"model": "answer-1"},
+                        raw="{}",
+                        feature="tool:answer-1",
+                    ),
+                    ToolCallRecord(name=None, arguments=None, raw="{bad", error="invalid JSON"),
+                ],
+                tool_results=[
+                    ToolResultRecord(text="42", cost_usd=0.01, latency_s=3.0),
+                    ToolResultRecord(text="Error: invalid JSON", error="invalid JSON"),
+                ],
+            )
+        ],
+        final_answer="42",
+        finish_reason="answer",
+        format_valid=False,
         tool_call_counts={"tool:answer-1": 1, "tool:search-1": 0},
-        cost_usd=0.0101, tool_cost_usd=0.01, orchestrator_cost_usd=0.0001, latency_s=3.5,
-        correct=True, reward=0.75, advantage=-0.3, preference={"accuracy": 1.0},
-        metadata={"domain": "math", "unicode": "é ∑ 😀"})
+        cost_usd=0.0101,
+        tool_cost_usd=0.01,
+        orchestrator_cost_usd=0.0001,
+        latency_s=3.5,
+        correct=True,
+        reward=0.75,
+        advantage=-0.3,
+        preference={"accuracy": 1.0},
+        metadata={"domain": "math", "unicode": "é ∑ 😀"},
+    )
     fields.update(overrides)
     return Trajectory(**fields)
 
@@ -42,8 +72,13 @@ def test_jsonl_round_trip(tmp_path):
 
 def test_features():
     feats = make_trajectory().features()
-    assert feats == {"tool:answer-1": 1.0, "tool:search-1": 0.0, "accuracy": 1.0,
-                     "cost": 0.0101, "latency": 3.5}
+    assert feats == {
+        "tool:answer-1": 1.0,
+        "tool:search-1": 0.0,
+        "accuracy": 1.0,
+        "cost": 0.0101,
+        "latency": 3.5,
+    }
     assert make_trajectory(correct=False).features()["accuracy"] == 0.0
 
 
@@ -52,12 +87,15 @@ def test_features_need_grading():
         make_trajectory(correct=None).features()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(loss_mask=[0, 1]), "same length"),
-    (dict(rollout_logprobs=[0.0]), "same length"),
-    (dict(prompt_length=6), "prompt_length"),
-    (dict(finish_reason="done"), "finish_reason"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(loss_mask=[0, 1]), "same length"),
+        (dict(rollout_logprobs=[0.0]), "same length"),
+        (dict(prompt_length=6), "prompt_length"),
+        (dict(finish_reason="done"), "finish_reason"),
+    ],
+)
 def test_bad_records_are_rejected(overrides, message):
     with pytest.raises(ValueError, match=message):
         make_trajectory(**overrides)

@@ -6,7 +6,13 @@ import re
 import pytest
 
 from orchestra_jax.agent import view
-from orchestra_jax.agent.trajectory import ToolCallRecord, ToolResultRecord, Trajectory, Turn, write_jsonl
+from orchestra_jax.agent.trajectory import (
+    ToolCallRecord,
+    ToolResultRecord,
+    Trajectory,
+    Turn,
+    write_jsonl,
+)
 from orchestra_jax.chat.tokenizer import load_tokenizer
 
 TOK = load_tokenizer("demo")
@@ -17,14 +23,31 @@ TURN = '<tool_call>\n{"name": "answer", "arguments": {"q": "42"}}\n</tool_call><
 def trajectory(task_id, reward, group_index=0):
     prompt, gen = TOK.encode(PROMPT), TOK.encode(TURN)
     return Trajectory(
-        task_id=task_id, group_index=group_index, seed=1, token_ids=prompt + gen,
+        task_id=task_id,
+        group_index=group_index,
+        seed=1,
+        token_ids=prompt + gen,
         loss_mask=[0] * len(prompt) + [1] * len(gen),
-        rollout_logprobs=[0.0] * len(prompt) + [-0.5] * len(gen), prompt_length=len(prompt),
-        turns=[Turn(text=TURN, num_generated_tokens=len(gen), finish_reason="stop",
-                    tool_calls=[ToolCallRecord("answer", {"q": "42"}, feature="tool:answer")],
-                    tool_results=[ToolResultRecord("42 </script><b>x</b>", 0.001, 2.0)])],
-        final_answer="42", finish_reason="answer", tool_call_counts={"tool:answer": 1},
-        cost_usd=0.001, tool_cost_usd=0.001, latency_s=2.0, correct=True, reward=reward)
+        rollout_logprobs=[0.0] * len(prompt) + [-0.5] * len(gen),
+        prompt_length=len(prompt),
+        turns=[
+            Turn(
+                text=TURN,
+                num_generated_tokens=len(gen),
+                finish_reason="stop",
+                tool_calls=[ToolCallRecord("answer", {"q": "42"}, feature="tool:answer")],
+                tool_results=[ToolResultRecord("42 </script><b>x</b>", 0.001, 2.0)],
+            )
+        ],
+        final_answer="42",
+        finish_reason="answer",
+        tool_call_counts={"tool:answer": 1},
+        cost_usd=0.001,
+        tool_cost_usd=0.001,
+        latency_s=2.0,
+        correct=True,
+        reward=reward,
+    )
 
 
 def page_data(html):
@@ -35,8 +58,10 @@ def page_data(html):
 @pytest.fixture
 def run_dir(tmp_path):
     write_jsonl(tmp_path / "trajectories" / "step_000010.jsonl", [trajectory("a", 1.0)])
-    write_jsonl(tmp_path / "trajectories" / "step_000020.jsonl",
-                [trajectory("b", 0.0), trajectory("b", 0.5, 1)])
+    write_jsonl(
+        tmp_path / "trajectories" / "step_000020.jsonl",
+        [trajectory("b", 0.0), trajectory("b", 0.5, 1)],
+    )
     write_jsonl(tmp_path / "trajectories" / "eval_random.jsonl", [trajectory("c", None)])
     return tmp_path
 
@@ -47,8 +72,11 @@ def test_page_lists_every_episode_with_its_step(run_dir):
     html = out.read_text(encoding="utf-8")
     episodes = page_data(html)
     assert [(e["step"], e["source"], e["task_id"], e["reward"]) for e in episodes] == [
-        (10, "step 10", "a", 1.0), (20, "step 20", "b", 0.0), (20, "step 20", "b", 0.5),
-        (None, "eval_random", "c", None)]
+        (10, "step 10", "a", 1.0),
+        (20, "step 20", "b", 0.0),
+        (20, "step 20", "b", 0.5),
+        (None, "eval_random", "c", None),
+    ]
     assert "</script><b>" not in html.split("const EPISODES")[1].split("\n")[0]  # escaped
     assert "http" not in html  # self-contained
     spans = episodes[0]["spans"]
@@ -57,8 +85,10 @@ def test_page_lists_every_episode_with_its_step(run_dir):
 
 def test_tokenizer_decodes_the_masked_and_trained_runs(run_dir):
     episodes = page_data(view.write_viewer(run_dir, tokenizer=TOK).read_text(encoding="utf-8"))
-    assert [(s["trained"], s["text"]) for s in episodes[0]["spans"]] == [(False, PROMPT),
-                                                                         (True, TURN)]
+    assert [(s["trained"], s["text"]) for s in episodes[0]["spans"]] == [
+        (False, PROMPT),
+        (True, TURN),
+    ]
 
 
 def test_cli(run_dir, capsys):

@@ -11,49 +11,87 @@ from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
 
 
 def _write_run(workdir, summaries, episodes):
-  """eval_<policy>.json per summary; trajectories/eval_<policy>.jsonl per episode list."""
-  os.makedirs(os.path.join(workdir, "trajectories"), exist_ok=True)
-  for policy, (reward, accuracy, cost) in summaries.items():
-    with open(os.path.join(workdir, f"eval_{policy}.json"), "w") as f:
-      json.dump({"policy": policy, "heldout_reward": reward, "accuracy": accuracy,
-                 "mean_cost_usd": cost, "mean_latency_s": 10.0}, f)
-  for policy, rewards in episodes.items():
-    write_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"),
-                [Trajectory(task_id=task_id, group_index=0, seed=0, token_ids=[1, 2],
-                            loss_mask=[0, 1], rollout_logprobs=[0.0, 0.0], prompt_length=1,
-                            finish_reason="answer", correct=reward > 0, reward=reward)
-                 for task_id, reward in rewards.items()])
+    """eval_<policy>.json per summary; trajectories/eval_<policy>.jsonl per episode list."""
+    os.makedirs(os.path.join(workdir, "trajectories"), exist_ok=True)
+    for policy, (reward, accuracy, cost) in summaries.items():
+        with open(os.path.join(workdir, f"eval_{policy}.json"), "w") as f:
+            json.dump(
+                {
+                    "policy": policy,
+                    "heldout_reward": reward,
+                    "accuracy": accuracy,
+                    "mean_cost_usd": cost,
+                    "mean_latency_s": 10.0,
+                },
+                f,
+            )
+    for policy, rewards in episodes.items():
+        write_jsonl(
+            os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"),
+            [
+                Trajectory(
+                    task_id=task_id,
+                    group_index=0,
+                    seed=0,
+                    token_ids=[1, 2],
+                    loss_mask=[0, 1],
+                    rollout_logprobs=[0.0, 0.0],
+                    prompt_length=1,
+                    finish_reason="answer",
+                    correct=reward > 0,
+                    reward=reward,
+                )
+                for task_id, reward in rewards.items()
+            ],
+        )
 
 
 def test_paired_gain_is_the_mean_task_difference_with_its_standard_error(tmp_path):
-  workdir = str(tmp_path / "seed_0")
-  # Task "d" was evaluated for one policy only: it is left out of the pairing.
-  _write_run(workdir, {}, {"grpo": {"a": 1.0, "b": 0.5, "c": 0.0, "d": 1.0},
-                           "warm_start": {"a": 0.5, "b": 0.5, "c": 0.5}})
-  gain = demo_learning.paired_gain(workdir)
-  # Differences 0.5, 0, −0.5: mean 0, sample std 0.5, standard error 0.5 / √3.
-  assert gain["num_tasks"] == 3
-  assert gain["mean"] == pytest.approx(0.0)
-  assert gain["stderr"] == pytest.approx(0.5 / math.sqrt(3))
+    workdir = str(tmp_path / "seed_0")
+    # Task "d" was evaluated for one policy only: it is left out of the pairing.
+    _write_run(
+        workdir,
+        {},
+        {
+            "grpo": {"a": 1.0, "b": 0.5, "c": 0.0, "d": 1.0},
+            "warm_start": {"a": 0.5, "b": 0.5, "c": 0.5},
+        },
+    )
+    gain = demo_learning.paired_gain(workdir)
+    # Differences 0.5, 0, −0.5: mean 0, sample std 0.5, standard error 0.5 / √3.
+    assert gain["num_tasks"] == 3
+    assert gain["mean"] == pytest.approx(0.0)
+    assert gain["stderr"] == pytest.approx(0.5 / math.sqrt(3))
 
 
 def test_summary_pairs_each_seed_and_finds_dominating_baselines(tmp_path):
-  sweep = tmp_path / "sweep"
-  _write_run(str(sweep / "seed_0"),
-             {"grpo": (0.6, 0.7, 0.02), "warm_start": (0.4, 0.6, 0.03),
-              "always_cheapest": (0.5, 0.65, 0.01)},
-             {"grpo": {"a": 0.8, "b": 0.4}, "warm_start": {"a": 0.4, "b": 0.4}})
-  # A seed whose episodes were not kept: summarised, but without a paired gain.
-  _write_run(str(sweep / "seed_1"),
-             {"grpo": (0.5, 0.6, 0.02), "warm_start": (0.5, 0.6, 0.02),
-              "always_cheapest": (0.5, 0.65, 0.01)}, {})
-  result = demo_learning.summarise(str(sweep))
-  assert result["runs"] == ["seed_0", "seed_1"]
-  assert result["grpo_gain_over_warm_start"] == pytest.approx([0.2, 0.0])
-  summary = result["grpo_gain_summary"]
-  assert summary["mean"] == pytest.approx(0.1) and summary["std"] == pytest.approx(0.2 / 2 ** 0.5)
-  assert (summary["positive_runs"], summary["runs"]) == (1, 2)
-  assert result["grpo_gain_paired"]["seed_0"]["mean"] == pytest.approx(0.2)
-  assert result["grpo_gain_paired"]["seed_1"] is None
-  assert result["policies"]["grpo"]["heldout_reward"]["mean"] == pytest.approx(0.55)
-  assert result["grpo_dominated_by"] == {"seed_0": [], "seed_1": ["always_cheapest"]}
+    sweep = tmp_path / "sweep"
+    _write_run(
+        str(sweep / "seed_0"),
+        {
+            "grpo": (0.6, 0.7, 0.02),
+            "warm_start": (0.4, 0.6, 0.03),
+            "always_cheapest": (0.5, 0.65, 0.01),
+        },
+        {"grpo": {"a": 0.8, "b": 0.4}, "warm_start": {"a": 0.4, "b": 0.4}},
+    )
+    # A seed whose episodes were not kept: summarised, but without a paired gain.
+    _write_run(
+        str(sweep / "seed_1"),
+        {
+            "grpo": (0.5, 0.6, 0.02),
+            "warm_start": (0.5, 0.6, 0.02),
+            "always_cheapest": (0.5, 0.65, 0.01),
+        },
+        {},
+    )
+    result = demo_learning.summarise(str(sweep))
+    assert result["runs"] == ["seed_0", "seed_1"]
+    assert result["grpo_gain_over_warm_start"] == pytest.approx([0.2, 0.0])
+    summary = result["grpo_gain_summary"]
+    assert summary["mean"] == pytest.approx(0.1) and summary["std"] == pytest.approx(0.2 / 2**0.5)
+    assert (summary["positive_runs"], summary["runs"]) == (1, 2)
+    assert result["grpo_gain_paired"]["seed_0"]["mean"] == pytest.approx(0.2)
+    assert result["grpo_gain_paired"]["seed_1"] is None
+    assert result["policies"]["grpo"]["heldout_reward"]["mean"] == pytest.approx(0.55)
+    assert result["grpo_dominated_by"] == {"seed_0": [], "seed_1": ["always_cheapest"]}

@@ -14,15 +14,46 @@ from orchestra_jax.chat.tokenizer import DEMO_TOKENIZER, ChatTokenizer, load_tok
 
 BUILD_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "build_demo_tokenizer.py"
 QWEN3_ADDED = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
-    "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 ]
-SAMPLES = ["", "Hello world", "  leading spaces\n\n\ttabs", "naïve café e\u0301 Straße", "中文 日本語 한국어 مرحبا",
-           "😀👩‍👩‍👧🚀", "1234567890 3.14159 $0.25", '{"name": "search", "arguments": {"model": "search-2"}}',
-           "<|im_start|>user\nhi<|im_end|>\n<think>\n\n</think>\n\n<tool_call>x</tool_call>", "<|im_start", "\x00\x7f"]
+SAMPLES = [
+    "",
+    "Hello world",
+    "  leading spaces\n\n\ttabs",
+    "naïve café e\u0301 Straße",
+    "中文 日本語 한국어 مرحبا",
+    "😀👩‍👩‍👧🚀",
+    "1234567890 3.14159 $0.25",
+    '{"name": "search", "arguments": {"model": "search-2"}}',
+    "<|im_start|>user\nhi<|im_end|>\n<think>\n\n</think>\n\n<tool_call>x</tool_call>",
+    "<|im_start",
+    "\x00\x7f",
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +64,23 @@ def demo():
 def test_demo_has_qwen3_chat_tokens_as_single_ids(demo):
     assert demo.vocab_size <= 4096 and DEMO_TOKENIZER.stat().st_size < 1_000_000
     ids = [demo.token_to_id(token) for token in QWEN3_ADDED]
-    assert ids == list(range(demo.vocab_size - len(QWEN3_ADDED), demo.vocab_size))  # appended in Qwen3 order
+    assert ids == list(
+        range(demo.vocab_size - len(QWEN3_ADDED), demo.vocab_size)
+    )  # appended in Qwen3 order
     for token, token_id in zip(QWEN3_ADDED, ids):
         assert demo.encode(token) == [token_id] and demo.decode([token_id]) == token
         assert demo.id_to_token(token_id) == token
-    assert (demo.im_start_id, demo.im_end_id) == (demo.token_to_id("<|im_start|>"), demo.token_to_id("<|im_end|>"))
+    assert (demo.im_start_id, demo.im_end_id) == (
+        demo.token_to_id("<|im_start|>"),
+        demo.token_to_id("<|im_end|>"),
+    )
     assert (demo.eos_id, demo.pad_id) == (demo.im_end_id, demo.token_to_id("<|endoftext|>"))
 
 
 def test_demo_tokenizes_a_chat_compactly(demo):
-    text = template.render([{"role": "user", "content": "What is the capital of France?"}],
-                           add_generation_prompt=True)
+    text = template.render(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
+    )
     ids = demo.encode(text)
     assert ids[0] == demo.im_start_id and ids.count(demo.im_end_id) == 1
     assert len(ids) < len(text.encode()) / 2  # BPE merges, not bytes
@@ -69,7 +106,9 @@ def test_errors_are_clear(demo, tmp_path):
         demo.id_to_token(demo.vocab_size)
     with pytest.raises(ValueError, match=">= 0"):
         demo.decode([-1])
-    assert demo.decode([demo.vocab_size, demo.im_end_id, 10**6]) == "<|im_end|>"  # padding rows: nothing
+    assert (
+        demo.decode([demo.vocab_size, demo.im_end_id, 10**6]) == "<|im_end|>"
+    )  # padding rows: nothing
     with pytest.raises(TypeError):
         demo.encode(b"bytes")
     with pytest.raises(FileNotFoundError, match="demo"):
@@ -106,7 +145,12 @@ def hf_tokenizer(qwen3_dir):
 
 
 def test_qwen3_chat_ids(qwen3):
-    assert (qwen3.im_start_id, qwen3.im_end_id, qwen3.eos_id, qwen3.pad_id) == (151644, 151645, 151645, 151643)
+    assert (qwen3.im_start_id, qwen3.im_end_id, qwen3.eos_id, qwen3.pad_id) == (
+        151644,
+        151645,
+        151645,
+        151643,
+    )
     assert [qwen3.token_to_id(t) for t in QWEN3_ADDED] == list(range(151643, 151669))
     assert qwen3.vocab_size == 151669
 

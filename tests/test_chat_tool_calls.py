@@ -7,17 +7,42 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from orchestra_jax.chat import template
-from orchestra_jax.chat.tool_calls import (ToolCall, ToolCallError, parse_tool_calls, split_reasoning,
-                                           strip_think)
+from orchestra_jax.chat.tool_calls import (
+    ToolCall,
+    ToolCallError,
+    parse_tool_calls,
+    split_reasoning,
+    strip_think,
+)
 
-SEARCH = {"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {
-    "type": "object", "additionalProperties": False, "required": ["model"],
-    "properties": {"model": {"type": "string", "enum": ["search-1", "search-2"]},
-                   "k": {"type": "integer"}, "score": {"type": ["number", "null"]},
-                   "tags": {"type": "array", "items": {"type": "string"}},
-                   "filter": {"type": "object", "required": ["year"], "properties": {"year": {"type": "integer"}}},
-                   "mode": {"anyOf": [{"type": "boolean"}, {"type": "string", "enum": ["fast"]}]}}}}}
-ANSWER = {"name": "answer", "parameters": {"type": "object", "properties": {"model": {"type": "string"}}}}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search.",
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["model"],
+            "properties": {
+                "model": {"type": "string", "enum": ["search-1", "search-2"]},
+                "k": {"type": "integer"},
+                "score": {"type": ["number", "null"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "filter": {
+                    "type": "object",
+                    "required": ["year"],
+                    "properties": {"year": {"type": "integer"}},
+                },
+                "mode": {"anyOf": [{"type": "boolean"}, {"type": "string", "enum": ["fast"]}]},
+            },
+        },
+    },
+}
+ANSWER = {
+    "name": "answer",
+    "parameters": {"type": "object", "properties": {"model": {"type": "string"}}},
+}
 TOOLS = [SEARCH, ANSWER]
 
 
@@ -28,16 +53,24 @@ def call(body):
 def test_several_calls_with_text_around_and_braces_in_strings():
     arguments = {"model": "search-1", "tags": ["}{", "</tool_call>"]}
     first_block = call(json.dumps({"name": "search", "arguments": arguments}))
-    text = f"I will search.\n{first_block}\nand then\n" + call('{"name": "answer", "arguments": {}}') + "<|im_end|>"
+    text = (
+        f"I will search.\n{first_block}\nand then\n"
+        + call('{"name": "answer", "arguments": {}}')
+        + "<|im_end|>"
+    )
     first, second = parse_tool_calls(text, TOOLS)
     assert first == ToolCall("search", arguments, first_block)
-    assert second.name == "answer" and second.arguments == {} and second.raw.startswith("<tool_call>")
+    assert (
+        second.name == "answer" and second.arguments == {} and second.raw.startswith("<tool_call>")
+    )
 
 
 def test_calls_inside_think_are_not_calls():
     inner = call('{"name": "answer", "arguments": {}}')
     assert parse_tool_calls(f"<think>\nmaybe {inner}\n</think>\n\nNo call.") == []
-    assert parse_tool_calls(f"<think>\nstill thinking {inner}") == []  # unclosed think: all reasoning
+    assert (
+        parse_tool_calls(f"<think>\nstill thinking {inner}") == []
+    )  # unclosed think: all reasoning
     assert [c.name for c in parse_tool_calls(f"<think>\nx\n</think>\n\n{inner}")] == ["answer"]
 
 
@@ -49,20 +82,32 @@ def test_reasoning_ends_at_the_first_think_close():
     assert parsed == ToolCall("answer", {"</think>": None}, block)
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ('<tool_call>\n{"name": "search", "arguments": {"model": "sea', "not closed"),
-    ("<tool_call>\n</tool_call>", "no JSON"),
-    ('<tool_call>{"name": "a" "arguments": {}}</tool_call>', "not valid JSON"),
-    ('<tool_call>["search"]</tool_call>', "expected a JSON object, got array"),
-    ('<tool_call>{"arguments": {}}</tool_call>', 'missing "name"'),
-    ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', '"name" must be a string'),
-    ('<tool_call>{"name": "answer"}</tool_call>', 'missing "arguments"'),
-    ('<tool_call>{"name": "answer", "arguments": "{}"}</tool_call>', "must be a JSON object, got string"),
-    ('<tool_call>{"name": "answer", "arguments": {}, "id": 1}</tool_call>', "unexpected keys ['id']"),
-    ('<tool_call>{"name": "answer", "arguments": {}} trailing</tool_call>', "unexpected text after"),
-    ('{"name": "answer", "arguments": {}}</tool_call>', "without an opening"),
-    ("<tool_call>" + "[" * 100_000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('<tool_call>\n{"name": "search", "arguments": {"model": "sea', "not closed"),
+        ("<tool_call>\n</tool_call>", "no JSON"),
+        ('<tool_call>{"name": "a" "arguments": {}}</tool_call>', "not valid JSON"),
+        ('<tool_call>["search"]</tool_call>', "expected a JSON object, got array"),
+        ('<tool_call>{"arguments": {}}</tool_call>', 'missing "name"'),
+        ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', '"name" must be a string'),
+        ('<tool_call>{"name": "answer"}</tool_call>', 'missing "arguments"'),
+        (
+            '<tool_call>{"name": "answer", "arguments": "{}"}</tool_call>',
+            "must be a JSON object, got string",
+        ),
+        (
+            '<tool_call>{"name": "answer", "arguments": {}, "id": 1}</tool_call>',
+            "unexpected keys ['id']",
+        ),
+        (
+            '<tool_call>{"name": "answer", "arguments": {}} trailing</tool_call>',
+            "unexpected text after",
+        ),
+        ('{"name": "answer", "arguments": {}}</tool_call>', "without an opening"),
+        ("<tool_call>" + "[" * 100_000, "nested too deeply"),
+    ],
+)
 def test_malformed_blocks_give_readable_errors(text, fragment):
     (error,) = parse_tool_calls(text)
     assert isinstance(error, ToolCallError) and fragment in error.message, error.message
@@ -70,8 +115,9 @@ def test_malformed_blocks_give_readable_errors(text, fragment):
 
 
 def test_tags_inside_json_strings_are_data():
-    text = ('<tool_call>{"name": "answer", "arguments": {"q": "<tool_call>"}} junk'
-            + call('{"name": "answer", "arguments": {}}'))
+    text = '<tool_call>{"name": "answer", "arguments": {"q": "<tool_call>"}} junk' + call(
+        '{"name": "answer", "arguments": {}}'
+    )
     error, ok = parse_tool_calls(text)
     assert "unexpected text after" in error.message and ok.arguments == {}
 
@@ -82,25 +128,46 @@ def test_a_broken_block_does_not_hide_the_next_call():
     assert "before the next one" in error.message and ok.name == "answer"
 
 
-@pytest.mark.parametrize("arguments, fragment", [
-    ({}, "missing required argument 'model'"),
-    ({"model": "search-9"}, 'argument \'model\' must be one of ["search-1", "search-2"], got "search-9"'),
-    ({"model": "search-1", "k": "5"}, "argument 'k' must be integer, got string"),
-    ({"model": "search-1", "k": True}, "argument 'k' must be integer, got boolean"),
-    ({"model": "search-1", "score": "high"}, "argument 'score' must be number or null"),
-    ({"model": "search-1", "tags": ["a", 2]}, "argument 'tags[1]' must be string, got integer"),
-    ({"model": "search-1", "filter": {}}, "missing required argument 'filter.year'"),
-    ({"model": "search-1", "mode": "slow"}, "argument 'mode' matches none of the allowed forms"),
-    ({"model": "search-1", "limit": 3}, "unknown argument 'limit' (allowed: model, k, score, tags, filter, mode)"),
-])
+@pytest.mark.parametrize(
+    "arguments, fragment",
+    [
+        ({}, "missing required argument 'model'"),
+        (
+            {"model": "search-9"},
+            'argument \'model\' must be one of ["search-1", "search-2"], got "search-9"',
+        ),
+        ({"model": "search-1", "k": "5"}, "argument 'k' must be integer, got string"),
+        ({"model": "search-1", "k": True}, "argument 'k' must be integer, got boolean"),
+        ({"model": "search-1", "score": "high"}, "argument 'score' must be number or null"),
+        ({"model": "search-1", "tags": ["a", 2]}, "argument 'tags[1]' must be string, got integer"),
+        ({"model": "search-1", "filter": {}}, "missing required argument 'filter.year'"),
+        (
+            {"model": "search-1", "mode": "slow"},
+            "argument 'mode' matches none of the allowed forms",
+        ),
+        (
+            {"model": "search-1", "limit": 3},
+            "unknown argument 'limit' (allowed: model, k, score, tags, filter, mode)",
+        ),
+    ],
+)
 def test_schema_violations(arguments, fragment):
     (error,) = parse_tool_calls(call(json.dumps({"name": "search", "arguments": arguments})), TOOLS)
-    assert isinstance(error, ToolCallError) and error.message.startswith("Invalid arguments for tool 'search'")
+    assert isinstance(error, ToolCallError) and error.message.startswith(
+        "Invalid arguments for tool 'search'"
+    )
     assert fragment in error.message, error.message
 
 
 def test_schema_accepts_valid_values():
-    arguments = {"model": "search-2", "k": 3.0, "score": None, "tags": [], "filter": {"year": 1999}, "mode": True}
+    arguments = {
+        "model": "search-2",
+        "k": 3.0,
+        "score": None,
+        "tags": [],
+        "filter": {"year": 1999},
+        "mode": True,
+    }
     (ok,) = parse_tool_calls(call(json.dumps({"name": "search", "arguments": arguments})), TOOLS)
     assert ok == ToolCall("search", arguments, ok.raw)
 
@@ -112,9 +179,15 @@ def test_unknown_tool_lists_the_available_ones():
 
 def test_reference_meta_tools(shared_dir):
     tools = json.loads((shared_dir / "reference" / "toolorchestra_tools.json").read_text())
-    (ok, error) = parse_tool_calls(call('{"name": "search", "arguments": {"model": "search-3"}}')
-                                   + call('{"name": "enhance_reasoning", "arguments": {}}'), tools)
-    assert ok.arguments == {"model": "search-3"} and "missing required argument 'model'" in error.message
+    (ok, error) = parse_tool_calls(
+        call('{"name": "search", "arguments": {"model": "search-3"}}')
+        + call('{"name": "enhance_reasoning", "arguments": {}}'),
+        tools,
+    )
+    assert (
+        ok.arguments == {"model": "search-3"}
+        and "missing required argument 'model'" in error.message
+    )
 
 
 def test_malformed_tools_raise():
@@ -122,20 +195,47 @@ def test_malformed_tools_raise():
         parse_tool_calls("", [{"type": "function", "function": {"description": "no name"}}])
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("<think>\nA\n</think>\n\nB", ("A", "B")),
-    ("A\n</think>\n\nB", ("A", "B")),
-    ("<think>\nA", ("A", "")),
-    ("plain", ("", "plain")),
-    ("<think>\nA\n</think>\n\nB</think>C", ("A\n</think>\n\nB", "C")),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>\nA\n</think>\n\nB", ("A", "B")),
+        ("A\n</think>\n\nB", ("A", "B")),
+        ("<think>\nA", ("A", "")),
+        ("plain", ("", "plain")),
+        ("<think>\nA\n</think>\n\nB</think>C", ("A\n</think>\n\nB", "C")),
+    ],
+)
 def test_split_reasoning(text, expected):
     assert split_reasoning(text) == expected and strip_think(text) == expected[1]
 
 
-FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "[", "]", '"', "\\", ":", ",",
-             '"name"', '"arguments"', '"search"', "\n", " ", "null", "1e400", "-", "NaN", '{"name": "search", ']
-model_text = st.one_of(st.text(), st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3)).map("".join))
+FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    ":",
+    ",",
+    '"name"',
+    '"arguments"',
+    '"search"',
+    "\n",
+    " ",
+    "null",
+    "1e400",
+    "-",
+    "NaN",
+    '{"name": "search", ',
+]
+model_text = st.one_of(
+    st.text(), st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3)).map("".join)
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -147,20 +247,46 @@ def test_never_raises(text, with_tools):
 
 TAGS = ("<tool_call>", "</tool_call>", "<think>", "</think>")
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3), max_leaves=8)
-calls = st.lists(st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,15}", fullmatch=True),
-                           st.dictionaries(st.text(), json_values, max_size=4), st.booleans()), min_size=1, max_size=3)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+calls = st.lists(
+    st.tuples(
+        st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,15}", fullmatch=True),
+        st.dictionaries(st.text(), json_values, max_size=4),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=3,
+)
 
 
 @settings(max_examples=100, deadline=None)
 @example(calls=[("A", {"</think>": None}, False)], content="", reasoning=None)
-@given(calls=calls, content=st.text().filter(lambda s: not any(t in s for t in TAGS)),
-       reasoning=st.none() | st.text().filter(lambda s: not any(t in s for t in TAGS)))
+@given(
+    calls=calls,
+    content=st.text().filter(lambda s: not any(t in s for t in TAGS)),
+    reasoning=st.none() | st.text().filter(lambda s: not any(t in s for t in TAGS)),
+)
 def test_round_trips_every_call_render_writes(calls, content, reasoning):
-    tool_calls = [{"type": "function", "function": {"name": name, "arguments": json.dumps(args) if as_str else args}}
-                  for name, args, as_str in calls]
-    assistant = {"role": "assistant", "content": content, "reasoning_content": reasoning, "tool_calls": tool_calls}
+    tool_calls = [
+        {
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args) if as_str else args},
+        }
+        for name, args, as_str in calls
+    ]
+    assistant = {
+        "role": "assistant",
+        "content": content,
+        "reasoning_content": reasoning,
+        "tool_calls": tool_calls,
+    }
     text = template.render([{"role": "user", "content": "q"}, assistant])
     generated = text.split("<|im_start|>assistant\n")[-1]
     tools = [{"name": name, "parameters": {"type": "object"}} for name, _, _ in calls]

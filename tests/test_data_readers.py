@@ -13,185 +13,235 @@ from orchestra_jax.envs.base import Task
 
 
 def write_jsonl(path, rows):
-  """Rows may be dicts (dumped) or raw strings (written as-is, to make bad lines)."""
-  lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
-  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-  return path
+    """Rows may be dicts (dumped) or raw strings (written as-is, to make bad lines)."""
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def tau2_row(task_id, structured=True):
-  instructions = (
-      {
-          "domain": "airline",
-          "reason_for_call": "Change my flight",
-          "known_info": "Booking ABC123",
-          "unknown_info": None,
-          "task_instructions": "Insist on a refund.",
-      }
-      if structured
-      else "You want to cancel reservation XYZ."
-  )
-  return {
-      "id": task_id,
-      "description": {"purpose": "test", "relevant_policies": None, "notes": None},
-      "user_scenario": {"persona": "Calm.", "instructions": instructions},
-      "initial_state": None,
-      "evaluation_criteria": {
-          "actions": [{"action_id": "a1", "name": "cancel", "arguments": {"id": "XYZ"}}],
-          "communicate_info": ["refund issued"],
-          "nl_assertions": None,
-      },
-  }
+    instructions = (
+        {
+            "domain": "airline",
+            "reason_for_call": "Change my flight",
+            "known_info": "Booking ABC123",
+            "unknown_info": None,
+            "task_instructions": "Insist on a refund.",
+        }
+        if structured
+        else "You want to cancel reservation XYZ."
+    )
+    return {
+        "id": task_id,
+        "description": {"purpose": "test", "relevant_policies": None, "notes": None},
+        "user_scenario": {"persona": "Calm.", "instructions": instructions},
+        "initial_state": None,
+        "evaluation_criteria": {
+            "actions": [{"action_id": "a1", "name": "cancel", "arguments": {"id": "XYZ"}}],
+            "communicate_info": ["refund issued"],
+            "nl_assertions": None,
+        },
+    }
 
 
 def check_report(report: ReadReport, *, tasks, malformed=0, skipped=0):
-  assert (report.tasks, report.malformed, report.skipped) == (tasks, malformed, skipped)
-  assert report.rows == tasks + malformed + skipped
-  assert len(report.errors) == min(malformed, MAX_REPORTED_ERRORS)
+    assert (report.tasks, report.malformed, report.skipped) == (tasks, malformed, skipped)
+    assert report.rows == tasks + malformed + skipped
+    assert len(report.errors) == min(malformed, MAX_REPORTED_ERRORS)
 
 
 def test_toolscale_jsonl_structured_and_free_text(tmp_path):
-  bad_no_criteria = {k: v for k, v in tau2_row("t3").items() if k != "evaluation_criteria"}
-  path = write_jsonl(
-      tmp_path / "toolscale.jsonl",
-      [tau2_row("t1"), tau2_row("t2", structured=False), bad_no_criteria, "{not json", "[1, 2]"],
-  )
-  tasks, report = read_tasks("toolscale", path)
-  check_report(report, tasks=2, malformed=3)
-  first, second = tasks
-  assert isinstance(first, Task) and first.answer_type == "judge" and first.domain == "toolscale"
-  assert first.question.splitlines() == [
-      "Reason for call: Change my flight",
-      "Known info: Booking ABC123",
-      "Task instructions: Insist on a refund.",
-  ]
-  assert json.loads(first.answer) == tau2_row("t1")["evaluation_criteria"]
-  assert first.metadata["tau2_domain"] == "airline"
-  assert second.question == "You want to cancel reservation XYZ."
-  assert "evaluation_criteria" in report.errors[0] and "toolscale.jsonl:3" in report.errors[0]
+    bad_no_criteria = {k: v for k, v in tau2_row("t3").items() if k != "evaluation_criteria"}
+    path = write_jsonl(
+        tmp_path / "toolscale.jsonl",
+        [tau2_row("t1"), tau2_row("t2", structured=False), bad_no_criteria, "{not json", "[1, 2]"],
+    )
+    tasks, report = read_tasks("toolscale", path)
+    check_report(report, tasks=2, malformed=3)
+    first, second = tasks
+    assert isinstance(first, Task) and first.answer_type == "judge" and first.domain == "toolscale"
+    assert first.question.splitlines() == [
+        "Reason for call: Change my flight",
+        "Known info: Booking ABC123",
+        "Task instructions: Insist on a refund.",
+    ]
+    assert json.loads(first.answer) == tau2_row("t1")["evaluation_criteria"]
+    assert first.metadata["tau2_domain"] == "airline"
+    assert second.question == "You want to cancel reservation XYZ."
+    assert "evaluation_criteria" in report.errors[0] and "toolscale.jsonl:3" in report.errors[0]
 
 
 def test_toolscale_parquet_with_json_encoded_nested_fields(tmp_path):
-  # Some exports store nested objects as JSON strings; both layouts read the same.
-  rows = [tau2_row("p1"), tau2_row("p2")]
-  encoded = [{k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows]
-  path = tmp_path / "toolscale.parquet"
-  pq.write_table(pa.Table.from_pylist(encoded), path)
-  tasks, report = read_tasks("toolscale", path)
-  check_report(report, tasks=2)
-  assert [t.id for t in tasks] == ["p1", "p2"]
-  assert json.loads(tasks[1].answer) == rows[1]["evaluation_criteria"]
+    # Some exports store nested objects as JSON strings; both layouts read the same.
+    rows = [tau2_row("p1"), tau2_row("p2")]
+    encoded = [{k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows]
+    path = tmp_path / "toolscale.parquet"
+    pq.write_table(pa.Table.from_pylist(encoded), path)
+    tasks, report = read_tasks("toolscale", path)
+    check_report(report, tasks=2)
+    assert [t.id for t in tasks] == ["p1", "p2"]
+    assert json.loads(tasks[1].answer) == rows[1]["evaluation_criteria"]
 
 
 def test_generalthought_reference_answer_and_fallbacks(tmp_path):
-  path = write_jsonl(
-      tmp_path / "gt.jsonl",
-      [
-          {"question_id": 7, "question": "2+2?", "reference_answer": "4", "task": "math"},
-          {"question": "Capital of France?", "answer": "Paris"},
-          {"question_id": 9, "question": "no gold", "reference_answer": None, "model_answer": "guess"},
-          {"question_id": 10, "question": ["not", "text"], "reference_answer": "x"},
-          {"question_id": 11, "reference_answer": "no question"},
-      ],
-  )
-  tasks, report = read_tasks("generalthought", path)
-  check_report(report, tasks=2, malformed=2, skipped=1)
-  assert tasks[0].id == "generalthought/7" and tasks[0].answer == "4"
-  assert tasks[0].metadata["task"] == "math" and tasks[0].answer_type == "judge"
-  assert tasks[1].answer == "Paris" and tasks[1].id == "generalthought/gt.jsonl:2"
-  with_model, report = read_tasks("generalthought", path, answer_type="exact", use_model_answer=True)
-  check_report(report, tasks=3, malformed=2)
-  assert {t.answer_type for t in with_model} == {"exact"}
-  assert with_model[2].answer == "guess" and with_model[2].metadata["answer_from"] == "model_answer"
+    path = write_jsonl(
+        tmp_path / "gt.jsonl",
+        [
+            {"question_id": 7, "question": "2+2?", "reference_answer": "4", "task": "math"},
+            {"question": "Capital of France?", "answer": "Paris"},
+            {
+                "question_id": 9,
+                "question": "no gold",
+                "reference_answer": None,
+                "model_answer": "guess",
+            },
+            {"question_id": 10, "question": ["not", "text"], "reference_answer": "x"},
+            {"question_id": 11, "reference_answer": "no question"},
+        ],
+    )
+    tasks, report = read_tasks("generalthought", path)
+    check_report(report, tasks=2, malformed=2, skipped=1)
+    assert tasks[0].id == "generalthought/7" and tasks[0].answer == "4"
+    assert tasks[0].metadata["task"] == "math" and tasks[0].answer_type == "judge"
+    assert tasks[1].answer == "Paris" and tasks[1].id == "generalthought/gt.jsonl:2"
+    with_model, report = read_tasks(
+        "generalthought", path, answer_type="exact", use_model_answer=True
+    )
+    check_report(report, tasks=3, malformed=2)
+    assert {t.answer_type for t in with_model} == {"exact"}
+    assert (
+        with_model[2].answer == "guess" and with_model[2].metadata["answer_from"] == "model_answer"
+    )
 
 
 def test_hle_types_images_and_bad_answer_type(tmp_path):
-  path = write_jsonl(
-      tmp_path / "hle.jsonl",
-      [
-          {"id": "h1", "question": "Q1", "answer": "42", "answer_type": "exactMatch", "category": "Math"},
-          {"id": "h2", "question": "Q2", "answer": "B", "answer_type": "multipleChoice", "category": "Bio"},
-          {"id": "h3", "question": "Q3", "answer": "x", "answer_type": "exactMatch", "image": "data:..."},
-          {"id": "h4", "question": "Q4", "answer": "x", "answer_type": "freeform"},
-      ],
-  )
-  tasks, report = read_tasks("hle", path)
-  check_report(report, tasks=2, malformed=1, skipped=1)
-  assert [(t.id, t.answer_type, t.domain) for t in tasks] == [("h1", "exact", "hle"), ("h2", "exact", "hle")]
-  assert tasks[1].metadata == {"source": "hle", "hle_answer_type": "multipleChoice",
-                               "category": "Bio", "raw_subject": None}
-  with_images, report = read_tasks("hle", path, skip_images=False)
-  check_report(report, tasks=3, malformed=1)
+    path = write_jsonl(
+        tmp_path / "hle.jsonl",
+        [
+            {
+                "id": "h1",
+                "question": "Q1",
+                "answer": "42",
+                "answer_type": "exactMatch",
+                "category": "Math",
+            },
+            {
+                "id": "h2",
+                "question": "Q2",
+                "answer": "B",
+                "answer_type": "multipleChoice",
+                "category": "Bio",
+            },
+            {
+                "id": "h3",
+                "question": "Q3",
+                "answer": "x",
+                "answer_type": "exactMatch",
+                "image": "data:...",
+            },
+            {"id": "h4", "question": "Q4", "answer": "x", "answer_type": "freeform"},
+        ],
+    )
+    tasks, report = read_tasks("hle", path)
+    check_report(report, tasks=2, malformed=1, skipped=1)
+    assert [(t.id, t.answer_type, t.domain) for t in tasks] == [
+        ("h1", "exact", "hle"),
+        ("h2", "exact", "hle"),
+    ]
+    assert tasks[1].metadata == {
+        "source": "hle",
+        "hle_answer_type": "multipleChoice",
+        "category": "Bio",
+        "raw_subject": None,
+    }
+    with_images, report = read_tasks("hle", path, skip_images=False)
+    check_report(report, tasks=3, malformed=1)
 
 
 def test_frames_reference_file(shared_dir):
-  tasks, report = read_tasks("frames", shared_dir / "reference" / "frames.jsonl")
-  check_report(report, tasks=824)
-  assert tasks[0].id == "wiki____0" and tasks[0].answer == "Jane Ballou"
-  assert {t.domain for t in tasks} == {"frames"}
-  assert len({t.id for t in tasks}) == 824
+    tasks, report = read_tasks("frames", shared_dir / "reference" / "frames.jsonl")
+    check_report(report, tasks=824)
+    assert tasks[0].id == "wiki____0" and tasks[0].answer == "Jane Ballou"
+    assert {t.domain for t in tasks} == {"frames"}
+    assert len({t.id for t in tasks}) == 824
 
 
 def test_generic_jsonl_field_mapping(tmp_path):
-  path = write_jsonl(
-      tmp_path / "custom.jsonl",
-      [
-          {"uid": "u1", "prompt": "1+1", "target": 2, "kind": "numeric", "extra": "kept"},
-          {"uid": "u2", "prompt": "hi", "target": "hello"},
-          {"uid": "u3", "prompt": "p", "target": "t", "kind": "fuzzy"},
-          {"uid": "u4", "target": "no prompt"},
-      ],
-  )
-  fields = {"id": "uid", "question": "prompt", "answer": "target", "answer_type_field": "kind",
-            "domain": "custom"}
-  tasks, report = read_tasks("jsonl", path, fields=fields)
-  check_report(report, tasks=2, malformed=2)
-  assert tasks[0] == Task("u1", "1+1", "2", "numeric", "custom", {"extra": "kept"})
-  assert tasks[1].answer_type == "exact"
-  same, _ = read_tasks("jsonl", path, fields=FieldMap(**fields))
-  assert same == tasks
+    path = write_jsonl(
+        tmp_path / "custom.jsonl",
+        [
+            {"uid": "u1", "prompt": "1+1", "target": 2, "kind": "numeric", "extra": "kept"},
+            {"uid": "u2", "prompt": "hi", "target": "hello"},
+            {"uid": "u3", "prompt": "p", "target": "t", "kind": "fuzzy"},
+            {"uid": "u4", "target": "no prompt"},
+        ],
+    )
+    fields = {
+        "id": "uid",
+        "question": "prompt",
+        "answer": "target",
+        "answer_type_field": "kind",
+        "domain": "custom",
+    }
+    tasks, report = read_tasks("jsonl", path, fields=fields)
+    check_report(report, tasks=2, malformed=2)
+    assert tasks[0] == Task("u1", "1+1", "2", "numeric", "custom", {"extra": "kept"})
+    assert tasks[1].answer_type == "exact"
+    same, _ = read_tasks("jsonl", path, fields=FieldMap(**fields))
+    assert same == tasks
 
 
 def test_json_list_file_and_limit(tmp_path):
-  path = tmp_path / "frames.json"
-  path.write_text(json.dumps([{"id": str(i), "question": "q", "answer": "a"} for i in range(5)] + [3]))
-  tasks, report = read_tasks("frames", path)
-  check_report(report, tasks=5, malformed=1)
-  limited, _ = read_tasks("frames", path, limit=2)
-  assert [t.id for t in limited] == ["0", "1"]
+    path = tmp_path / "frames.json"
+    path.write_text(
+        json.dumps([{"id": str(i), "question": "q", "answer": "a"} for i in range(5)] + [3])
+    )
+    tasks, report = read_tasks("frames", path)
+    check_report(report, tasks=5, malformed=1)
+    limited, _ = read_tasks("frames", path, limit=2)
+    assert [t.id for t in limited] == ["0", "1"]
 
 
 def test_many_errors_keep_only_the_first_few(tmp_path):
-  path = write_jsonl(tmp_path / "bad.jsonl", ["nope"] * 12 + [{"id": "x", "question": "q", "answer": "a"}])
-  tasks, report = read_tasks("frames", path)
-  check_report(report, tasks=1, malformed=12)
-  assert "12 malformed" in report.summary()
+    path = write_jsonl(
+        tmp_path / "bad.jsonl", ["nope"] * 12 + [{"id": "x", "question": "q", "answer": "a"}]
+    )
+    tasks, report = read_tasks("frames", path)
+    check_report(report, tasks=1, malformed=12)
+    assert "12 malformed" in report.summary()
 
 
 def test_configuration_mistakes_raise_clearly(tmp_path):
-  path = write_jsonl(tmp_path / "f.jsonl", [{"id": "1", "question": "q", "answer": "a"}])
-  with pytest.raises(ValueError, match="unknown task source"):
-    read_tasks("nope", path)
-  with pytest.raises(ValueError, match="needs a path"):
-    read_tasks("frames")
-  with pytest.raises(FileNotFoundError):
-    read_tasks("frames", tmp_path / "missing.jsonl")
-  (tmp_path / "f.csv").write_text("id,question,answer\n")
-  with pytest.raises(ValueError, match="unknown suffix"):
-    read_tasks("frames", tmp_path / "f.csv")
-  with pytest.raises(TypeError, match="skip_images"):
-    read_tasks("frames", path, skip_images=True)
-  with pytest.raises(ValueError, match="answer_type"):
-    read_tasks("frames", path, answer_type="fuzzy")
+    path = write_jsonl(tmp_path / "f.jsonl", [{"id": "1", "question": "q", "answer": "a"}])
+    with pytest.raises(ValueError, match="unknown task source"):
+        read_tasks("nope", path)
+    with pytest.raises(ValueError, match="needs a path"):
+        read_tasks("frames")
+    with pytest.raises(FileNotFoundError):
+        read_tasks("frames", tmp_path / "missing.jsonl")
+    (tmp_path / "f.csv").write_text("id,question,answer\n")
+    with pytest.raises(ValueError, match="unknown suffix"):
+        read_tasks("frames", tmp_path / "f.csv")
+    with pytest.raises(TypeError, match="skip_images"):
+        read_tasks("frames", path, skip_images=True)
+    with pytest.raises(ValueError, match="answer_type"):
+        read_tasks("frames", path, answer_type="fuzzy")
 
 
 def test_registry_lists_every_kind():
-  assert set(readers.READERS) == {"toolscale", "generalthought", "hle", "frames", "jsonl", "synthetic"}
+    assert set(readers.READERS) == {
+        "toolscale",
+        "generalthought",
+        "hle",
+        "frames",
+        "jsonl",
+        "synthetic",
+    }
 
 
 def test_synthetic_source_delegates_to_the_env():
-  synthetic = pytest.importorskip("orchestra_jax.envs.synthetic")
-  expected = synthetic.SyntheticOrchestrationEnv(seed=3).tasks("train", 5)
-  tasks, report = read_tasks("synthetic", seed=3, split="train", n=5)
-  assert tasks == list(expected)
-  check_report(report, tasks=5)
+    synthetic = pytest.importorskip("orchestra_jax.envs.synthetic")
+    expected = synthetic.SyntheticOrchestrationEnv(seed=3).tasks("train", 5)
+    tasks, report = read_tasks("synthetic", seed=3, split="train", n=5)
+    assert tasks == list(expected)
+    check_report(report, tasks=5)

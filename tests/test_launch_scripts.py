@@ -12,10 +12,18 @@ SCRIPTS = ("tpu_pod.sh", "gpu_node.sh")
 
 
 def run_script(name, *args, **env):
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("TPU_NAME", "TPU_ZONE", "TPU_PROJECT", "LEARNER_GPUS", "SGLANG_URLS")}
-    return subprocess.run(["bash", str(LAUNCH / name), *args], env={**clean, "DRY_RUN": "1", **env},
-                          capture_output=True, text=True, timeout=60)
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TPU_NAME", "TPU_ZONE", "TPU_PROJECT", "LEARNER_GPUS", "SGLANG_URLS")
+    }
+    return subprocess.run(
+        ["bash", str(LAUNCH / name), *args],
+        env={**clean, "DRY_RUN": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def commands(result):
@@ -34,12 +42,22 @@ def test_tpu_pod_needs_name_and_zone():
 
 
 def test_tpu_pod_syncs_installs_and_runs_on_every_worker():
-    result = run_script("tpu_pod.sh", "--", "--config=experiments/configs/grpo_hle.py:qwen3_8b",
-                        "--config.note=a b", TPU_NAME="pod", TPU_ZONE="us-east5-a", TPU_PROJECT="proj")
+    result = run_script(
+        "tpu_pod.sh",
+        "--",
+        "--config=experiments/configs/grpo_hle.py:qwen3_8b",
+        "--config.note=a b",
+        TPU_NAME="pod",
+        TPU_ZONE="us-east5-a",
+        TPU_PROJECT="proj",
+    )
     assert result.returncode == 0, result.stderr
     scp, unpack, install, job = commands(result)
     assert scp.startswith("+ gcloud compute tpus tpu-vm scp ") and "--worker=all" in scp
-    assert all("--worker=all" in c and "--zone=us-east5-a --project=proj" in c for c in (unpack, install, job))
+    assert all(
+        "--worker=all" in c and "--zone=us-east5-a --project=proj" in c
+        for c in (unpack, install, job)
+    )
     assert "tar\\ -xzf" in unpack and ".\\[tpu\\]" in install
     # The job's flags survive two rounds of quoting (local shell, remote shell).
     assert "ORCHESTRA_JAX_DISTRIBUTED=1\\ python3\\ -m\\ experiments.grpo_hle" in job
@@ -47,21 +65,39 @@ def test_tpu_pod_syncs_installs_and_runs_on_every_worker():
 
 
 def test_tpu_pod_detach_skips_sync_and_install():
-    result = run_script("tpu_pod.sh", "--no-sync", "--no-install", "--detach", "--config=c.py:demo",
-                        TPU_NAME="pod", TPU_ZONE="z")
+    result = run_script(
+        "tpu_pod.sh",
+        "--no-sync",
+        "--no-install",
+        "--detach",
+        "--config=c.py:demo",
+        TPU_NAME="pod",
+        TPU_ZONE="z",
+    )
     [job] = commands(result)
     assert "nohup" in job and "logs/" in job and "--config=c.py:demo" in job
 
 
 def test_gpu_node_points_the_rollout_engine_at_sglang():
-    result = run_script("gpu_node.sh", "--", "--config=c.py:demo", LEARNER_GPUS="0,1",
-                        SGLANG_URLS="http://localhost:30000,http://h:30001", SGLANG_WEIGHTS_DIR="/w")
+    result = run_script(
+        "gpu_node.sh",
+        "--",
+        "--config=c.py:demo",
+        LEARNER_GPUS="0,1",
+        SGLANG_URLS="http://localhost:30000,http://h:30001",
+        SGLANG_WEIGHTS_DIR="/w",
+    )
     assert result.returncode == 0, result.stderr
     lines = commands(result)
-    assert lines[:2] == ["+ wait for http://localhost:30000/health", "+ wait for http://h:30001/health"]
-    assert lines[-1] == ("+ python3 -m experiments.grpo_hle --config=c.py:demo --config.rollout.engine=sglang "
-                         "--config.rollout.urls=http://localhost:30000\\,http://h:30001 "
-                         "--config.rollout.weights_dir=/w")
+    assert lines[:2] == [
+        "+ wait for http://localhost:30000/health",
+        "+ wait for http://h:30001/health",
+    ]
+    assert lines[-1] == (
+        "+ python3 -m experiments.grpo_hle --config=c.py:demo --config.rollout.engine=sglang "
+        "--config.rollout.urls=http://localhost:30000\\,http://h:30001 "
+        "--config.rollout.weights_dir=/w"
+    )
     assert "CUDA_VISIBLE_DEVICES=0,1" in result.stderr
 
 
@@ -70,8 +106,10 @@ def test_gpu_node_without_servers_runs_the_in_process_engine():
     assert commands(result) == ["+ python3 -m experiments.grpo_hle --config=c.py:demo"]
 
 
-@pytest.mark.parametrize("env, message", [({"LEARNER_GPUS": "a,b"}, "LEARNER_GPUS"),
-                                          ({"SGLANG_URLS": "localhost:30000"}, "http://")])
+@pytest.mark.parametrize(
+    "env, message",
+    [({"LEARNER_GPUS": "a,b"}, "LEARNER_GPUS"), ({"SGLANG_URLS": "localhost:30000"}, "http://")],
+)
 def test_gpu_node_rejects_bad_settings(env, message):
     result = run_script("gpu_node.sh", **env)
     assert result.returncode == 2 and message in result.stderr
@@ -81,8 +119,7 @@ def test_gpu_node_rejects_bad_settings(env, message):
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_shellcheck_clean(name):
     # -x follows `source common.sh` (relative to the script's folder, the cwd here).
-    result = subprocess.run(["shellcheck", "-x", name], cwd=LAUNCH, capture_output=True,
-                            text=True)
+    result = subprocess.run(["shellcheck", "-x", name], cwd=LAUNCH, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
@@ -94,15 +131,30 @@ def test_gpu_node_waits_for_a_live_server_then_runs(tmp_path):
     (tmp_path / "record_flags.py").write_text(
         "import os, pathlib, sys\n"
         "pathlib.Path(sys.argv[-1].split('=', 1)[1], 'argv.txt').write_text(\n"
-        "    ' '.join(sys.argv[1:]) + ' ' + os.environ['CUDA_VISIBLE_DEVICES'])\n")
-    server = subprocess.Popen(["python3", "-m", "http.server", "0", "--bind", "127.0.0.1"],
-                              cwd=tmp_path / "site", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        "    ' '.join(sys.argv[1:]) + ' ' + os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    )
+    server = subprocess.Popen(
+        ["python3", "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        cwd=tmp_path / "site",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
-        port = server.stdout.readline().split("port ")[1].split()[0]  # "Serving HTTP on ... port N ..."
-        result = run_script("gpu_node.sh", "--config=c.py:demo", DRY_RUN="0", MODULE="record_flags",
-                            PYTHONPATH=str(tmp_path), LEARNER_GPUS="3",
-                            SGLANG_URLS=f"http://127.0.0.1:{port}", SGLANG_WEIGHTS_DIR=str(tmp_path))
+        port = (
+            server.stdout.readline().split("port ")[1].split()[0]
+        )  # "Serving HTTP on ... port N ..."
+        result = run_script(
+            "gpu_node.sh",
+            "--config=c.py:demo",
+            DRY_RUN="0",
+            MODULE="record_flags",
+            PYTHONPATH=str(tmp_path),
+            LEARNER_GPUS="3",
+            SGLANG_URLS=f"http://127.0.0.1:{port}",
+            SGLANG_WEIGHTS_DIR=str(tmp_path),
+        )
     finally:
         server.terminate()
         server.wait()
@@ -110,4 +162,5 @@ def test_gpu_node_waits_for_a_live_server_then_runs(tmp_path):
     assert "is healthy" in result.stderr
     assert (tmp_path / "argv.txt").read_text() == (
         f"--config=c.py:demo --config.rollout.engine=sglang --config.rollout.urls=http://127.0.0.1:{port} "
-        f"--config.rollout.weights_dir={tmp_path} 3")
+        f"--config.rollout.weights_dir={tmp_path} 3"
+    )

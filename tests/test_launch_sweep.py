@@ -56,7 +56,9 @@ def test_product_is_cartesian_with_last_factor_fastest():
 def test_zipit_pairs_positions_and_nests_inside_product():
     zipped = hyper.zipit([hyper.sweep("config.g", [4, 8]), hyper.sweep("config.n", [32, 16])])
     assert zipped == [{"config.g": 4, "config.n": 32}, {"config.g": 8, "config.n": 16}]
-    full = hyper.product([hyper.sweep("config.seed", [0, 1, 2]), zipped, hyper.fixed("config.x", True)])
+    full = hyper.product(
+        [hyper.sweep("config.seed", [0, 1, 2]), zipped, hyper.fixed("config.x", True)]
+    )
     assert len(full) == 6 and all(t["config.x"] is True for t in full)
 
 
@@ -68,8 +70,14 @@ def test_chain_concatenates():
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: hyper.zipit([hyper.sweep("config.a", [1, 2]), hyper.sweep("config.b", [1])]), "equal length"),
-        (lambda: hyper.product([hyper.sweep("config.a", [1]), hyper.sweep("config.a", [2])]), "both set"),
+        (
+            lambda: hyper.zipit([hyper.sweep("config.a", [1, 2]), hyper.sweep("config.b", [1])]),
+            "equal length",
+        ),
+        (
+            lambda: hyper.product([hyper.sweep("config.a", [1]), hyper.sweep("config.a", [2])]),
+            "both set",
+        ),
         (lambda: hyper.sweep("rl.lr", [1]), "dotted config path"),
         (lambda: hyper.sweep("config.rl-lr", [1]), "dotted config path"),
         (lambda: hyper.sweep("config.a", []), "no values"),
@@ -88,9 +96,19 @@ def test_bad_sweeps_raise_clear_errors(build, message):
 
 @pytest.mark.parametrize(
     "value, text",
-    [(1e-6, "1e-06"), (0.5, "0.5"), (8, "8"), (True, "true"), (False, "false"),
-     ("qwen3_8b", "qwen3_8b"), ((2, 4), "(2, 4)"), ([1], "(1,)"),
-     (np.float32(0.5), "0.5"), (np.int64(3), "3"), (np.bool_(True), "true")],
+    [
+        (1e-6, "1e-06"),
+        (0.5, "0.5"),
+        (8, "8"),
+        (True, "true"),
+        (False, "false"),
+        ("qwen3_8b", "qwen3_8b"),
+        ((2, 4), "(2, 4)"),
+        ([1], "(1,)"),
+        (np.float32(0.5), "0.5"),
+        (np.int64(3), "3"),
+        (np.bool_(True), "true"),
+    ],
 )
 def test_format_value(value, text):
     assert trials.format_value(value) == text
@@ -103,8 +121,12 @@ def test_format_value_rejects_unrenderable_values():
 
 def test_short_keys_grow_only_where_last_parts_clash():
     names = trials.short_keys(["config.rl.lr", "config.seed", "config.data.seed", "config.rl.seed"])
-    assert names == {"config.rl.lr": "lr", "config.seed": "seed", "config.data.seed": "data.seed",
-                     "config.rl.seed": "rl.seed"}
+    assert names == {
+        "config.rl.lr": "lr",
+        "config.seed": "seed",
+        "config.data.seed": "data.seed",
+        "config.rl.seed": "rl.seed",
+    }
 
 
 def test_override_string_is_file_name_safe_and_bounded():
@@ -116,14 +138,20 @@ def test_override_string_is_file_name_safe_and_bounded():
 
 
 def test_expand_names_workdirs_and_command_lines(config_path):
-    sweep_list = hyper.product([hyper.sweep("config.rl.lr", [1e-6, 3e-6]),
-                                hyper.sweep("config.seed", [0, 1, 2, 3, 4, 5])])
+    sweep_list = hyper.product(
+        [hyper.sweep("config.rl.lr", [1e-6, 3e-6]), hyper.sweep("config.seed", [0, 1, 2, 3, 4, 5])]
+    )
     got = trials.expand(config_path, sweep_list, sweep_name="lrs", workdir_root="/runs/")
     assert [t.name for t in got[:2]] == ["00_lr=1e-06,seed=0", "01_lr=1e-06,seed=1"]
     assert got[11].workdir == "/runs/lrs/11_lr=3e-06,seed=5"
     assert got[0].argv == (
-        "python", "-m", "experiments.grpo_hle", f"--config={config_path}",
-        "--config.rl.lr=1e-06", "--config.seed=0", "--config.workdir=/runs/lrs/00_lr=1e-06,seed=0",
+        "python",
+        "-m",
+        "experiments.grpo_hle",
+        f"--config={config_path}",
+        "--config.rl.lr=1e-06",
+        "--config.seed=0",
+        "--config.workdir=/runs/lrs/00_lr=1e-06,seed=0",
     )
     assert got[0].command.startswith("python -m experiments.grpo_hle --config=")
 
@@ -132,13 +160,17 @@ def test_expand_rejects_workdir_overrides_and_duplicate_trials(config_path):
     with pytest.raises(ValueError, match="config.workdir"):
         trials.expand(config_path, [{"config.workdir": "/x"}], sweep_name="s", workdir_root="/r")
     with pytest.raises(ValueError, match="trials 0 and 1"):
-        trials.expand(config_path, [{"config.seed": 1}, {"config.seed": 1}], sweep_name="s", workdir_root="/r")
+        trials.expand(
+            config_path, [{"config.seed": 1}, {"config.seed": 1}], sweep_name="s", workdir_root="/r"
+        )
 
 
 def test_config_check_names_every_missing_key(config_path):
     config_check.check_overrides(config_path, ["config.rl.lr", "config.seed"])
     with pytest.raises(ValueError) as info:
-        config_check.check_overrides(config_path, ["config.rl.learning_rate", "config.seed.x", "config.rl.lr"])
+        config_check.check_overrides(
+            config_path, ["config.rl.learning_rate", "config.seed.x", "config.rl.lr"]
+        )
     message = str(info.value)
     assert "config.rl has no field 'learning_rate'" in message and "group_size, lr" in message
     assert "config.seed.x" in message and "config.rl.lr:" not in message
@@ -149,20 +181,30 @@ def test_config_check_names_every_missing_key(config_path):
 
 def test_print_executor_prints_one_command_per_trial(tmp_path, config_path, capsys):
     path = write_sweep(tmp_path, 'hyper.sweep("config.seed", [0, 1, 2])', name="seeds")
-    code = sweep.main([f"--config={config_path}", f"--sweep={path}", f"--workdir_root={tmp_path}/runs",
-                       "--python=python"])
+    code = sweep.main(
+        [
+            f"--config={config_path}",
+            f"--sweep={path}",
+            f"--workdir_root={tmp_path}/runs",
+            "--python=python",
+        ]
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and len(lines) == 3
-    assert lines[2] == (f"python -m experiments.grpo_hle --config={config_path} --config.seed=2 "
-                        f"--config.workdir={tmp_path}/runs/seeds/2_seed=2")
+    assert lines[2] == (
+        f"python -m experiments.grpo_hle --config={config_path} --config.seed=2 "
+        f"--config.workdir={tmp_path}/runs/seeds/2_seed=2"
+    )
     assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
 @pytest.mark.parametrize(
     "extra, message",
-    [(["--max_parallel=2"], "only to --executor=local"),
-     (["--xm_platform=vertex"], "only to --executor=xmanager"),
-     (["--trials=0,7"], "out of range")],
+    [
+        (["--max_parallel=2"], "only to --executor=local"),
+        (["--xm_platform=vertex"], "only to --executor=xmanager"),
+        (["--trials=0,7"], "out of range"),
+    ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, config_path, capsys, extra, message):
     path = write_sweep(tmp_path, 'hyper.sweep("config.seed", [0, 1])')
@@ -181,7 +223,9 @@ def test_cli_checks_keys_against_the_config(tmp_path, config_path, capsys):
 def test_example_sweeps_expand():
     for name, count in (("demo_seeds", 3), ("grpo_lr_groups", 18)):
         module = trials.load_sweep_file(REPO_ROOT / "launch" / "sweeps" / f"{name}.py")
-        got = trials.expand(module.CONFIG, module.get_sweep(hyper), sweep_name=name, workdir_root="/r")
+        got = trials.expand(
+            module.CONFIG, module.get_sweep(hyper), sweep_name=name, workdir_root="/r"
+        )
         assert len(got) == count
 
 
@@ -211,8 +255,13 @@ def test_local_executor_limits_concurrency_and_reports_failures(tmp_path):
     planned = trials.expand("cfg.py", sweep_list, sweep_name="s", workdir_root=str(tmp_path))
     # Same trials, but each runs the tiny script instead of training.
     planned = [
-        trials.Trial(t.index, t.overrides, t.name, t.workdir,
-                     (sys.executable, "-c", TRIAL_SCRIPT, str(t.overrides["config.seed"]), str(journal)))
+        trials.Trial(
+            t.index,
+            t.overrides,
+            t.name,
+            t.workdir,
+            (sys.executable, "-c", TRIAL_SCRIPT, str(t.overrides["config.seed"]), str(journal)),
+        )
         for t in planned
     ]
     console = Console(file=open(tmp_path / "console.txt", "w"))
@@ -238,7 +287,9 @@ def test_local_executor_limits_concurrency_and_reports_failures(tmp_path):
 
 def test_local_executor_reports_a_program_that_cannot_start(tmp_path):
     trial = trials.Trial(0, {}, "0", str(tmp_path / "t0"), ("/no/such/program",))
-    [result] = local_executor.run_local([trial], console=Console(file=open(tmp_path / "c.txt", "w")))
+    [result] = local_executor.run_local(
+        [trial], console=Console(file=open(tmp_path / "c.txt", "w"))
+    )
     assert result.status == "failed" and result.returncode is None
     assert "could not start" in pathlib.Path(result.log_path).read_text()
 
@@ -248,18 +299,33 @@ def test_cli_local_run_writes_summary_and_exit_code(tmp_path, config_path, monke
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
     (module_dir / "fake_train.py").write_text(
-        "import os, sys\nsys.exit(1 if '--config.seed=1' in sys.argv and 'FIXED' not in os.environ else 0)\n")
+        "import os, sys\nsys.exit(1 if '--config.seed=1' in sys.argv and 'FIXED' not in os.environ else 0)\n"
+    )
     path = write_sweep(tmp_path, 'hyper.sweep("config.seed", [0, 1])', name="two")
-    argv = [f"--config={config_path}", f"--sweep={path}", "--executor=local", "--max_parallel=2",
-            f"--workdir_root={tmp_path}/runs", "--module=fake_train"]
+    argv = [
+        f"--config={config_path}",
+        f"--sweep={path}",
+        "--executor=local",
+        "--max_parallel=2",
+        f"--workdir_root={tmp_path}/runs",
+        "--module=fake_train",
+    ]
     monkeypatch.setenv("PYTHONPATH", str(module_dir))
     assert sweep.main(argv) == 1
     summary_path = tmp_path / "runs" / "two" / "sweep_summary.json"
     summary = json.loads(summary_path.read_text())
-    assert [(s["name"], s["status"]) for s in summary] == [("0_seed=0", "ok"), ("1_seed=1", "failed")]
+    assert [(s["name"], s["status"]) for s in summary] == [
+        ("0_seed=0", "ok"),
+        ("1_seed=1", "failed"),
+    ]
     # Re-running only the failed trial (now fixed) updates its entry and keeps the other.
     monkeypatch.setenv("FIXED", "1")
-    assert sweep.main([*argv[:3], f"--workdir_root={tmp_path}/runs", "--module=fake_train", "--trials=1"]) == 0
+    assert (
+        sweep.main(
+            [*argv[:3], f"--workdir_root={tmp_path}/runs", "--module=fake_train", "--trials=1"]
+        )
+        == 0
+    )
     summary = json.loads(summary_path.read_text())
     assert [(s["name"], s["status"]) for s in summary] == [("0_seed=0", "ok"), ("1_seed=1", "ok")]
 
@@ -268,14 +334,22 @@ def test_cli_local_run_writes_summary_and_exit_code(tmp_path, config_path, monke
 
 
 def test_xmanager_job_args_and_requirements():
-    trial = trials.expand("c.py:demo", [{"config.rl.lr": 1e-6}], sweep_name="s", workdir_root="gs://b/r")[0]
+    trial = trials.expand(
+        "c.py:demo", [{"config.rl.lr": 1e-6}], sweep_name="s", workdir_root="gs://b/r"
+    )[0]
     assert xm_executor.job_args(trial, "c.py:demo") == {
-        "config": "c.py:demo", "config.rl.lr": "1e-06", "config.workdir": "gs://b/r/s/0_lr=1e-06"}
+        "config": "c.py:demo",
+        "config.rl.lr": "1e-06",
+        "config.workdir": "gs://b/r/s/0_lr=1e-06",
+    }
     assert xm_executor.parse_requirements("A100=8, ram=256GiB") == {"A100": 8, "ram": "256GiB"}
     assert xm_executor.install_extra({"A100": 8}) == "gpu"
     assert xm_executor.install_extra({"TPU_V3": 8}) == "tpu"
     assert xm_executor.install_extra({"cpu": 4}) == ""
-    assert xm_executor.docker_instructions("/src/main", "gpu")[-1] == "RUN pip install --no-cache-dir -e '.[gpu]'"
+    assert (
+        xm_executor.docker_instructions("/src/main", "gpu")[-1]
+        == "RUN pip install --no-cache-dir -e '.[gpu]'"
+    )
     with pytest.raises(ValueError, match="NAME=VALUE"):
         xm_executor.parse_requirements("A100")
 
@@ -312,13 +386,27 @@ def test_xmanager_experiment_against_the_real_api(monkeypatch):
             recorded["jobs"].append(job)
 
     # Through the module dict: xm_local loads lazily, and getattr would import its cloud backends.
-    monkeypatch.setitem(vars(xm_local), "create_experiment", lambda experiment_title: RecordingExperiment())
-    planned = trials.expand("c.py:demo", hyper.sweep("config.seed", [0, 1]), sweep_name="s", workdir_root="gs://b")
-    got = xm_executor.launch_xmanager(planned, config="c.py:demo", module="experiments.grpo_hle", title="t",
-                                      platform="local", requirements="local_gpu=1", repo_root=str(REPO_ROOT))
+    monkeypatch.setitem(
+        vars(xm_local), "create_experiment", lambda experiment_title: RecordingExperiment()
+    )
+    planned = trials.expand(
+        "c.py:demo", hyper.sweep("config.seed", [0, 1]), sweep_name="s", workdir_root="gs://b"
+    )
+    got = xm_executor.launch_xmanager(
+        planned,
+        config="c.py:demo",
+        module="experiments.grpo_hle",
+        title="t",
+        platform="local",
+        requirements="local_gpu=1",
+        repo_root=str(REPO_ROOT),
+    )
     assert got == 7
     [packageable] = recorded["packageables"]
     assert packageable.executable_spec.entrypoint == xm.ModuleName("experiments.grpo_hle")
     assert len(recorded["jobs"]) == 2
     assert recorded["jobs"][1].args.to_list(xm.utils.ARG_ESCAPER) == [
-        "--config=c.py:demo", "--config.seed=1", "--config.workdir=gs://b/s/1_seed=1"]
+        "--config=c.py:demo",
+        "--config.seed=1",
+        "--config.workdir=gs://b/s/1_seed=1",
+    ]

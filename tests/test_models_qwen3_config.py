@@ -16,10 +16,17 @@ def test_preset_parameter_counts():
 
 def test_demo_preset_shape():
     c = Qwen3Config.preset("demo")
-    assert (c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-            c.num_key_value_heads, c.head_dim, c.intermediate_size,
-            c.tie_word_embeddings, c.max_position_embeddings) == (
-        4096, 256, 4, 4, 2, 64, 768, True, 4096)
+    assert (
+        c.vocab_size,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.intermediate_size,
+        c.tie_word_embeddings,
+        c.max_position_embeddings,
+    ) == (4096, 256, 4, 4, 2, 64, 768, True, 4096)
 
 
 def test_hf_dict_round_trip(tmp_path):
@@ -39,13 +46,16 @@ def test_transformers5_rope_parameters_and_missing_head_dim():
     assert c.rope_theta == 123.0 and c.head_dim == hf["hidden_size"] // hf["num_attention_heads"]
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"model_type": "llama"}, "model_type"),
-    ({"attention_bias": True}, "attention_bias"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
-    ({"use_sliding_window": True}, "sliding"),
-    ({"num_key_value_heads": 3}, "multiple"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"model_type": "llama"}, "model_type"),
+        ({"attention_bias": True}, "attention_bias"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+        ({"use_sliding_window": True}, "sliding"),
+        ({"num_key_value_heads": 3}, "multiple"),
+    ],
+)
 def test_unsupported_configs_raise(change, match):
     hf = {**Qwen3Config.preset("tiny").to_hf_dict(), **change}
     with pytest.raises(ValueError, match=match):

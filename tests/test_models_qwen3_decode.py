@@ -41,7 +41,7 @@ def test_token_by_token_decode_equals_full_forward(scan):
     logits, cache = forward(m, ids[:, :4], pos[:, :4], cache=cache)  # prefill 4 tokens
     outs = [logits]
     for t in range(4, 10):
-        logits, cache = forward(m, ids[:, t:t + 1], pos[:, t:t + 1], cache=cache, kv_len=16)
+        logits, cache = forward(m, ids[:, t : t + 1], pos[:, t : t + 1], cache=cache, kv_len=16)
         outs.append(logits)
     np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, atol=ATOL)
 
@@ -49,8 +49,9 @@ def test_token_by_token_decode_equals_full_forward(scan):
 def test_rope_table_lookup_gives_identical_logits(model):
     """`rope_table` (the decode loop's cos/sin lookup) changes nothing, bit for bit."""
     ids = _ids(3, 6)
-    pos = jnp.asarray([[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25]],
-                      jnp.int32)
+    pos = jnp.asarray(
+        [[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25]], jnp.int32
+    )
     table = model.rope_table(32)
     call = nnx.jit(lambda m, ids, pos, cache, table: m(ids, pos, cache=cache, rope_table=table))
     with_table, _ = call(model, ids, pos, model.init_cache(3, 32), table)

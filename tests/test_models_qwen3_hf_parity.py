@@ -24,9 +24,16 @@ SHAPES = [
 def _hf_model(tmp_path, tied, heads, kv_heads, head_dim, seed=0):
     torch.manual_seed(seed)
     config = transformers.Qwen3Config(
-        vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-        tie_word_embeddings=tied, rope_theta=10_000.0, rms_norm_eps=1e-6,
+        vocab_size=96,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        tie_word_embeddings=tied,
+        rope_theta=10_000.0,
+        rms_norm_eps=1e-6,
         max_position_embeddings=128,
     )
     model = transformers.Qwen3ForCausalLM(config).eval()
@@ -69,8 +76,12 @@ def test_export_reloads_in_transformers(tmp_path, scan):
     hf = _hf_model(tmp_path / "hf", False, 4, 2, 16)
     ids, pos = _inputs()
     model, config = load_hf_checkpoint(tmp_path / "hf", scan_layers=scan, remat="full")
-    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(pos))),
-                               _hf_logits(hf, ids), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(
+        np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(pos))),
+        _hf_logits(hf, ids),
+        atol=1e-4,
+        rtol=0,
+    )
     # A small shard limit forces the sharded layout with an index file.
     files = save_hf_checkpoint(model, config, tmp_path / "out", max_shard_size=30_000)
     assert len(files) > 1 and (tmp_path / "out" / "model.safetensors.index.json").exists()
@@ -78,8 +89,12 @@ def test_export_reloads_in_transformers(tmp_path, scan):
     reloaded = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "out").eval()
     np.testing.assert_allclose(_hf_logits(reloaded, ids), _hf_logits(hf, ids), atol=1e-6, rtol=0)
     again, _ = load_hf_checkpoint(tmp_path / "out")
-    np.testing.assert_allclose(np.asarray(forward(again, jnp.asarray(ids), jnp.asarray(pos))),
-                               _hf_logits(hf, ids), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(
+        np.asarray(forward(again, jnp.asarray(ids), jnp.asarray(pos))),
+        _hf_logits(hf, ids),
+        atol=1e-4,
+        rtol=0,
+    )
 
 
 def test_tied_export_is_single_file(tmp_path):

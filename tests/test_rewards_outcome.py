@@ -7,8 +7,14 @@ import pytest
 
 from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards import judge as judge_lib
-from orchestra_jax.rewards.outcome import (exact_match, is_correct, is_valid_answer,
-                                           normalize_answer, numeric_match, outcome_rewards)
+from orchestra_jax.rewards.outcome import (
+    exact_match,
+    is_correct,
+    is_valid_answer,
+    normalize_answer,
+    numeric_match,
+    outcome_rewards,
+)
 
 
 def task(answer, answer_type="exact"):

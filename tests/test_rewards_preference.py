@@ -22,8 +22,11 @@ def test_preference_reward_hand_computed():
 
 
 def test_cheaper_and_faster_is_better_and_wrong_is_zero():
-    features = [{"cost": 1.0, "latency": 5.0}, {"cost": 3.0, "latency": 1.0},
-                {"cost": 0.5, "latency": 0.5}]
+    features = [
+        {"cost": 1.0, "latency": 5.0},
+        {"cost": 3.0, "latency": 1.0},
+        {"cost": 0.5, "latency": 0.5},
+    ]
     r = preference_rewards(features, [True, True, False], {"cost": 1.0, "latency": 1.0})
     # -cost over the whole group (wrong one included): (-1,-3,-.5) -> (0.8, 0, 1)
     # -latency: (-5,-1,-.5) -> (0, 0.888.., 1)
@@ -52,23 +55,29 @@ def test_negative_preference_weight_penalises_a_tool():
 
 
 def test_efficiency_reward_with_floor():
-    features = [{"cost": 0.1, "latency": 2.0}, {"cost": 5.0, "latency": 0.0},
-                {"cost": 0.0, "latency": 0.0}]
-    r = efficiency_rewards(features, [True, True, False], cost_weight=1.0,
-                           latency_weight=0.1, floor=0.05)
+    features = [
+        {"cost": 0.1, "latency": 2.0},
+        {"cost": 5.0, "latency": 0.0},
+        {"cost": 0.0, "latency": 0.0},
+    ]
+    r = efficiency_rewards(
+        features, [True, True, False], cost_weight=1.0, latency_weight=0.1, floor=0.05
+    )
     np.testing.assert_allclose(r, [1 - 0.1 - 0.2, 0.05, 0.0], rtol=1e-6)
     with pytest.raises(ValueError, match="non-negative"):
         efficiency_rewards(features, [True] * 3, cost_weight=-1.0, latency_weight=0.0)
 
 
 def test_utility_reward_weighs_cost_and_latency_by_the_tasks_preference():
-    features = [{"cost": 0.01, "latency": 30.0}, {"cost": 0.04, "latency": 60.0},
-                {"cost": 0.0, "latency": 0.0}]
+    features = [
+        {"cost": 0.01, "latency": 30.0},
+        {"cost": 0.04, "latency": 60.0},
+        {"cost": 0.0, "latency": 0.0},
+    ]
     pref = {"accuracy": 1.0, "cost": 0.5, "latency": 0.2}
     fn = make_reward("utility", cost_scale=0.02, latency_scale=120.0)
     # 1 - 0.5*0.01/0.02 - 0.2*30/120 = 0.7; the second would be 1 - 1 - 0.1 < 0: floor 0.
-    np.testing.assert_allclose(fn(features, [True, True, False], pref), [0.7, 0.0, 0.0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(fn(features, [True, True, False], pref), [0.7, 0.0, 0.0], rtol=1e-6)
     # No stated efficiency preference: every right answer is worth 1, whatever it cost.
     np.testing.assert_allclose(fn(features, [True, True, True], {"accuracy": 1.0}), [1, 1, 1])
     with pytest.raises(ValueError, match="scales must be positive"):
@@ -96,8 +105,12 @@ class Episode:
 
 def test_group_rewards_walks_groups_in_order():
     pref = {"cost": 1.0}
-    eps = [Episode("a", True, 1.0, pref), Episode("a", True, 2.0, pref),
-           Episode("b", True, 5.0, pref), Episode("b", False, 1.0, pref)]
+    eps = [
+        Episode("a", True, 1.0, pref),
+        Episode("a", True, 2.0, pref),
+        Episode("b", True, 5.0, pref),
+        Episode("b", False, 1.0, pref),
+    ]
     r = group_rewards(eps, 2, make_reward("preference"))
     np.testing.assert_allclose(r, [1.0, 0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="mixes tasks"):

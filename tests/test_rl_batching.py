@@ -4,15 +4,27 @@ import numpy as np
 import pytest
 
 from orchestra_jax.agent.trajectory import Trajectory
-from orchestra_jax.rl.batching import (BatchingConfig, TrainBatch, bucket_length, bucket_rows,
-                                       build_train_batch)
+from orchestra_jax.rl.batching import (
+    BatchingConfig,
+    TrainBatch,
+    bucket_length,
+    bucket_rows,
+    build_train_batch,
+)
 
 
 def traj(ids, mask, advantage=1.0, prompt_length=2):
     logprobs = [-0.1 * (i + 1) if m else 0.0 for i, m in enumerate(mask)]
-    return Trajectory(task_id="t", group_index=0, seed=0, token_ids=ids, loss_mask=mask,
-                      rollout_logprobs=logprobs, prompt_length=prompt_length,
-                      advantage=advantage)
+    return Trajectory(
+        task_id="t",
+        group_index=0,
+        seed=0,
+        token_ids=ids,
+        loss_mask=mask,
+        rollout_logprobs=logprobs,
+        prompt_length=prompt_length,
+        advantage=advantage,
+    )
 
 
 def test_targets_are_shifted_by_one_exactly():
@@ -45,8 +57,11 @@ def test_bucketing_and_row_padding():
 
 
 def test_packing_restarts_positions_and_separates_segments():
-    trajs = [traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 1], 1.0), traj([6, 7, 8], [0, 1, 1], 2.0),
-             traj([9, 10, 11, 12], [0, 1, 0, 1], 3.0)]
+    trajs = [
+        traj([1, 2, 3, 4, 5], [0, 0, 1, 1, 1], 1.0),
+        traj([6, 7, 8], [0, 1, 1], 2.0),
+        traj([9, 10, 11, 12], [0, 1, 0, 1], 3.0),
+    ]
     b = build_train_batch(trajs, config=BatchingConfig(seq_buckets=(8,), pack=True))
     assert b.shape == (2, 8)  # 4 + 2 + 3 positions -> rows [4, 3] and [2]
     assert b.segment_ids[0].tolist() == [1, 1, 1, 1, 2, 2, 2, 0]

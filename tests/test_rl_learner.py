@@ -15,8 +15,15 @@ from orchestra_jax.rl.learner import Learner, LearnerConfig, compute_logprobs, m
 CONFIG = Qwen3Config.preset("tiny", num_hidden_layers=1)  # one layer: faster compiles
 # adam_eps = 1 makes the first Adam update ≈ lr · g (not lr · sign g), so two
 # runs whose gradients agree to float precision also agree in their parameters.
-EXACT = LearnerConfig(learning_rate=0.1, adam_eps=1.0, weight_decay=0.01, kl_coef=1e-4,
-                      dual_clip=10.0, clip_low=0.2, clip_high=0.28)
+EXACT = LearnerConfig(
+    learning_rate=0.1,
+    adam_eps=1.0,
+    weight_decay=0.01,
+    kl_coef=1e-4,
+    dual_clip=10.0,
+    clip_low=0.2,
+    clip_high=0.28,
+)
 
 
 @dataclasses.dataclass
@@ -34,11 +41,20 @@ def make_batch(seed=0, rows=8, pack=False, row_multiple=8):
         length = int(rng.integers(6, 17))
         mask = [0] * 3 + [int(m) for m in rng.integers(0, 2, length - 3)]
         logprobs = [float(-5.5 + rng.normal(scale=0.3)) if m else 0.0 for m in mask]
-        episodes.append(Episode(rng.integers(3, CONFIG.vocab_size, length).tolist(), mask,
-                                logprobs, float(rng.normal())))
-    return build_train_batch(episodes, config=BatchingConfig(seq_buckets=(32 if pack else 16,),
-                                                             row_multiple=row_multiple,
-                                                             pack=pack))
+        episodes.append(
+            Episode(
+                rng.integers(3, CONFIG.vocab_size, length).tolist(),
+                mask,
+                logprobs,
+                float(rng.normal()),
+            )
+        )
+    return build_train_batch(
+        episodes,
+        config=BatchingConfig(
+            seq_buckets=(32 if pack else 16,), row_multiple=row_multiple, pack=pack
+        ),
+    )
 
 
 def new_model(config=CONFIG):
@@ -65,17 +81,30 @@ def reference_step(batch):
 def assert_same_step(learner, batch, reference_step):
     _, want_metrics, want_params = reference_step
     metrics = learner.train_step(batch)
-    for name in ("loss", "pg_loss", "kl", "grad_norm", "entropy", "pg_clip_frac_high",
-                 "ratio_max", "logprob_gap"):
-        np.testing.assert_allclose(metrics[name], want_metrics[name], rtol=2e-5, atol=1e-7,
-                                   err_msg=name)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                 params_of(learner), want_params)
+    for name in (
+        "loss",
+        "pg_loss",
+        "kl",
+        "grad_norm",
+        "entropy",
+        "pg_clip_frac_high",
+        "ratio_max",
+        "logprob_gap",
+    ):
+        np.testing.assert_allclose(
+            metrics[name], want_metrics[name], rtol=2e-5, atol=1e-7, err_msg=name
+        )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        params_of(learner),
+        want_params,
+    )
 
 
 def test_micro_batch_accumulation_equals_one_big_batch(batch, reference_step):
-    assert_same_step(Learner(new_model(), dataclasses.replace(EXACT, micro_batch_size=2)),
-                     batch, reference_step)
+    assert_same_step(
+        Learner(new_model(), dataclasses.replace(EXACT, micro_batch_size=2)), batch, reference_step
+    )
 
 
 @pytest.mark.parametrize("shape,micro", [(dict(fsdp=4, tensor=2), 4), (dict(fsdp=8), 8)])
@@ -90,8 +119,9 @@ def test_sharded_step_equals_unsharded(batch, reference_step, shape, micro):
 def test_kl_is_zero_when_policy_is_reference(batch, reference_step):
     _, metrics, _ = reference_step
     assert metrics["kl"] == 0.0 and metrics["kl_loss"] == 0.0  # first step: ref = policy
-    np.testing.assert_array_equal(compute_logprobs(new_model(), batch, 0.7),
-                                  compute_logprobs(new_model(), batch, 0.7))
+    np.testing.assert_array_equal(
+        compute_logprobs(new_model(), batch, 0.7), compute_logprobs(new_model(), batch, 0.7)
+    )
 
 
 def test_loss_falls_and_metrics_are_sane_on_a_fixed_batch(batch, reference_step):
@@ -107,8 +137,9 @@ def test_loss_falls_and_metrics_are_sane_on_a_fixed_batch(batch, reference_step)
 def test_nan_guard_skips_the_update(batch, reference_step):
     learner = reference_step[0]
     before, step = params_of(learner), learner.step
-    poisoned = dataclasses.replace(batch, advantages=np.where(
-        np.asarray(batch.loss_mask) > 0, np.nan, 0.0).astype(np.float32))
+    poisoned = dataclasses.replace(
+        batch, advantages=np.where(np.asarray(batch.loss_mask) > 0, np.nan, 0.0).astype(np.float32)
+    )
     metrics = learner.train_step(poisoned)
     assert metrics["skipped"] == 1.0 and learner.step == step
     jax.tree.map(np.testing.assert_array_equal, params_of(learner), before)
@@ -116,8 +147,11 @@ def test_nan_guard_skips_the_update(batch, reference_step):
 
 def test_load_state_restores_parameters_and_optimizer(batch, reference_step):
     learner = reference_step[0]
-    params, opt_state, step = jax.device_get(learner.params), jax.device_get(
-        learner.opt_state), learner.step
+    params, opt_state, step = (
+        jax.device_get(learner.params),
+        jax.device_get(learner.opt_state),
+        learner.step,
+    )
     after = learner.train_step(batch)
     learner.load_state(params, opt_state, step=step)
     assert learner.step == step
@@ -130,24 +164,33 @@ def test_load_state_restores_parameters_and_optimizer(batch, reference_step):
 def test_logprobs_use_the_sampling_temperature(batch):
     model = new_model()
     logits = nnx.jit(lambda m, b: m(b.input_ids, b.positions, segment_ids=b.segment_ids))(
-        model, batch)
+        model, batch
+    )
     want = jax.nn.log_softmax(logits / 0.7, axis=-1)
     want = np.take_along_axis(np.asarray(want), np.asarray(batch.target_ids)[..., None], -1)
-    np.testing.assert_allclose(compute_logprobs(model, batch, 0.7), want[..., 0], rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        compute_logprobs(model, batch, 0.7), want[..., 0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_sft_step_lowers_the_masked_nll(batch):
-    learner = Learner(new_model(), LearnerConfig(learning_rate=3e-3, kl_coef=1e-4,
-                                                 micro_batch_size=4))
+    learner = Learner(
+        new_model(), LearnerConfig(learning_rate=3e-3, kl_coef=1e-4, micro_batch_size=4)
+    )
     assert learner.ref_params is not None
     nll = [learner.sft_step(batch)["nll"] for _ in range(4)]
     assert nll[-1] < nll[0] - 0.05, nll
 
 
 def test_packed_batch_with_tis_and_sequence_aggregation_trains():
-    config = LearnerConfig(learning_rate=1e-2, kl_coef=0.0, tis_cap=2.0, entropy_coef=1e-3,
-                           agg="seq-mean-token-mean", micro_batch_size=2)
+    config = LearnerConfig(
+        learning_rate=1e-2,
+        kl_coef=0.0,
+        tis_cap=2.0,
+        entropy_coef=1e-3,
+        agg="seq-mean-token-mean",
+        micro_batch_size=2,
+    )
     learner = Learner(new_model(), config)
     assert learner.ref_params is None
     packed = make_batch(seed=1, rows=8, pack=True, row_multiple=2)
@@ -171,7 +214,9 @@ def test_bad_configs_and_shapes_fail_clearly(batch):
 
 
 def test_schedule_warmup_then_cosine():
-    schedule = make_schedule(LearnerConfig(learning_rate=1.0, schedule="cosine",
-                                           warmup_steps=2, total_steps=6))
-    np.testing.assert_allclose([schedule(s) for s in (0, 1, 2, 4, 6)],
-                               [0.0, 0.5, 1.0, 0.5, 0.0], atol=1e-6)
+    schedule = make_schedule(
+        LearnerConfig(learning_rate=1.0, schedule="cosine", warmup_steps=2, total_steps=6)
+    )
+    np.testing.assert_allclose(
+        [schedule(s) for s in (0, 1, 2, 4, 6)], [0.0, 0.5, 1.0, 0.5, 0.0], atol=1e-6
+    )

@@ -14,13 +14,13 @@ from orchestra_jax.parallel.mesh import make_mesh
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner, LearnerConfig
 from orchestra_jax.rl.objectives import loss_position_logprobs
-from orchestra_jax.rl.shared_prompts import (SharedPromptBatch, build_shared_prompt_batch,
-                                             loss_rows)
+from orchestra_jax.rl.shared_prompts import SharedPromptBatch, build_shared_prompt_batch, loss_rows
 
 CONFIG = Qwen3Config.preset("tiny", num_hidden_layers=2)
 # adam_eps = 1: the first update is ≈ lr · g, so equal gradients give equal parameters.
-EXACT = LearnerConfig(learning_rate=0.1, adam_eps=1.0, kl_coef=0.05, clip_low=0.2,
-                      clip_high=0.28, dual_clip=10.0)
+EXACT = LearnerConfig(
+    learning_rate=0.1, adam_eps=1.0, kl_coef=0.05, clip_low=0.2, clip_high=0.28, dual_clip=10.0
+)
 BUCKETS = (8, 16, 32, 64)
 
 
@@ -28,9 +28,16 @@ def episode(prompt, rest, mask, rng):
     ids = list(prompt) + [int(t) for t in rest]
     loss = [0] * len(prompt) + list(mask)
     logprobs = [float(-5.0 + rng.normal(scale=0.3)) if m else 0.0 for m in loss]
-    return Trajectory(task_id="t", group_index=0, seed=0, token_ids=ids, loss_mask=loss,
-                      rollout_logprobs=logprobs, prompt_length=len(prompt),
-                      advantage=float(rng.normal()))
+    return Trajectory(
+        task_id="t",
+        group_index=0,
+        seed=0,
+        token_ids=ids,
+        loss_mask=loss,
+        rollout_logprobs=logprobs,
+        prompt_length=len(prompt),
+        advantage=float(rng.normal()),
+    )
 
 
 def grpo_like_episodes(seed=0):
@@ -55,11 +62,14 @@ def model():
 
 def test_layout_keeps_one_prompt_per_group_and_every_episode_position():
     rng = np.random.default_rng(0)
-    episodes = [episode([10, 11, 12], [13, 14, 15], [1, 0, 1], rng),
-                episode([10, 11, 12], [16, 17], [1, 1], rng),
-                episode([20, 21], [22, 23], [1, 1], rng)]
-    b = build_shared_prompt_batch(episodes, config=BatchingConfig(seq_buckets=(4, 8),
-                                                                  row_multiple=1))
+    episodes = [
+        episode([10, 11, 12], [13, 14, 15], [1, 0, 1], rng),
+        episode([10, 11, 12], [16, 17], [1, 1], rng),
+        episode([20, 21], [22, 23], [1, 1], rng),
+    ]
+    b = build_shared_prompt_batch(
+        episodes, config=BatchingConfig(seq_buckets=(4, 8), row_multiple=1)
+    )
     assert isinstance(b, SharedPromptBatch)
     # Shifted positions before the first loss position: feed 10, 11 (predict 11, 12).
     assert b.prompt_ids.tolist() == [[10, 11, 0, 0], [20, 0, 0, 0]]
@@ -83,13 +93,15 @@ def test_layout_keeps_one_prompt_per_group_and_every_episode_position():
 
 
 def test_groups_are_padded_to_the_row_multiple_and_pack_is_refused():
-    b = build_shared_prompt_batch(grpo_like_episodes(),
-                                  config=BatchingConfig(seq_buckets=BUCKETS, row_multiple=4))
+    b = build_shared_prompt_batch(
+        grpo_like_episodes(), config=BatchingConfig(seq_buckets=BUCKETS, row_multiple=4)
+    )
     assert b.prompt_ids.shape[0] == 8 and b.completions.input_ids.shape[1] == 4  # 5 groups
     assert b.completions.loss_mask[5:].sum() == 0
     with pytest.raises(ValueError, match="pack"):
-        build_shared_prompt_batch(grpo_like_episodes(),
-                                  config=BatchingConfig(seq_buckets=BUCKETS, pack=True))
+        build_shared_prompt_batch(
+            grpo_like_episodes(), config=BatchingConfig(seq_buckets=BUCKETS, pack=True)
+        )
     with pytest.raises(ValueError, match="zero trajectories"):
         build_shared_prompt_batch([])
 
@@ -109,8 +121,11 @@ def test_loss_position_logprobs_equal_those_of_the_whole_episodes():
     got, _, shared_view = loss_position_logprobs(m, shared, 0.7)
     # Plain row i is episode i; in the shared batch, episode j of group g is row g·m + j.
     per_group = shared.completions.input_ids.shape[1]
-    row_of = {i: g * per_group + j for g, group in enumerate(_group_order(episodes))
-              for j, i in enumerate(group)}
+    row_of = {
+        i: g * per_group + j
+        for g, group in enumerate(_group_order(episodes))
+        for j, i in enumerate(group)
+    }
     want_map = _logprobs_by_position(want, plain_view)
     got_map = _logprobs_by_position(got, shared_view)
     assert len(got_map) == len(want_map) == plain.num_loss_tokens()
@@ -145,23 +160,38 @@ def assert_same_step(learner, plain_step):
     learner.set_reference(jax.tree.map(lambda x: x * 1.01, learner.params))
     batch = build_shared_prompt_batch(
         grpo_like_episodes(),
-        config=BatchingConfig(seq_buckets=BUCKETS, row_multiple=learner.row_multiple()))
+        config=BatchingConfig(seq_buckets=BUCKETS, row_multiple=learner.row_multiple()),
+    )
     metrics = learner.train_step(batch)
-    for name in ("loss", "pg_loss", "kl", "grad_norm", "entropy", "ratio_max", "logprob_gap",
-                 "num_loss_tokens"):
-        np.testing.assert_allclose(metrics[name], want_metrics[name], rtol=2e-5, atol=1e-7,
-                                   err_msg=name)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                 params_of(learner), want_params)
+    for name in (
+        "loss",
+        "pg_loss",
+        "kl",
+        "grad_norm",
+        "entropy",
+        "ratio_max",
+        "logprob_gap",
+        "num_loss_tokens",
+    ):
+        np.testing.assert_allclose(
+            metrics[name], want_metrics[name], rtol=2e-5, atol=1e-7, err_msg=name
+        )
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        params_of(learner),
+        want_params,
+    )
 
 
 @pytest.mark.parametrize("micro", [None, 2])
 def test_learner_step_equals_the_unshared_step(plain_step, micro):
-    assert_same_step(Learner(model(), dataclasses.replace(EXACT, micro_batch_size=micro)),
-                     plain_step)
+    assert_same_step(
+        Learner(model(), dataclasses.replace(EXACT, micro_batch_size=micro)), plain_step
+    )
 
 
 def test_sharded_step_equals_the_unshared_step(plain_step):
     mesh = make_mesh(fsdp=4, tensor=2)
-    assert_same_step(Learner(model(), dataclasses.replace(EXACT, micro_batch_size=4), mesh=mesh),
-                     plain_step)
+    assert_same_step(
+        Learner(model(), dataclasses.replace(EXACT, micro_batch_size=4), mesh=mesh), plain_step
+    )

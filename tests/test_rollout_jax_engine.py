@@ -22,8 +22,14 @@ def model():
 
 @pytest.fixture(scope="module")
 def engine(model):
-    engine = JaxEngine(model, max_batch_size=4, max_seq_len=MAX_LEN, steps_per_call=4,
-                       min_cache_len=32, min_prefill_len=MAX_LEN)  # few buckets, few compiles
+    engine = JaxEngine(
+        model,
+        max_batch_size=4,
+        max_seq_len=MAX_LEN,
+        steps_per_call=4,
+        min_cache_len=32,
+        min_prefill_len=MAX_LEN,
+    )  # few buckets, few compiles
     yield engine
     engine.close()
 
@@ -41,9 +47,9 @@ def full_logits(model, ids):
     """Logits [len(ids), V] of one uncached forward over `ids` (padded: one compile)."""
     padded = np.zeros((1, MAX_LEN), np.int32)
     padded[0, : len(ids)] = ids
-    return _padded_forward(model, padded, (padded * 0 + (np.arange(MAX_LEN) < len(ids)))
-                           .astype(np.int32))[: len(ids)]
-
+    return _padded_forward(
+        model, padded, (padded * 0 + (np.arange(MAX_LEN) < len(ids))).astype(np.int32)
+    )[: len(ids)]
 
 
 def assert_greedy_matches_full_forward(model, prompt, completion):
@@ -55,9 +61,12 @@ def assert_greedy_matches_full_forward(model, prompt, completion):
         assert logprob == pytest.approx(float(jax.nn.log_softmax(logits)[token]), abs=1e-4)
         ids.append(token)
 
+
 def test_greedy_equals_stepwise_argmax(model, engine):
     prompt = [3, 14, 15, 92, 6]
-    [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=9)))
+    [c] = generate(
+        engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=9))
+    )
     assert c.finish_reason == "length" and c.completion_tokens == 9 and c.prompt_tokens == 5
     assert_greedy_matches_full_forward(model, prompt, c)
 
@@ -65,24 +74,34 @@ def test_greedy_equals_stepwise_argmax(model, engine):
 @pytest.mark.parametrize("temperature, top_p, top_k", [(0.7, 1.0, -1), (1.3, 0.9, 20)])
 def test_logprobs_are_temperature_scaled_log_softmax(model, engine, temperature, top_p, top_k):
     prompt = [5, 6, 7]
-    sp = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=7, seed=11)
+    sp = SamplingParams(
+        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=7, seed=11
+    )
     [c] = generate(engine, GenerateRequest(prompt, sp))
-    logits = full_logits(model, prompt + c.output_ids)[len(prompt) - 1: -1]
+    logits = full_logits(model, prompt + c.output_ids)[len(prompt) - 1 : -1]
     expected = jax.nn.log_softmax(logits / temperature, axis=-1)
     expected = expected[jnp.arange(len(c.output_ids)), jnp.array(c.output_ids)]
     np.testing.assert_allclose(c.logprobs, expected, atol=1e-4)
     if top_k > 0:  # every sampled token lies in the top-k of its step
-        ranks = jnp.sum(logits > logits[jnp.arange(len(c.output_ids)), jnp.array(c.output_ids)][:, None], -1)
+        ranks = jnp.sum(
+            logits > logits[jnp.arange(len(c.output_ids)), jnp.array(c.output_ids)][:, None], -1
+        )
         assert int(ranks.max()) < top_k
 
 
 def test_stop_token_ends_generation_and_is_included(engine):
     prompt = [9, 8, 7, 6]
-    [free] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=8)))
+    [free] = generate(
+        engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=8))
+    )
     stop = free.output_ids[3]
     cut = free.output_ids.index(stop) + 1
-    [c] = generate(engine, GenerateRequest(
-        prompt, SamplingParams(temperature=0.0, max_new_tokens=8, stop_token_ids=(stop, 255))))
+    [c] = generate(
+        engine,
+        GenerateRequest(
+            prompt, SamplingParams(temperature=0.0, max_new_tokens=8, stop_token_ids=(stop, 255))
+        ),
+    )
     assert c.output_ids == free.output_ids[:cut] and c.finish_reason == "stop"
     assert len(c.logprobs) == cut == c.completion_tokens
 
@@ -90,15 +109,20 @@ def test_stop_token_ends_generation_and_is_included(engine):
 def test_same_seed_same_tokens_alone_or_in_a_changing_batch(engine):
     """Requests arrive at different times, share slots as they free, and match their solo runs."""
     rng = np.random.default_rng(0)
-    requests = [GenerateRequest(rng.integers(3, 250, size=n).tolist(),
-                                SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=m, seed=s))
-                for s, (n, m) in enumerate([(3, 13), (11, 5), (20, 9), (6, 3), (2, 11), (17, 7)])]
+    requests = [
+        GenerateRequest(
+            rng.integers(3, 250, size=n).tolist(),
+            SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=m, seed=s),
+        )
+        for s, (n, m) in enumerate([(3, 13), (11, 5), (20, 9), (6, 3), (2, 11), (17, 7)])
+    ]
     alone = [generate(engine, r)[0] for r in requests]
 
     async def staggered():
         async def submit(i, r):
             await asyncio.sleep(0.05 * i)
             return (await engine.generate([r]))[0]
+
         return await asyncio.gather(*(submit(i, r) for i, r in enumerate(requests)))
 
     together = asyncio.run(staggered())  # 6 requests, 4 slots: later ones wait for a free slot
@@ -110,7 +134,9 @@ def test_same_seed_same_tokens_alone_or_in_a_changing_batch(engine):
 
 
 def test_context_end_is_length_and_bad_requests_raise(engine):
-    [c] = generate(engine, GenerateRequest([1] * (MAX_LEN - 3), SamplingParams(max_new_tokens=50, seed=1)))
+    [c] = generate(
+        engine, GenerateRequest([1] * (MAX_LEN - 3), SamplingParams(max_new_tokens=50, seed=1))
+    )
     assert c.finish_reason == "length" and c.prompt_tokens + c.completion_tokens == MAX_LEN
     with pytest.raises(ValueError, match="vocabulary"):
         generate(engine, GenerateRequest([1, 256]))
@@ -124,8 +150,11 @@ def test_compiles_are_bounded(engine):
     allowed = {f"decode(cache={n})" for n in (32, 48, 64)}
     allowed |= {f"resize({a}->{b})" for a in (32, 48, 64) for b in (32, 48, 64)}
     # Admissions of one to four rows all pad to four (min_prefill_rows=8, capped).
-    allowed |= {"prefill(rows=4, len=64)", "insert(rows=4, len=64, cache=64)",
-                "prefill_cached(rows=4, len=64, cache=64)"}  # shared prompts reuse
+    allowed |= {
+        "prefill(rows=4, len=64)",
+        "insert(rows=4, len=64, cache=64)",
+        "prefill_cached(rows=4, len=64, cache=64)",
+    }  # shared prompts reuse
     assert set(counts) <= allowed and "decode(cache=32)" in counts and "decode(cache=64)" in counts
     assert all(v == 1 for v in counts.values())
 
@@ -163,7 +192,9 @@ def test_sharded_parameters_give_the_same_tokens(model):
     engine = JaxEngine(sharded, max_batch_size=2, max_seq_len=32, steps_per_call=4)
     try:
         prompt = [3, 1, 4, 1, 5]
-        [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=4)))
+        [c] = generate(
+            engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=4))
+        )
     finally:
         engine.close()
     ids = list(prompt)
@@ -188,12 +219,15 @@ def test_engine_error_fails_the_batch_and_the_engine_recovers(engine, monkeypatc
 
 def test_tied_head_and_scanned_layers_decode_greedily():
     """The demo model's tied LM head, and stacked (scan_layers) weights, in the engine."""
-    tied = Qwen3ForCausalLM(Qwen3Config.preset("tiny", tie_word_embeddings=True, scan_layers=True),
-                            rngs=nnx.Rngs(1))
+    tied = Qwen3ForCausalLM(
+        Qwen3Config.preset("tiny", tie_word_embeddings=True, scan_layers=True), rngs=nnx.Rngs(1)
+    )
     engine = JaxEngine(tied, max_batch_size=2, max_seq_len=32, steps_per_call=4)
     try:
         prompt = [2, 7, 1, 8]
-        [c] = generate(engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=5)))
+        [c] = generate(
+            engine, GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=5))
+        )
     finally:
         engine.close()
     assert_greedy_matches_full_forward(tied, prompt, c)

@@ -9,8 +9,12 @@ from flax import nnx
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, common_prefix
-from tests.test_rollout_jax_engine import (MAX_LEN, assert_greedy_matches_full_forward,
-                                           generate, model)  # noqa: F401 (model: a fixture)
+from tests.test_rollout_jax_engine import (
+    MAX_LEN,
+    assert_greedy_matches_full_forward,
+    generate,
+    model,
+)  # noqa: F401 (model: a fixture)
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 
@@ -18,8 +22,15 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 @pytest.fixture(scope="module")
 def engine(model):
     # One cache and prompt bucket (64 slots), so the engine compiles few functions.
-    engine = JaxEngine(model, max_batch_size=4, max_seq_len=MAX_LEN, steps_per_call=4,
-                       min_cache_len=MAX_LEN, min_prefill_len=MAX_LEN, min_cached_prefix=8)
+    engine = JaxEngine(
+        model,
+        max_batch_size=4,
+        max_seq_len=MAX_LEN,
+        steps_per_call=4,
+        min_cache_len=MAX_LEN,
+        min_prefill_len=MAX_LEN,
+        min_cached_prefix=8,
+    )
     yield engine
     engine.close()
 
@@ -77,19 +88,23 @@ def test_multi_turn_reuses_the_previous_turn(model, engine):
 def test_sampled_group_shares_its_prompt(engine):
     """A GRPO group in one admission: the first prefills the prompt, the others copy it."""
     shared = prompt(2, 24)
-    group = [GenerateRequest(shared, SamplingParams(temperature=1.0, max_new_tokens=10, seed=s))
-             for s in range(4)]
+    group = [
+        GenerateRequest(shared, SamplingParams(temperature=1.0, max_new_tokens=10, seed=s))
+        for s in range(4)
+    ]
     computed = engine.prefix_cache_stats["prompt_tokens_computed"]
     on = generate(engine, *group)
     assert engine.prefix_cache_stats["prompt_tokens_computed"] - computed == 24 + 3
     assert sorted(c.cached_tokens for c in on) == [0, 23, 23, 23]
     # The next turn of two members with a new group sharing another prompt: rows
     # continued from the cache, a scratch prefill and a copy in one admission.
-    mixed = [GenerateRequest(shared + on[i].output_ids + [7, 7, 7], group[i].sampling)
-             for i in (0, 2)]
-    mixed += [GenerateRequest(prompt(3, 18),
-                              SamplingParams(temperature=1.0, max_new_tokens=6, seed=s))
-              for s in (8, 9)]
+    mixed = [
+        GenerateRequest(shared + on[i].output_ids + [7, 7, 7], group[i].sampling) for i in (0, 2)
+    ]
+    mixed += [
+        GenerateRequest(prompt(3, 18), SamplingParams(temperature=1.0, max_new_tokens=6, seed=s))
+        for s in (8, 9)
+    ]
     on_mixed = generate(engine, *mixed)
     assert [c.cached_tokens for c in on_mixed[:2]] == [33, 33]
     assert sorted(c.cached_tokens for c in on_mixed[2:]) == [0, 17]
@@ -159,8 +174,13 @@ def test_live_rows_are_reused_and_compiles_stay_bounded(engine):
         off = asyncio.run(staggered())
     assert_same(on, off)
     assert on[0].cached_tokens == 20
-    allowed = {f"{name}(rows=4, len=64{tail})"
-               for name, tail in (("prefill", ""), ("insert", ", cache=64"),
-                                  ("prefill_cached", ", cache=64"))}
+    allowed = {
+        f"{name}(rows=4, len=64{tail})"
+        for name, tail in (
+            ("prefill", ""),
+            ("insert", ", cache=64"),
+            ("prefill_cached", ", cache=64"),
+        )
+    }
     assert set(engine.compile_counts) <= allowed | {"decode(cache=64)"}
     assert all(v == 1 for v in engine.compile_counts.values())

@@ -30,16 +30,19 @@ def test_truncation_mask_matches_sorting(top_p, top_k):
     mask = truncation_mask(logp, jnp.full(6, top_p), jnp.full(6, top_k, jnp.int32))
     for row in range(6):
         np.testing.assert_array_equal(
-            mask[row], reference_mask(np.asarray(logp[row], np.float64), top_p, top_k))
+            mask[row], reference_mask(np.asarray(logp[row], np.float64), top_p, top_k)
+        )
 
 
 def test_sample_tokens_greedy_logprobs_and_truncation():
     logits = jax.random.normal(jax.random.key(2), (4, 30)) * 2
-    keys = sampling.row_keys(jnp.zeros(4, jnp.uint32), jnp.arange(4, dtype=jnp.uint32),
-                             jnp.zeros(4, jnp.int32))
+    keys = sampling.row_keys(
+        jnp.zeros(4, jnp.uint32), jnp.arange(4, dtype=jnp.uint32), jnp.zeros(4, jnp.int32)
+    )
     temperature = jnp.array([0.0, 0.5, 1.0, 2.0])
-    tokens, logp = sample_tokens(logits, keys, temperature, jnp.ones(4),
-                                          jnp.array([-1, 2, 2, -1], jnp.int32))
+    tokens, logp = sample_tokens(
+        logits, keys, temperature, jnp.ones(4), jnp.array([-1, 2, 2, -1], jnp.int32)
+    )
     assert int(tokens[0]) == int(jnp.argmax(logits[0]))
     scale = jnp.where(temperature == 0, 1.0, temperature)[:, None]
     expected = jax.nn.log_softmax(logits / scale, axis=-1)[jnp.arange(4), tokens]
@@ -52,8 +55,7 @@ def test_draws_follow_the_distribution_and_depend_only_on_seed_and_step():
     probs = jnp.array([0.1, 0.2, 0.3, 0.4])
     n = 4000
     logits = jnp.broadcast_to(jnp.log(probs), (n, 4))
-    keys = sampling.row_keys(jnp.full(n, 7, jnp.uint32), jnp.full(n, 9, jnp.uint32),
-                             jnp.arange(n))
+    keys = sampling.row_keys(jnp.full(n, 7, jnp.uint32), jnp.full(n, 9, jnp.uint32), jnp.arange(n))
     tokens, _ = sample_tokens(logits, keys, jnp.ones(n), jnp.ones(n), jnp.full(n, -1))
     freq = np.bincount(np.asarray(tokens), minlength=4) / n
     np.testing.assert_allclose(freq, probs, atol=0.03)
@@ -87,11 +89,12 @@ def test_greedy_rows_take_the_first_maximum_beside_sampled_rows():
     """Greedy rows are drawn by the inverse-CDF search; ties go to the first index."""
     logits = jax.random.normal(jax.random.key(3), (6, 300)) * 2
     logits = logits.at[0, 7].set(9.0).at[0, 200].set(9.0)  # a tie: argmax is 7
-    logits = logits.at[1, 299].set(9.0)                     # the last token
-    logits = logits.at[2, 0].set(9.0)                       # the first token
+    logits = logits.at[1, 299].set(9.0)  # the last token
+    logits = logits.at[2, 0].set(9.0)  # the first token
     temperature = jnp.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.7])
-    keys = sampling.row_keys(jnp.zeros(6, jnp.uint32), jnp.arange(6, dtype=jnp.uint32),
-                             jnp.zeros(6, jnp.int32))
+    keys = sampling.row_keys(
+        jnp.zeros(6, jnp.uint32), jnp.arange(6, dtype=jnp.uint32), jnp.zeros(6, jnp.int32)
+    )
     tokens, logp = sample_tokens(logits, keys, temperature, jnp.ones(6), jnp.full(6, -1))
     greedy = np.asarray(temperature) == 0
     np.testing.assert_array_equal(np.asarray(tokens)[greedy], np.argmax(logits, -1)[greedy])

@@ -5,7 +5,12 @@ import asyncio
 import pytest
 
 from orchestra_jax.rollout.engine import (
-    Completion, GenerateRequest, RolloutEngine, SamplingParams, make_engine)
+    Completion,
+    GenerateRequest,
+    RolloutEngine,
+    SamplingParams,
+    make_engine,
+)
 from orchestra_jax.rollout.scripted import ScriptedEngine
 
 
@@ -31,9 +36,11 @@ def test_completion_checks_lengths_and_reason():
 def test_scripted_policy_applies_stop_and_length():
     engine = make_engine("scripted", policy=lambda ids, req: [ids[-1] + 1, 9, 5, 6])
     assert isinstance(engine, RolloutEngine)
-    reqs = [GenerateRequest([1, 2], SamplingParams(stop_token_ids=(9,))),
-            GenerateRequest([4], SamplingParams(max_new_tokens=2)),
-            GenerateRequest([4], SamplingParams(max_new_tokens=10))]
+    reqs = [
+        GenerateRequest([1, 2], SamplingParams(stop_token_ids=(9,))),
+        GenerateRequest([4], SamplingParams(max_new_tokens=2)),
+        GenerateRequest([4], SamplingParams(max_new_tokens=10)),
+    ]
     stop, length, ran_out = asyncio.run(engine.generate(reqs))
     assert (stop.output_ids, stop.finish_reason) == ([3, 9], "stop")
     assert (length.output_ids, length.finish_reason) == ([5, 9], "length")

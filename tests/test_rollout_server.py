@@ -23,8 +23,11 @@ def echo_policy(ids, request):
 def server():
     engine = ScriptedEngine(echo_policy)
     loaded = []
-    with serve_in_thread(engine, model_path="scripted",
-                         weight_loader=lambda path: loaded.append(path) or {"path": path}) as s:
+    with serve_in_thread(
+        engine,
+        model_path="scripted",
+        weight_loader=lambda path: loaded.append(path) or {"path": path},
+    ) as s:
         s.engine, s.loaded = engine, loaded
         yield s
 
@@ -35,9 +38,11 @@ def run(coro):
 
 def test_round_trip_batched_and_in_order(server):
     client = SGLangClient([server.url, server.url], max_batch_per_request=2)
-    requests = [GenerateRequest([1, 2, 3], SamplingParams(stop_token_ids=(STOP,), seed=5)),
-                GenerateRequest([4], SamplingParams(max_new_tokens=1)),
-                GenerateRequest([5, 6], SamplingParams(temperature=0.0, top_k=3))]
+    requests = [
+        GenerateRequest([1, 2, 3], SamplingParams(stop_token_ids=(STOP,), seed=5)),
+        GenerateRequest([4], SamplingParams(max_new_tokens=1)),
+        GenerateRequest([5, 6], SamplingParams(temperature=0.0, top_k=3)),
+    ]
 
     async def go():
         try:
@@ -61,16 +66,19 @@ async def _post(url, path, payload=None, raw=None):
             return resp.status, await resp.json()
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"text": "hi"}, "tokenizer"),
-    ({"input_ids": []}, "input_ids"),
-    ({"input_ids": [1, -2]}, "non-negative"),
-    ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "2 prompts but 1"),
-    ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p"),
-    ({"input_ids": [1], "sampling_params": {"temperature": "hot"}}, "temperature"),
-    ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "unsupported"),
-    ({"input_ids": [1], "stream": True}, "stream"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"text": "hi"}, "tokenizer"),
+        ({"input_ids": []}, "input_ids"),
+        ({"input_ids": [1, -2]}, "non-negative"),
+        ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "2 prompts but 1"),
+        ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p"),
+        ({"input_ids": [1], "sampling_params": {"temperature": "hot"}}, "temperature"),
+        ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "unsupported"),
+        ({"input_ids": [1], "stream": True}, "stream"),
+    ],
+)
 def test_bad_generate_requests_get_400(server, body, message):
     status, reply = run(_post(server.url, "/generate", body))
     assert status == 400 and message in reply["error"]["message"]
@@ -86,9 +94,17 @@ def test_invalid_json_and_unknown_route(server):
 
 
 def test_single_prompt_native_shape_and_admin_routes(server):
-    status, reply = run(_post(server.url, "/generate", {
-        "input_ids": [7, 8], "return_logprob": True,
-        "sampling_params": {"max_new_tokens": 8, "stop_token_ids": [STOP]}}))
+    status, reply = run(
+        _post(
+            server.url,
+            "/generate",
+            {
+                "input_ids": [7, 8],
+                "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 8, "stop_token_ids": [STOP]},
+            },
+        )
+    )
     assert status == 200
     meta = reply["meta_info"]
     assert reply["output_ids"] == [8, 7, STOP]

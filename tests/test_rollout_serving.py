@@ -22,11 +22,21 @@ def served():
     tokenizer = load_tokenizer("demo")
     config = Qwen3Config.preset("tiny", vocab_size=tokenizer.vocab_size)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
-    engine = JaxEngine(model, max_batch_size=2, max_seq_len=64, steps_per_call=8,
-                       min_prefill_len=32, min_cache_len=64)
-    with serve_in_thread(engine, model_path="tiny-expert", tokenizer=tokenizer,
-                         tokenizer_path="demo",
-                         weight_loader=lambda path: load_model(path, like=config)) as server:
+    engine = JaxEngine(
+        model,
+        max_batch_size=2,
+        max_seq_len=64,
+        steps_per_call=8,
+        min_prefill_len=32,
+        min_cache_len=64,
+    )
+    with serve_in_thread(
+        engine,
+        model_path="tiny-expert",
+        tokenizer=tokenizer,
+        tokenizer_path="demo",
+        weight_loader=lambda path: load_model(path, like=config),
+    ) as server:
         yield server, model, tokenizer
     engine.close()
 
@@ -65,7 +75,9 @@ def test_openai_expert_gets_answer_and_usage(served):
 def test_weight_sync_through_hf_checkpoint(served, tmp_path):
     server, model, _ = served
     graphdef, state = nnx.split(model)
-    new_model = nnx.merge(graphdef, jax.tree.map(lambda x: 0.9 * x[::-1] if x.ndim == 2 else x, state))
+    new_model = nnx.merge(
+        graphdef, jax.tree.map(lambda x: 0.9 * x[::-1] if x.ndim == 2 else x, state)
+    )
     client = SGLangClient(server.url, weights_dir=str(tmp_path))
     prompt = [10, 20, 30]
     request = GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=3))

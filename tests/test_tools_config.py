@@ -8,8 +8,13 @@ import pytest
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.tools import descriptions
-from orchestra_jax.tools.config import (ModelAlias, SamplerRanges, ToolConfig,
-                                        ToolConfigSampler, fixed_eval_configs)
+from orchestra_jax.tools.config import (
+    ModelAlias,
+    SamplerRanges,
+    ToolConfig,
+    ToolConfigSampler,
+    fixed_eval_configs,
+)
 
 ROW = re.compile(r"^(\S+) \| \$(\S+) \| \$(\S+) \| (\S+)s$", re.MULTILINE)
 PROFILES = SyntheticOrchestrationEnv.model_profiles()
@@ -17,98 +22,99 @@ TASK = Task("t1", "What is 2 + 2?", "4", "numeric", "arithmetic")
 
 
 def table_rows(schema):
-  doc = schema["function"]["parameters"]["properties"]["model"]["description"]
-  return {m[0]: (float(m[1]), float(m[2]), float(m[3]))
-          for m in ROW.findall(doc)}
+    doc = schema["function"]["parameters"]["properties"]["model"]["description"]
+    return {m[0]: (float(m[1]), float(m[2]), float(m[3])) for m in ROW.findall(doc)}
 
 
 def test_schema_lists_aliases_with_prices_like_the_reference(shared_dir):
-  reference = json.loads((shared_dir / "reference" /
-                          "toolorchestra_tools.json").read_text())
-  ref = {t["function"]["name"]: t for t in reference}
-  aliases = [ModelAlias(f"reasoner-{i}", "enhance_reasoning", "b", pin, pout, lat)
-             for i, (pin, pout, lat) in enumerate(
-                 [(1.25, 10, 31), (0.25, 2, 25), (0.8, 0.8, 9)], 1)]
-  ours = descriptions.meta_tool_schema("enhance_reasoning", aliases)
-  assert table_rows(ours) == table_rows(ref["enhance_reasoning"])
-  assert ours["function"]["parameters"]["required"] == ["model"]
-  assert set(ours["function"]["parameters"]["properties"]) == {"model"}
+    reference = json.loads((shared_dir / "reference" / "toolorchestra_tools.json").read_text())
+    ref = {t["function"]["name"]: t for t in reference}
+    aliases = [
+        ModelAlias(f"reasoner-{i}", "enhance_reasoning", "b", pin, pout, lat)
+        for i, (pin, pout, lat) in enumerate([(1.25, 10, 31), (0.25, 2, 25), (0.8, 0.8, 9)], 1)
+    ]
+    ours = descriptions.meta_tool_schema("enhance_reasoning", aliases)
+    assert table_rows(ours) == table_rows(ref["enhance_reasoning"])
+    assert ours["function"]["parameters"]["required"] == ["model"]
+    assert set(ours["function"]["parameters"]["properties"]) == {"model"}
 
 
 def test_sampled_prices_stay_in_range_and_change_descriptions():
-  ranges = SamplerRanges(price_scale=(0.5, 2.0), latency_scale=(0.8, 1.25))
-  sampler = ToolConfigSampler(PROFILES, ranges=ranges, seed=0)
-  base = {(p.tool, p.backend): p for p in PROFILES}
-  rendered = set()
-  for i in range(30):
-    config = sampler.sample(Task(f"t{i}", "q", "a"))
-    for a in config.aliases:
-      p = base[(a.tool, a.backend)]
-      assert 0.5 * 0.995 <= a.price_out / p.price_out <= 2.0 * 1.005
-      assert 0.8 * 0.995 <= a.latency_s / p.latency_s <= 1.25 * 1.005
-    for schema in config.tool_schemas():
-      for alias, (pin, pout, _) in table_rows(schema).items():
-        assert (pin, pout) == (config.alias(alias).price_in,
-                               config.alias(alias).price_out)
-    rendered.add(json.dumps(config.tool_schemas()))
-  assert len(rendered) == 30  # every task saw different descriptions
+    ranges = SamplerRanges(price_scale=(0.5, 2.0), latency_scale=(0.8, 1.25))
+    sampler = ToolConfigSampler(PROFILES, ranges=ranges, seed=0)
+    base = {(p.tool, p.backend): p for p in PROFILES}
+    rendered = set()
+    for i in range(30):
+        config = sampler.sample(Task(f"t{i}", "q", "a"))
+        for a in config.aliases:
+            p = base[(a.tool, a.backend)]
+            assert 0.5 * 0.995 <= a.price_out / p.price_out <= 2.0 * 1.005
+            assert 0.8 * 0.995 <= a.latency_s / p.latency_s <= 1.25 * 1.005
+        for schema in config.tool_schemas():
+            for alias, (pin, pout, _) in table_rows(schema).items():
+                assert (pin, pout) == (config.alias(alias).price_in, config.alias(alias).price_out)
+        rendered.add(json.dumps(config.tool_schemas()))
+    assert len(rendered) == 30  # every task saw different descriptions
 
 
 def test_sampler_randomises_names_and_availability():
-  sampler = ToolConfigSampler(PROFILES, seed=1)
-  backends_of_search1, counts = set(), set()
-  for i in range(40):
-    config = sampler.sample(Task(f"t{i}", "q", "a"))
-    backends_of_search1.add(config.alias("search-1").backend)
-    counts.add(len(config.aliases))
-    for tool in config.tools:
-      assert config.aliases_for(tool)
-  assert len(backends_of_search1) > 1 and len(counts) > 1
+    sampler = ToolConfigSampler(PROFILES, seed=1)
+    backends_of_search1, counts = set(), set()
+    for i in range(40):
+        config = sampler.sample(Task(f"t{i}", "q", "a"))
+        backends_of_search1.add(config.alias("search-1").backend)
+        counts.add(len(config.aliases))
+        for tool in config.tools:
+            assert config.aliases_for(tool)
+    assert len(backends_of_search1) > 1 and len(counts) > 1
 
 
 def test_same_seed_same_config_and_rng_argument():
-  a = ToolConfigSampler(PROFILES, seed=5).sample(TASK)
-  b = ToolConfigSampler(PROFILES, seed=5).sample(TASK)
-  c = ToolConfigSampler(PROFILES, seed=6).sample(TASK)
-  assert a == b and a != c
-  assert (ToolConfigSampler(PROFILES).sample(TASK, 11)
-          == ToolConfigSampler(PROFILES, seed=99).sample(TASK, 11))
+    a = ToolConfigSampler(PROFILES, seed=5).sample(TASK)
+    b = ToolConfigSampler(PROFILES, seed=5).sample(TASK)
+    c = ToolConfigSampler(PROFILES, seed=6).sample(TASK)
+    assert a == b and a != c
+    assert ToolConfigSampler(PROFILES).sample(TASK, 11) == ToolConfigSampler(
+        PROFILES, seed=99
+    ).sample(TASK, 11)
 
 
 def test_preferences_are_valid_features():
-  sampler = ToolConfigSampler(PROFILES, seed=2,
-                              ranges=SamplerRanges(tool_preference_probability=1))
-  for i in range(10):
-    config = sampler.sample(Task(f"t{i}", "q", "a"))
-    assert set(config.preference) <= set(config.feature_names())
-    assert any(f.startswith("tool:") for f in config.preference)
-    assert "preferences" in config.system_prompt()
+    sampler = ToolConfigSampler(
+        PROFILES, seed=2, ranges=SamplerRanges(tool_preference_probability=1)
+    )
+    for i in range(10):
+        config = sampler.sample(Task(f"t{i}", "q", "a"))
+        assert set(config.preference) <= set(config.feature_names())
+        assert any(f.startswith("tool:") for f in config.preference)
+        assert "preferences" in config.system_prompt()
 
 
 def test_heldout_prices_lie_outside_training_ranges():
-  ranges = SamplerRanges()
-  base = {(p.tool, p.backend): p for p in PROFILES}
-  held = fixed_eval_configs(PROFILES, ranges=ranges)
-  assert set(held) == {"heldout_cheap", "heldout_expensive", "heldout_spread"}
-  for config in held.values():
-    for a in config.aliases:
-      scale = a.price_out / base[(a.tool, a.backend)].price_out
-      assert scale < ranges.price_scale[0] * 0.9 or scale > ranges.price_scale[1] * 1.1
+    ranges = SamplerRanges()
+    base = {(p.tool, p.backend): p for p in PROFILES}
+    held = fixed_eval_configs(PROFILES, ranges=ranges)
+    assert set(held) == {"heldout_cheap", "heldout_expensive", "heldout_spread"}
+    for config in held.values():
+        for a in config.aliases:
+            scale = a.price_out / base[(a.tool, a.backend)].price_out
+            assert scale < ranges.price_scale[0] * 0.9 or scale > ranges.price_scale[1] * 1.1
 
 
 def test_round_trip_and_validation():
-  config = ToolConfigSampler(PROFILES, seed=3).sample(TASK)
-  assert ToolConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-  alias = ModelAlias("answer-1", "answer", "b", 1.0, 1.0, 1.0)
-  with pytest.raises(ValueError, match="no alias"):
-    ToolConfig(aliases=(alias,))  # search has no alias
-  with pytest.raises(ValueError, match="not available"):
-    ToolConfig(aliases=(alias,), tools=("answer",), preference={"tool:x": 1.0})
-  with pytest.raises(ValueError, match="unknown tool"):
-    ToolConfig(aliases=(alias,), tools=("answer", "teleport"))
-  with pytest.raises(KeyError, match="answer-1"):
-    ToolConfig(aliases=(alias,), tools=("answer",)).alias("answer-9")
-  config = ToolConfig(aliases=(alias,), tools=("answer", "python"),
-                      preference={"tool:python": -0.5})
-  assert [s["function"]["name"] for s in config.tool_schemas()] == ["answer", "python"]
-  assert "avoiding python" in config.system_prompt()
+    config = ToolConfigSampler(PROFILES, seed=3).sample(TASK)
+    assert ToolConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    alias = ModelAlias("answer-1", "answer", "b", 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="no alias"):
+        ToolConfig(aliases=(alias,))  # search has no alias
+    with pytest.raises(ValueError, match="not available"):
+        ToolConfig(aliases=(alias,), tools=("answer",), preference={"tool:x": 1.0})
+    with pytest.raises(ValueError, match="unknown tool"):
+        ToolConfig(aliases=(alias,), tools=("answer", "teleport"))
+    with pytest.raises(KeyError, match="answer-1"):
+        ToolConfig(aliases=(alias,), tools=("answer",)).alias("answer-9")
+    config = ToolConfig(
+        aliases=(alias,), tools=("answer", "python"), preference={"tool:python": -0.5}
+    )
+    assert [s["function"]["name"] for s in config.tool_schemas()] == ["answer", "python"]
+    assert "avoiding python" in config.system_prompt()

@@ -16,9 +16,14 @@ class FakeSandbox:
     def __call__(self, code, *, timeout_s=10.0, memory_mb=512):
         self.calls.append((code, timeout_s, memory_mb))
         timed_out = code in self.time_out
-        return SandboxResult(stdout="" if timed_out else f"ran {code} #{len(self.calls)}\n",
-                             stderr="", exit_code=None if timed_out else 0,
-                             timed_out=timed_out, output_truncated=False, duration_s=0.1)
+        return SandboxResult(
+            stdout="" if timed_out else f"ran {code} #{len(self.calls)}\n",
+            stderr="",
+            exit_code=None if timed_out else 0,
+            timed_out=timed_out,
+            output_truncated=False,
+            duration_s=0.1,
+        )
 
 
 def test_a_repeated_program_runs_once_and_gets_the_first_result():
@@ -74,6 +79,7 @@ def test_threads_share_the_memo():
 def test_the_offline_demo_memoizes_its_sandbox_and_the_default_does_not():
     from experiments.configs import grpo_hle
     from orchestra_jax.training import builders
+
     config = grpo_hle.get_config("demo")
     assert isinstance(builders.build_env(config).run_code, MemoizedSandbox)
     config.tools.memoize_code = False

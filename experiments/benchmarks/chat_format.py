@@ -25,31 +25,68 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.chat.tool_calls import parse_tool_calls
 
 QWEN3 = pathlib.Path(__file__).resolve().parents[3] / "shared" / "qwen3"
-ALIASES = ["search-1", "search-2", "search-3", "reasoner-1", "reasoner-2", "answer-1", "answer-math-2"]
+ALIASES = [
+    "search-1",
+    "search-2",
+    "search-3",
+    "reasoner-1",
+    "reasoner-2",
+    "answer-1",
+    "answer-math-2",
+]
 
 
 def meta_tools() -> list[dict]:
     def tool(name: str) -> dict:
-        model = {"type": "string", "description": f"The model to use. Choices: {ALIASES}. " + "Price table. " * 20}
-        return {"type": "function", "function": {"name": name, "description": f"The {name} tool.", "parameters": {
-            "type": "object", "properties": {"model": model}, "required": ["model"]}}}
+        model = {
+            "type": "string",
+            "description": f"The model to use. Choices: {ALIASES}. " + "Price table. " * 20,
+        }
+        return {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"The {name} tool.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"model": model},
+                    "required": ["model"],
+                },
+            },
+        }
+
     return [tool("search"), tool("enhance_reasoning"), tool("answer")]
 
 
 def episode(rng: random.Random, turns: int) -> list[dict]:
-    messages = [{"role": "system", "content": "You are good at using tools. Preference: cheap, fast."},
-                {"role": "user", "content": "Problem: " + "What is the capital of France? " * 5}]
+    messages = [
+        {"role": "system", "content": "You are good at using tools. Preference: cheap, fast."},
+        {"role": "user", "content": "Problem: " + "What is the capital of France? " * 5},
+    ]
     for t in range(turns):
-        call = {"type": "function", "function": {"name": "search", "arguments": {"model": rng.choice(ALIASES)}}}
-        messages.append({"role": "assistant", "content": "", "reasoning_content": f"Step {t}: I need more facts. " * 8,
-                         "tool_calls": [call]})
-        messages.append({"role": "tool", "content": "Document: Paris is the capital of France. " * 30})
+        call = {
+            "type": "function",
+            "function": {"name": "search", "arguments": {"model": rng.choice(ALIASES)}},
+        }
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": f"Step {t}: I need more facts. " * 8,
+                "tool_calls": [call],
+            }
+        )
+        messages.append(
+            {"role": "tool", "content": "Document: Paris is the capital of France. " * 30}
+        )
     messages.append({"role": "assistant", "content": "The answer is Paris."})
     return messages
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--qwen3", type=pathlib.Path, default=QWEN3)
     args = parser.parse_args()
@@ -62,18 +99,26 @@ def main() -> None:
         text = template.render(messages, tools=tools)
         assert text == hf.apply_chat_template(messages, tools=tools, tokenize=False)
         assert ours.encode(text) == hf(text, add_special_tokens=False)["input_ids"]
-        generated = [template.render([messages[1], m]).split("<|im_start|>assistant\n")[-1]
-                     for m in messages if m["role"] == "assistant"]
-        timings = alternate_timings({
-            "render_ours": lambda: template.render(messages, tools=tools),
-            "render_hf": lambda: hf.apply_chat_template(messages, tools=tools, tokenize=False),
-            "encode_ours": lambda: ours.encode(text),
-            "encode_hf": lambda: hf(text, add_special_tokens=False),
-            "parse_ours": lambda: [parse_tool_calls(g, tools) for g in generated],
-        }, repeats=repeats)
+        generated = [
+            template.render([messages[1], m]).split("<|im_start|>assistant\n")[-1]
+            for m in messages
+            if m["role"] == "assistant"
+        ]
+        timings = alternate_timings(
+            {
+                "render_ours": lambda: template.render(messages, tools=tools),
+                "render_hf": lambda: hf.apply_chat_template(messages, tools=tools, tokenize=False),
+                "encode_ours": lambda: ours.encode(text),
+                "encode_hf": lambda: hf(text, add_special_tokens=False),
+                "parse_ours": lambda: [parse_tool_calls(g, tools) for g in generated],
+            },
+            repeats=repeats,
+        )
         stats = summarize(timings)
         figures[f"turns_{turns}"] = {
-            "chars": len(text), "tokens": len(ours.encode(text)), "timings": stats,
+            "chars": len(text),
+            "tokens": len(ours.encode(text)),
+            "timings": stats,
             "render_speedup": stats["render_hf"]["median_s"] / stats["render_ours"]["median_s"],
             "encode_speedup": stats["encode_hf"]["median_s"] / stats["encode_ours"]["median_s"],
         }

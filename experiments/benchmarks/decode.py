@@ -52,13 +52,22 @@ def hf_generate(peer, prompts: list[list[int]], max_new: int, seed: int) -> int:
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     torch.manual_seed(seed)
     with torch.inference_mode():
-        out = peer.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
-                            top_k=0, top_p=1.0, max_new_tokens=max_new, min_new_tokens=max_new,
-                            pad_token_id=0, eos_token_id=None)
+        out = peer.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new,
+            min_new_tokens=max_new,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
     return (out.shape[1] - width) * len(prompts)
 
 
@@ -69,6 +78,7 @@ def ours_generate(engine, requests) -> int:
 
 def with_threads(n: int, fn):
     """fn run with torch limited to n intra-op threads."""
+
     def run():
         before = torch.get_num_threads()
         torch.set_num_threads(n)
@@ -76,6 +86,7 @@ def with_threads(n: int, fn):
             fn()
         finally:
             torch.set_num_threads(before)
+
     return run
 
 
@@ -103,8 +114,12 @@ def fixed_batch(engine, peer, rng, repeats, peer_threads):
     tps = {k: tokens / summary[k]["median_s"] for k in summary}
     best_peer = max((k for k in tps if k != "ours"), key=tps.get)
     return {
-        "shape": {"batch": BATCH, "prompt_len": PROMPT_LEN, "new_tokens": NEW_TOKENS,
-                  "temperature": 1.0},
+        "shape": {
+            "batch": BATCH,
+            "prompt_len": PROMPT_LEN,
+            "new_tokens": NEW_TOKENS,
+            "temperature": 1.0,
+        },
         "timings": summary,
         "new_tokens_per_s": tps,
         "best_peer": best_peer,
@@ -117,8 +132,10 @@ def mixed_lengths(engine, peer, rng, repeats, n_requests, peer_threads):
     lengths = rng.integers(8, 192, n_requests)
     budgets = rng.integers(16, 256, n_requests)
     prompts = [rng.integers(3, 4000, n).tolist() for n in lengths]
-    requests = [GenerateRequest(p, SamplingParams(temperature=1.0, max_new_tokens=int(m), seed=i))
-                for i, (p, m) in enumerate(zip(prompts, budgets))]
+    requests = [
+        GenerateRequest(p, SamplingParams(temperature=1.0, max_new_tokens=int(m), seed=i))
+        for i, (p, m) in enumerate(zip(prompts, budgets))
+    ]
     useful = int(budgets.sum())
 
     def ours():
@@ -126,20 +143,29 @@ def mixed_lengths(engine, peer, rng, repeats, n_requests, peer_threads):
 
     def hf():
         for start in range(0, n_requests, BATCH):
-            hf_generate(peer, prompts[start:start + BATCH], int(budgets[start:start + BATCH].max()),
-                        seed=start)
+            hf_generate(
+                peer,
+                prompts[start : start + BATCH],
+                int(budgets[start : start + BATCH].max()),
+                seed=start,
+            )
 
     ours()  # compile every bucket this workload reaches; the second run also
     ours()  # compiles the cache shrink between runs
     compiles_before = sum(engine.compile_counts.values())
     peer_name = f"hf_static_batches_{peer_threads}_threads"
-    timings = common.alternate_timings({"ours": ours, peer_name: with_threads(peer_threads, hf)},
-                                       repeats=repeats, warmup=0)
+    timings = common.alternate_timings(
+        {"ours": ours, peer_name: with_threads(peer_threads, hf)}, repeats=repeats, warmup=0
+    )
     summary = common.summarize(timings)
     tps = {k: useful / summary[k]["median_s"] for k in summary}
     return {
-        "requests": n_requests, "prompt_len_range": [8, 192], "new_tokens_range": [16, 256],
-        "useful_new_tokens": useful, "slots": BATCH, "timings": summary,
+        "requests": n_requests,
+        "prompt_len_range": [8, 192],
+        "new_tokens_range": [16, 256],
+        "useful_new_tokens": useful,
+        "slots": BATCH,
+        "timings": summary,
         "useful_new_tokens_per_s": tps,
         "speedup_vs_peer": tps["ours"] / tps[peer_name],
         "recompiles_during_timing": sum(engine.compile_counts.values()) - compiles_before,
@@ -155,8 +181,9 @@ def main(argv=None):
     config = Qwen3Config.preset("demo")
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     peer = hf_model(model, config)
-    engine = JaxEngine(model, max_batch_size=BATCH, max_seq_len=512,
-                       steps_per_call=args.steps_per_call)
+    engine = JaxEngine(
+        model, max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call
+    )
     rng = np.random.default_rng(0)
     # torch's default (one thread per core) collapses when the machine is shared
     # (spinning OpenMP barriers); one thread is often faster here, so time both.
@@ -165,12 +192,16 @@ def main(argv=None):
     best_threads = int(fixed["best_peer"].split("_")[1])
     result = {
         "model": "Qwen3 demo shape, float32, random weights (identical on both sides)",
-        "engine": {"max_batch_size": BATCH, "max_seq_len": 512,
-                   "steps_per_call": args.steps_per_call},
+        "engine": {
+            "max_batch_size": BATCH,
+            "max_seq_len": 512,
+            "steps_per_call": args.steps_per_call,
+        },
         "peer": f"transformers {transformers.__version__} generate, torch {torch.__version__}",
         "fixed_batch": fixed,
-        "mixed_lengths": mixed_lengths(engine, peer, rng, args.repeats, args.mixed_requests,
-                                       best_threads),
+        "mixed_lengths": mixed_lengths(
+            engine, peer, rng, args.repeats, args.mixed_requests, best_threads
+        ),
         "compile_counts": dict(engine.compile_counts),
         "jax_backend": jax.default_backend(),
     }

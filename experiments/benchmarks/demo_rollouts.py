@@ -52,8 +52,9 @@ def main(argv=None):
     config.workdir = tempfile.mkdtemp(prefix="demo_rollouts_")
     run = grpo_loop.setup_run(config)
     experiment.run_warm_start(config, run)
-    shape = dict(max_batch_size=config.rollout.max_batch_size,
-                 max_seq_len=config.rollout.max_seq_len)
+    shape = dict(
+        max_batch_size=config.rollout.max_batch_size, max_seq_len=config.rollout.max_seq_len
+    )
     engines = {"ours": run.engine, "peer": JaxEngine(run.model, **shape, **PEER_SETTINGS)}
     tasks = list(itertools.islice(grpo_loop.train_task_iterator(config), args.steps))
     seconds = {name: [] for name in engines}
@@ -63,29 +64,48 @@ def main(argv=None):
         for name, engine in engines.items():
             asyncio.run(engine.update_weights(run.learner.params, version=step + 1))
             start = time.perf_counter()
-            experience = run_sync(grpo_loop.collect_experience(
-                dataclasses.replace(run, engine=engine), step_tasks, step))
+            experience = run_sync(
+                grpo_loop.collect_experience(
+                    dataclasses.replace(run, engine=engine), step_tasks, step
+                )
+            )
             seconds[name].append(time.perf_counter() - start)
             tokens[name].append([t.token_ids for t in experience.trajectories])
-        print(f"step {step + 1}/{args.steps}: " + ", ".join(
-            f"{n} {seconds[n][-1]:.1f} s" for n in engines), flush=True)
+        print(
+            f"step {step + 1}/{args.steps}: "
+            + ", ".join(f"{n} {seconds[n][-1]:.1f} s" for n in engines),
+            flush=True,
+        )
     half = args.steps // 2
-    same = sum(a == b for step_a, step_b in zip(tokens["ours"], tokens["peer"])
-               for a, b in zip(step_a, step_b))
+    same = sum(
+        a == b
+        for step_a, step_b in zip(tokens["ours"], tokens["peer"])
+        for a, b in zip(step_a, step_b)
+    )
     result = {
-        "workload": {"config": "demo", "warm_start_steps": args.sft_steps,
-                     "rollout_steps": args.steps, "tasks_per_step": config.rl.tasks_per_step,
-                     "group_size": config.rl.group_size,
-                     "temperature": config.rollout.temperature},
+        "workload": {
+            "config": "demo",
+            "warm_start_steps": args.sft_steps,
+            "rollout_steps": args.steps,
+            "tasks_per_step": config.rl.tasks_per_step,
+            "group_size": config.rl.group_size,
+            "temperature": config.rollout.temperature,
+        },
         "engine": {**shape, "ours": "defaults", "peer": PEER_SETTINGS},
-        "rollout_s": {n: {"total": sum(s), f"last_{args.steps - half}_steps": sum(s[half:]),
-                          "per_step": s} for n, s in seconds.items()},
+        "rollout_s": {
+            n: {"total": sum(s), f"last_{args.steps - half}_steps": sum(s[half:]), "per_step": s}
+            for n, s in seconds.items()
+        },
         "speedup_total": sum(seconds["peer"]) / sum(seconds["ours"]),
         "speedup_second_half": sum(seconds["peer"][half:]) / sum(seconds["ours"][half:]),
         "compiles": {n: sum(e.compile_counts.values()) for n, e in engines.items()},
-        "prompt_tokens": {n: {k: e.prefix_cache_stats[k]
-                              for k in ("prompt_tokens_computed", "prompt_tokens_reused")}
-                          for n, e in engines.items()},
+        "prompt_tokens": {
+            n: {
+                k: e.prefix_cache_stats[k]
+                for k in ("prompt_tokens_computed", "prompt_tokens_reused")
+            }
+            for n, e in engines.items()
+        },
         "episodes_with_identical_tokens": f"{same}/{sum(len(s) for s in tokens['ours'])}",
         "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
         "jax_backend": jax.default_backend(),
@@ -94,8 +114,10 @@ def main(argv=None):
         engine.close()
     path = common.write_result("demo_rollouts", result)
     for name in engines:
-        print(f"{name}: {sum(seconds[name]):.1f} s in all, {sum(seconds[name][half:]):.1f} s "
-              f"in the last {args.steps - half} steps, {result['compiles'][name]} compiles")
+        print(
+            f"{name}: {sum(seconds[name]):.1f} s in all, {sum(seconds[name][half:]):.1f} s "
+            f"in the last {args.steps - half} steps, {result['compiles'][name]} compiles"
+        )
     print(f"wrote {path}")
 
 

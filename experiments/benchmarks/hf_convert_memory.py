@@ -31,8 +31,14 @@ from experiments.benchmarks import common
 
 # ~0.98B parameters: 18 layers at hidden 2048 / intermediate 5632, untied 32k vocab.
 SYNTHETIC = dict(
-    vocab_size=32768, hidden_size=2048, intermediate_size=5632, num_hidden_layers=18,
-    num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+    vocab_size=32768,
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_hidden_layers=18,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    tie_word_embeddings=False,
     max_position_embeddings=4096,
 )
 SHARD_BYTES = 500 * 1024**2
@@ -96,8 +102,9 @@ def phase(name: str, folder: pathlib.Path) -> dict:
     if name == "load":
         model, _ = load_hf_checkpoint(folder, dtype=jnp.bfloat16)
     elif name == "save":
-        save_hf_checkpoint(model, config, folder.parent / (folder.name + "_saved"),
-                           max_shard_size=SHARD_BYTES)
+        save_hf_checkpoint(
+            model, config, folder.parent / (folder.name + "_saved"), max_shard_size=SHARD_BYTES
+        )
     elif name == "hf_load":
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     else:
@@ -110,28 +117,49 @@ def main(folder: pathlib.Path, keep: bool) -> None:
     results = {}
     try:
         for name in ("load", "save", "hf_load"):
-            out = subprocess.run(
-                [sys.executable, "-m", "experiments.benchmarks.hf_convert_memory",
-                 "--phase", name, "--dir", str(folder)],
-                check=True, capture_output=True, text=True,
-            ).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "experiments.benchmarks.hf_convert_memory",
+                        "--phase",
+                        name,
+                        "--dir",
+                        str(folder),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             r = json.loads(out)
             r["peak_over_checkpoint"] = r["peak_rss_bytes"] / size
             r["peak_above_baseline_over_checkpoint"] = (
-                (r["peak_rss_bytes"] - r["rss_before_bytes"]) / size)
+                r["peak_rss_bytes"] - r["rss_before_bytes"]
+            ) / size
             results[name] = r
             print(name, {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()})
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
             shutil.rmtree(folder.parent / (folder.name + "_saved"), ignore_errors=True)
-    common.write_result("hf_convert_memory", {
-        "checkpoint_bytes": size, "checkpoint_dtype": "bfloat16",
-        "num_params": size // 2, "config": SYNTHETIC, "shard_bytes": SHARD_BYTES,
-        "phases": results, "target_peak_over_checkpoint": 1.25,
-        "note": "'save' excludes the load before it (peak RSS reset); machine shared with "
-                "other engineers' jobs",
-    })
+    common.write_result(
+        "hf_convert_memory",
+        {
+            "checkpoint_bytes": size,
+            "checkpoint_dtype": "bfloat16",
+            "num_params": size // 2,
+            "config": SYNTHETIC,
+            "shard_bytes": SHARD_BYTES,
+            "phases": results,
+            "target_peak_over_checkpoint": 1.25,
+            "note": "'save' excludes the load before it (peak RSS reset); machine shared with "
+            "other engineers' jobs",
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -53,9 +53,18 @@ def episodes(tasks: int, group: int, vocab: int, seed: int = 0) -> list[Trajecto
                 ids += rng.integers(3, vocab, call + result).tolist()
                 mask += [1] * call + [0] * result
             logprobs = [float(rng.normal(-1.0, 0.3)) if m else 0.0 for m in mask]
-            out.append(Trajectory(task_id="t", group_index=0, seed=0, token_ids=ids,
-                                  loss_mask=mask, rollout_logprobs=logprobs,
-                                  prompt_length=len(prompt), advantage=float(rng.normal())))
+            out.append(
+                Trajectory(
+                    task_id="t",
+                    group_index=0,
+                    seed=0,
+                    token_ids=ids,
+                    loss_mask=mask,
+                    rollout_logprobs=logprobs,
+                    prompt_length=len(prompt),
+                    advantage=float(rng.normal()),
+                )
+            )
     return out
 
 
@@ -69,16 +78,21 @@ def main(argv=None):
     mesh, tokenizer = builders.build_mesh(config), builders.build_tokenizer(config)
     workload = episodes(args.tasks, args.group, tokenizer.vocab_size)
     buckets = tuple(config.rl.seq_buckets)
-    sides = {"shared_prompts": (build_shared_prompt_batch, 16 // args.group),
-             "one_episode_a_row": (build_train_batch, 16)}
+    sides = {
+        "shared_prompts": (build_shared_prompt_batch, 16 // args.group),
+        "one_episode_a_row": (build_train_batch, 16),
+    }
     learners, batches, compile_s, first = {}, {}, {}, {}
     for name, (build, micro) in sides.items():
         model, _ = builders.build_model(config, mesh, tokenizer)
-        learner_config = dataclasses.replace(builders.build_learner_config(config),
-                                             micro_batch_size=micro)
+        learner_config = dataclasses.replace(
+            builders.build_learner_config(config), micro_batch_size=micro
+        )
         learner = Learner(model, learner_config, mesh=mesh)
-        batch = build(workload, config=BatchingConfig(seq_buckets=buckets,
-                                                      row_multiple=learner.row_multiple()))
+        batch = build(
+            workload,
+            config=BatchingConfig(seq_buckets=buckets, row_multiple=learner.row_multiple()),
+        )
         start = time.perf_counter()
         first[name] = learner.train_step(batch)  # compiles; equal weights on both sides
         compile_s[name] = time.perf_counter() - start
@@ -88,31 +102,41 @@ def main(argv=None):
         return lambda: learners[name].train_step(batches[name])
 
     load_before = os.getloadavg()[0]
-    timings = common.alternate_timings({n: step(n) for n in sides}, repeats=args.repeats,
-                                       warmup=0)
+    timings = common.alternate_timings({n: step(n) for n in sides}, repeats=args.repeats, warmup=0)
     summary = common.summarize(timings)
     result = {
         "model": f"Qwen3 demo config (preset {config.model.preset!r} with "
-                 f"{dict(config.model.overrides)}), float32, random weights",
-        "workload": {"groups": args.tasks, "episodes_per_group": args.group,
-                     "prompt_tokens": "630-710", "calls": CALLS,
-                     "call_tokens": f"{CALL_LEN} +- 4", "result_tokens": f"{RESULT_LEN} +- 20",
-                     "seq_buckets": list(buckets)},
+        f"{dict(config.model.overrides)}), float32, random weights",
+        "workload": {
+            "groups": args.tasks,
+            "episodes_per_group": args.group,
+            "prompt_tokens": "630-710",
+            "calls": CALLS,
+            "call_tokens": f"{CALL_LEN} +- 4",
+            "result_tokens": f"{RESULT_LEN} +- 20",
+            "seq_buckets": list(buckets),
+        },
         "timings": summary,
         "speedup": summary["one_episode_a_row"]["median_s"] / summary["shared_prompts"]["median_s"],
         "batch_shapes": {n: list(b.shape) for n, b in batches.items()},
-        "padded_tokens": {"shared_prompts": int(np.prod(batches["shared_prompts"].shape)),
-                          "one_episode_a_row": int(np.prod(batches["one_episode_a_row"].shape))},
+        "padded_tokens": {
+            "shared_prompts": int(np.prod(batches["shared_prompts"].shape)),
+            "one_episode_a_row": int(np.prod(batches["one_episode_a_row"].shape)),
+        },
         "first_step_s_with_compile": compile_s,
-        "first_step": {n: {k: m[k] for k in ("loss", "grad_norm", "kl", "num_loss_tokens")}
-                       for n, m in first.items()},
+        "first_step": {
+            n: {k: m[k] for k in ("loss", "grad_norm", "kl", "num_loss_tokens")}
+            for n, m in first.items()
+        },
         "load_average_1m": {"before_timing": load_before, "after_timing": os.getloadavg()[0]},
         "jax_backend": jax.default_backend(),
     }
     path = common.write_result("learner_shared_prompts", result)
     for name in sides:
-        print(f"{name}: median {summary[name]['median_s']:.2f} s a step, batch "
-              f"{batches[name].shape}, loss {first[name]['loss']:.6f}")
+        print(
+            f"{name}: median {summary[name]['median_s']:.2f} s a step, batch "
+            f"{batches[name].shape}, loss {first[name]['loss']:.6f}"
+        )
     print(f"speedup {result['speedup']:.2f}x -> {path}")
 
 

@@ -91,16 +91,20 @@ def make_learner_step(config: Qwen3Config, tokens: np.ndarray):
     rng = np.random.RandomState(1)
     batch, seq = tokens.shape[0], tokens.shape[1] - 1
     mask = np.zeros((batch, seq), np.float32)
-    mask[:, seq // 4:] = 1.0  # the first quarter is prompt
+    mask[:, seq // 4 :] = 1.0  # the first quarter is prompt
     train_batch = TrainBatch(
         input_ids=tokens[:, :-1].astype(np.int32),
         positions=np.broadcast_to(np.arange(seq, dtype=np.int32), (batch, seq)).copy(),
-        segment_ids=np.ones((batch, seq), np.int32), target_ids=tokens[:, 1:].astype(np.int32),
-        loss_mask=mask, advantages=(rng.randn(batch, 1) * mask).astype(np.float32),
+        segment_ids=np.ones((batch, seq), np.int32),
+        target_ids=tokens[:, 1:].astype(np.int32),
+        loss_mask=mask,
+        advantages=(rng.randn(batch, 1) * mask).astype(np.float32),
         old_logprobs=(np.log(1.0 / config.vocab_size) * mask).astype(np.float32),
-        loss_index=loss_positions(mask))
-    learner = Learner(Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)),
-                      LearnerConfig(learning_rate=1e-4, kl_coef=0.0))
+        loss_index=loss_positions(mask),
+    )
+    learner = Learner(
+        Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)), LearnerConfig(learning_rate=1e-4, kl_coef=0.0)
+    )
     return lambda: learner.train_step(train_batch), learner
 
 
@@ -110,9 +114,9 @@ def make_hf_step(config: Qwen3Config, tokens: np.ndarray):
     import transformers
 
     torch.manual_seed(0)
-    hf_config = transformers.Qwen3Config(**{
-        k: v for k, v in config.to_hf_dict().items() if k not in ("architectures", "model_type")
-    })
+    hf_config = transformers.Qwen3Config(
+        **{k: v for k, v in config.to_hf_dict().items() if k not in ("architectures", "model_type")}
+    )
     model = transformers.Qwen3ForCausalLM(hf_config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.tensor(tokens[:, :-1])
@@ -150,9 +154,11 @@ def main(repeats: int) -> None:
     grpo_step, learner = make_learner_step(config, tokens)
     peer = make_hf_step(config, tokens)
     cpu = {"ours": [], "ours_train_step": [], "hf_torch": []}
-    fns = {"ours": with_cpu_time(ours, cpu["ours"]),
-           "ours_train_step": with_cpu_time(grpo_step, cpu["ours_train_step"]),
-           "hf_torch": with_cpu_time(peer, cpu["hf_torch"])}
+    fns = {
+        "ours": with_cpu_time(ours, cpu["ours"]),
+        "ours_train_step": with_cpu_time(grpo_step, cpu["ours_train_step"]),
+        "hf_torch": with_cpu_time(peer, cpu["hf_torch"]),
+    }
     timings = common.alternate_timings(fns, repeats, warmup=2)
     summary = common.summarize(timings)
     cpu_median = {k: float(np.median(v[-repeats:])) for k, v in cpu.items()}
@@ -164,7 +170,10 @@ def main(repeats: int) -> None:
     peak = matmul_flops_per_s()
     achieved = flops / summary["ours"]["median_s"]
     payload = {
-        "config": "demo", "batch": BATCH, "seq_len": SEQ, "dtype": "float32",
+        "config": "demo",
+        "batch": BATCH,
+        "seq_len": SEQ,
+        "dtype": "float32",
         "timings": summary,
         "ours_tokens_per_s": ours_tps,
         "hf_torch_tokens_per_s": peer_tps,
@@ -183,11 +192,13 @@ def main(repeats: int) -> None:
         "note": "timings alternate ours / ours_train_step / peer in one process",
     }
     path = common.write_result("learner_step", payload)
-    print(f"ours {ours_tps:,.0f} tok/s | train_step {grpo_tps:,.0f} tok/s | "
-          f"HF torch {peer_tps:,.0f} tok/s | "
-          f"ratio {ours_tps / peer_tps:.2f} | {achieved / peak:.1%} of matmul peak "
-          f"| by CPU time {payload['ratio_by_cpu_time']:.2f} | compiles {payload['jit_compiles']} "
-          f"-> {path}")
+    print(
+        f"ours {ours_tps:,.0f} tok/s | train_step {grpo_tps:,.0f} tok/s | "
+        f"HF torch {peer_tps:,.0f} tok/s | "
+        f"ratio {ours_tps / peer_tps:.2f} | {achieved / peak:.1%} of matmul peak "
+        f"| by CPU time {payload['ratio_by_cpu_time']:.2f} | compiles {payload['jit_compiles']} "
+        f"-> {path}"
+    )
 
 
 if __name__ == "__main__":

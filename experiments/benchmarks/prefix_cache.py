@@ -49,8 +49,10 @@ def episodes(tasks: int, group: int, turns: int, vocab: int, seed: int = 0):
     for task in range(tasks):
         prompt = rng.integers(3, vocab, PROMPT_LEN + int(rng.integers(-40, 40))).tolist()
         for member in range(group):
-            tools = [rng.integers(3, vocab, TOOL_LEN + int(rng.integers(-10, 10))).tolist()
-                     for _ in range(turns - 1)]
+            tools = [
+                rng.integers(3, vocab, TOOL_LEN + int(rng.integers(-10, 10))).tolist()
+                for _ in range(turns - 1)
+            ]
             out.append((prompt, tools, task * group + member))
     return out
 
@@ -60,9 +62,13 @@ def run_workload(engine, workload, turns: int, new_tokens: int):
     sequences = [list(prompt) for prompt, _, _ in workload]
     outputs = [[] for _ in workload]
     for turn in range(turns):
-        requests = [GenerateRequest(seq, SamplingParams(temperature=1.0, max_new_tokens=new_tokens,
-                                                        seed=1000 * seed + turn))
-                    for seq, (_, _, seed) in zip(sequences, workload)]
+        requests = [
+            GenerateRequest(
+                seq,
+                SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=1000 * seed + turn),
+            )
+            for seq, (_, _, seed) in zip(sequences, workload)
+        ]
         completions = asyncio.run(engine.generate(requests))
         for i, c in enumerate(completions):
             assert c.completion_tokens == new_tokens
@@ -86,8 +92,10 @@ def main(argv=None):
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     state = nnx.state(model)
     shape = dict(max_batch_size=demo.rollout.max_batch_size, max_seq_len=demo.rollout.max_seq_len)
-    engines = {"prefix_cache": JaxEngine(model, prefix_cache=True, **shape),
-               "no_prefix_cache": JaxEngine(model, prefix_cache=False, **shape)}
+    engines = {
+        "prefix_cache": JaxEngine(model, prefix_cache=True, **shape),
+        "no_prefix_cache": JaxEngine(model, prefix_cache=False, **shape),
+    }
     workload = episodes(args.tasks, args.group, args.turns, config.vocab_size)
     results, stats, version = {}, {}, [0]
 
@@ -99,8 +107,12 @@ def main(argv=None):
             asyncio.run(engine.update_weights(state, version=version[0]))
             before = dict(engine.prefix_cache_stats)
             results[name] = run_workload(engine, workload, args.turns, args.new_tokens)
-            stats[name] = {k: v - before.get(k, 0) for k, v in engine.prefix_cache_stats.items()
-                           if k != "parked_invalidated"}
+            stats[name] = {
+                k: v - before.get(k, 0)
+                for k, v in engine.prefix_cache_stats.items()
+                if k != "parked_invalidated"
+            }
+
         return run
 
     fns = {name: timed(name) for name in engines}
@@ -115,18 +127,25 @@ def main(argv=None):
     same = sum(a == b for a, b in zip(results["prefix_cache"], results["no_prefix_cache"]))
     result = {
         "model": f"Qwen3 demo config (preset {demo.model.preset!r} with "
-                 f"{dict(demo.model.overrides)}), float32, random weights",
+        f"{dict(demo.model.overrides)}), float32, random weights",
         "engine": {**shape, "steps_per_call": 16},
-        "workload": {"tasks": args.tasks, "group": args.group, "episodes": len(workload),
-                     "turns": args.turns, "prompt_len": f"{PROMPT_LEN} +- 40",
-                     "tool_response_len": f"{TOOL_LEN} +- 10",
-                     "new_tokens_per_turn": args.new_tokens, "temperature": 1.0},
+        "workload": {
+            "tasks": args.tasks,
+            "group": args.group,
+            "episodes": len(workload),
+            "turns": args.turns,
+            "prompt_len": f"{PROMPT_LEN} +- 40",
+            "tool_response_len": f"{TOOL_LEN} +- 10",
+            "new_tokens_per_turn": args.new_tokens,
+            "temperature": 1.0,
+        },
         "timings": summary,
         "prompt_tokens_per_workload": stats,
         "speedup": summary["no_prefix_cache"]["median_s"] / summary["prefix_cache"]["median_s"],
         "episodes_with_identical_tokens": f"{same}/{len(workload)}",
-        "recompiles_during_timing": {n: sum(e.compile_counts.values()) - compiles_before[n]
-                                     for n, e in engines.items()},
+        "recompiles_during_timing": {
+            n: sum(e.compile_counts.values()) - compiles_before[n] for n, e in engines.items()
+        },
         "load_average_1m": {"before_timing": load_before, "after_timing": load_after},
         "compile_counts": {n: dict(e.compile_counts) for n, e in engines.items()},
         "jax_backend": jax.default_backend(),
@@ -136,10 +155,14 @@ def main(argv=None):
     path = common.write_result("prefix_cache", result)
     for name in engines:
         s = stats[name]
-        print(f"{name}: median {summary[name]['median_s']:.2f} s, prompt tokens computed "
-              f"{s['prompt_tokens_computed']}, reused {s['prompt_tokens_reused']}")
-    print(f"speedup x{result['speedup']:.2f}; identical tokens in "
-          f"{result['episodes_with_identical_tokens']} episodes; wrote {path}")
+        print(
+            f"{name}: median {summary[name]['median_s']:.2f} s, prompt tokens computed "
+            f"{s['prompt_tokens_computed']}, reused {s['prompt_tokens_reused']}"
+        )
+    print(
+        f"speedup x{result['speedup']:.2f}; identical tokens in "
+        f"{result['episodes_with_identical_tokens']} episodes; wrote {path}"
+    )
 
 
 if __name__ == "__main__":

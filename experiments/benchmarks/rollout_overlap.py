@@ -75,8 +75,9 @@ class SleepTool:
         u = np.random.default_rng(derive_seed(ctx.seed, turn)).uniform(0.5, 1.5)
         delay = self.latency_s * u
         await asyncio.sleep(delay)
-        return ToolResult(text="waited", latency_s=delay,
-                          final_answer="done" if self.final else None)
+        return ToolResult(
+            text="waited", latency_s=delay, final_answer="done" if self.final else None
+        )
 
 
 class BenchConfig:
@@ -108,39 +109,66 @@ class ScriptedCallsOver:
         self.answer_ids = tokenizer.encode(call.format("answer"))
 
     async def generate(self, requests):
-        forced = [dataclasses.replace(r, sampling=dataclasses.replace(
-            r.sampling, max_new_tokens=self.gen_tokens, stop_token_ids=())) for r in requests]
+        forced = [
+            dataclasses.replace(
+                r,
+                sampling=dataclasses.replace(
+                    r.sampling, max_new_tokens=self.gen_tokens, stop_token_ids=()
+                ),
+            )
+            for r in requests
+        ]
         real = await self.engine.generate(forced)
         out = []
         for request, completion in zip(requests, real):
             turn = int(request.request_id.rsplit("/", 1)[1])
             ids = self.answer_ids if turn == self.turns - 1 else self.work_ids
-            out.append(Completion(list(ids), [0.0] * len(ids), "stop", len(request.input_ids),
-                                  len(ids), completion.latency_s))
+            out.append(
+                Completion(
+                    list(ids),
+                    [0.0] * len(ids),
+                    "stop",
+                    len(request.input_ids),
+                    len(ids),
+                    completion.latency_s,
+                )
+            )
         return out
 
 
 def make_specs(n: int, latency_s: float) -> list[EpisodeSpec]:
     tools = [SleepTool("work", latency_s), SleepTool("answer", latency_s, final=True)]
     config = BenchConfig(tools)
-    return [EpisodeSpec(task=Task(id=f"t{i // 8}", question=f"Task {i // 8}: finish it.",
-                                  answer="done"),
-                        tool_config=config, tools=tools, group_index=i % 8, seed=i)
-            for i in range(n)]
+    return [
+        EpisodeSpec(
+            task=Task(id=f"t{i // 8}", question=f"Task {i // 8}: finish it.", answer="done"),
+            tool_config=config,
+            tools=tools,
+            group_index=i % 8,
+            seed=i,
+        )
+        for i in range(n)
+    ]
 
 
 async def timed_run(variant: str, specs, engine, tokenizer, turns: int, max_new: int):
-    kwargs = dict(sampling=SamplingParams(temperature=1.0), max_turns=turns,
-                  max_new_tokens_per_turn=max_new, max_context_tokens=4096)
+    kwargs = dict(
+        sampling=SamplingParams(temperature=1.0),
+        max_turns=turns,
+        max_new_tokens_per_turn=max_new,
+        max_context_tokens=4096,
+    )
     start = time.perf_counter()
     if variant == "sequential":
-        trajs = [t for spec in specs
-                 for t in await run_episodes([spec], engine, tokenizer, **kwargs)]
+        trajs = [
+            t for spec in specs for t in await run_episodes([spec], engine, tokenizer, **kwargs)
+        ]
     else:
         trajs = await run_episodes(specs, engine, tokenizer, **kwargs, **VARIANTS[variant])
     wall = time.perf_counter() - start
-    assert all(t.finish_reason == "answer" and len(t.turns) == turns for t in trajs), \
-        [(t.finish_reason, len(t.turns)) for t in trajs]
+    assert all(t.finish_reason == "answer" and len(t.turns) == turns for t in trajs), [
+        (t.finish_reason, len(t.turns)) for t in trajs
+    ]
     return wall, sum(turn.tool_latency_s for t in trajs for turn in t.turns)
 
 
@@ -163,8 +191,10 @@ async def measure(args) -> dict:
             break
     print(f"warm after {passes} passes: {dict(jax_engine.compile_counts)}", flush=True)
     compiles_after_warmup = sum(jax_engine.compile_counts.values())
-    runs = {v: {"wall_with_tools_s": [], "wall_without_tools_s": [], "tool_latency_sum_s": []}
-            for v in variants}
+    runs = {
+        v: {"wall_with_tools_s": [], "wall_without_tools_s": [], "tool_latency_sum_s": []}
+        for v in variants
+    }
     for rep in range(args.repeats):
         for v in variants:  # alternate: ours, peer, ours, peer, ...
             wall, tool_sum = await timed_run(v, with_tools, engine, tokenizer, args.turns, max_new)
@@ -172,26 +202,43 @@ async def measure(args) -> dict:
             runs[v]["wall_with_tools_s"].append(wall)
             runs[v]["wall_without_tools_s"].append(wall0)
             runs[v]["tool_latency_sum_s"].append(tool_sum)
-            print(f"rep {rep} {v:10s} W(L)={wall:6.2f}s W(0)={wall0:6.2f}s "
-                  f"tools={tool_sum:6.1f}s hidden={1 - (wall - wall0) / tool_sum:.3f}", flush=True)
+            print(
+                f"rep {rep} {v:10s} W(L)={wall:6.2f}s W(0)={wall0:6.2f}s "
+                f"tools={tool_sum:6.1f}s hidden={1 - (wall - wall0) / tool_sum:.3f}",
+                flush=True,
+            )
     recompiles = sum(jax_engine.compile_counts.values()) - compiles_after_warmup
     jax_engine.close()
     figures = {}
     for v, r in runs.items():
-        w, w0 = statistics.median(r["wall_with_tools_s"]), statistics.median(r["wall_without_tools_s"])
+        w, w0 = (
+            statistics.median(r["wall_with_tools_s"]),
+            statistics.median(r["wall_without_tools_s"]),
+        )
         tool_sum = statistics.median(r["tool_latency_sum_s"])
-        figures[v] = {**r, "median_wall_with_tools_s": w, "median_wall_without_tools_s": w0,
-                      "hidden_fraction": 1 - (w - w0) / tool_sum,
-                      "episodes_per_s": args.episodes / w}
+        figures[v] = {
+            **r,
+            "median_wall_with_tools_s": w,
+            "median_wall_without_tools_s": w0,
+            "hidden_fraction": 1 - (w - w0) / tool_sum,
+            "episodes_per_s": args.episodes / w,
+        }
     return {
-        "settings": {"episodes": args.episodes, "turns": args.turns, "tool_latency_s": args.latency,
-                     "tool_latency_spread": "uniform(0.5, 1.5) x L", "gen_tokens_per_turn":
-                     args.gen_tokens, "model": "Qwen3 demo preset, random weights",
-                     "engine": "JaxEngine (continuous batching)", "repeats": args.repeats,
-                     "compiles_during_timing": recompiles},
+        "settings": {
+            "episodes": args.episodes,
+            "turns": args.turns,
+            "tool_latency_s": args.latency,
+            "tool_latency_spread": "uniform(0.5, 1.5) x L",
+            "gen_tokens_per_turn": args.gen_tokens,
+            "model": "Qwen3 demo preset, random weights",
+            "engine": "JaxEngine (continuous batching)",
+            "repeats": args.repeats,
+            "compiles_during_timing": recompiles,
+        },
         "figures": figures,
-        "ours_over_lockstep_episodes_per_s": (figures["ours"]["episodes_per_s"]
-                                              / figures["lockstep"]["episodes_per_s"]),
+        "ours_over_lockstep_episodes_per_s": (
+            figures["ours"]["episodes_per_s"] / figures["lockstep"]["episodes_per_s"]
+        ),
         "target_hidden_fraction": 0.9,
     }
 
@@ -206,17 +253,22 @@ async def measure_demo(args) -> dict:
     env = SyntheticOrchestrationEnv(0, num_entities=cfg.data.synthetic_num_entities)
     tasks = env.tasks("train", cfg.rl.tasks_per_step)
     config = env.default_tool_config()
-    specs = make_group_specs(tasks, [config] * len(tasks), cfg.rl.group_size, seed=0,
-                             backends=env.build_backends(config))
+    specs = make_group_specs(
+        tasks, [config] * len(tasks), cfg.rl.group_size, seed=0, backends=env.build_backends(config)
+    )
     tokenizer = load_tokenizer(cfg.tokenizer)
     model = Qwen3ForCausalLM(Qwen3Config.preset(cfg.model.preset), rngs=nnx.Rngs(0))
-    engine = JaxEngine(model, max_batch_size=cfg.rollout.max_batch_size,
-                       max_seq_len=cfg.rollout.max_seq_len)
-    kwargs = dict(sampling=SamplingParams(temperature=cfg.rollout.temperature),
-                  max_turns=cfg.agent.max_turns, max_context_tokens=cfg.agent.max_context_tokens,
-                  max_new_tokens_per_turn=cfg.agent.max_new_tokens_per_turn,
-                  tool_timeout_s=cfg.agent.tool_timeout_s,
-                  enable_thinking=cfg.agent.enable_thinking)
+    engine = JaxEngine(
+        model, max_batch_size=cfg.rollout.max_batch_size, max_seq_len=cfg.rollout.max_seq_len
+    )
+    kwargs = dict(
+        sampling=SamplingParams(temperature=cfg.rollout.temperature),
+        max_turns=cfg.agent.max_turns,
+        max_context_tokens=cfg.agent.max_context_tokens,
+        max_new_tokens_per_turn=cfg.agent.max_new_tokens_per_turn,
+        tool_timeout_s=cfg.agent.tool_timeout_s,
+        enable_thinking=cfg.agent.enable_thinking,
+    )
     walls = {v: [] for v in ("ours", "lockstep")}
     compiles = {v: 0 for v in walls}  # new (rows, length) buckets met during timed runs
     for rep in range(-1, args.demo_repeats):  # rep -1 compiles what it meets, untimed
@@ -229,19 +281,30 @@ async def measure_demo(args) -> dict:
             if rep >= 0:
                 walls[v].append(wall)
                 compiles[v] += new
-            print(f"demo rep {rep} {v:10s} {len(trajs) / wall:.2f} episodes/s, "
-                  f"{new} compiles", flush=True)
+            print(
+                f"demo rep {rep} {v:10s} {len(trajs) / wall:.2f} episodes/s, {new} compiles",
+                flush=True,
+            )
     engine.close()
     finishes = collections.Counter(t.finish_reason for t in trajs)
     return {
-        "settings": {"episodes": len(specs), "max_turns": cfg.agent.max_turns,
-                     "max_new_tokens_per_turn": cfg.agent.max_new_tokens_per_turn,
-                     "max_context_tokens": cfg.agent.max_context_tokens,
-                     "prompt_tokens": trajs[0].prompt_length,
-                     "model": "demo preset, random weights (writes no valid calls)",
-                     "finish_reasons": dict(finishes)},
-        "figures": {v: {"wall_s": w, "episodes_per_s": len(specs) / statistics.median(w),
-                        "compiles_during_timing": compiles[v]} for v, w in walls.items()},
+        "settings": {
+            "episodes": len(specs),
+            "max_turns": cfg.agent.max_turns,
+            "max_new_tokens_per_turn": cfg.agent.max_new_tokens_per_turn,
+            "max_context_tokens": cfg.agent.max_context_tokens,
+            "prompt_tokens": trajs[0].prompt_length,
+            "model": "demo preset, random weights (writes no valid calls)",
+            "finish_reasons": dict(finishes),
+        },
+        "figures": {
+            v: {
+                "wall_s": w,
+                "episodes_per_s": len(specs) / statistics.median(w),
+                "compiles_during_timing": compiles[v],
+            }
+            for v, w in walls.items()
+        },
     }
 
 
@@ -253,10 +316,17 @@ def main():
     parser.add_argument("--gen-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sequential", action="store_true", help="also time one-at-a-time")
-    parser.add_argument("--demo-repeats", type=int, default=2,
-                        help="timed runs of the demo-config section (0 skips it)")
-    parser.add_argument("--demo-only", action="store_true",
-                        help="rerun only the demo section, keeping the stored overlap figures")
+    parser.add_argument(
+        "--demo-repeats",
+        type=int,
+        default=2,
+        help="timed runs of the demo-config section (0 skips it)",
+    )
+    parser.add_argument(
+        "--demo-only",
+        action="store_true",
+        help="rerun only the demo section, keeping the stored overlap figures",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny settings, no JSON written")
     args = parser.parse_args()
     if args.quick:
@@ -267,11 +337,20 @@ def main():
             payload.pop(key, None)
     else:
         payload = asyncio.run(measure(args))
-        payload["overlap_section_date_utc"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        payload["overlap_section_date_utc"] = time.strftime(
+            "%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()
+        )
     if args.demo_repeats:
         payload["demo_config"] = asyncio.run(measure_demo(args))
-    print(json.dumps({v: {k: f[k] for k in ("hidden_fraction", "episodes_per_s")}
-                      for v, f in payload["figures"].items()}, indent=1))
+    print(
+        json.dumps(
+            {
+                v: {k: f[k] for k in ("hidden_fraction", "episodes_per_s")}
+                for v, f in payload["figures"].items()
+            },
+            indent=1,
+        )
+    )
     if not args.quick:
         print(write_result("rollout_overlap", payload))
 

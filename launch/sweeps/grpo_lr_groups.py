@@ -12,11 +12,15 @@ CONFIG = "experiments/configs/grpo_hle.py:qwen3_8b"
 
 
 def get_sweep(hyper):
-    return hyper.product([
-        hyper.sweep("config.rl.lr", [3e-7, 1e-6, 3e-6]),
-        hyper.zipit([
-            hyper.sweep("config.rl.group_size", [4, 8, 16]),
-            hyper.sweep("config.rl.tasks_per_step", [32, 16, 8]),
-        ]),
-        hyper.sweep("config.seed", [0, 1]),
-    ])
+    return hyper.product(
+        [
+            hyper.sweep("config.rl.lr", [3e-7, 1e-6, 3e-6]),
+            hyper.zipit(
+                [
+                    hyper.sweep("config.rl.group_size", [4, 8, 16]),
+                    hyper.sweep("config.rl.tasks_per_step", [32, 16, 8]),
+                ]
+            ),
+            hyper.sweep("config.seed", [0, 1]),
+        ]
+    )

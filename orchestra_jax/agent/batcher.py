@@ -25,8 +25,14 @@ from typing import Any
 class GenerationBatcher:
     """Micro-batching front of a `RolloutEngine` shared by concurrent episodes."""
 
-    def __init__(self, engine: Any, *, max_batch_size: int = 256, max_wait_s: float = 0.005,
-                 max_in_flight: int = 64):
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        max_batch_size: int = 256,
+        max_wait_s: float = 0.005,
+        max_in_flight: int = 64,
+    ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if max_wait_s < 0:
@@ -77,8 +83,8 @@ class GenerationBatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batch = self._pending[:self._max_batch_size]
-        self._pending = self._pending[self._max_batch_size:]
+        batch = self._pending[: self._max_batch_size]
+        self._pending = self._pending[self._max_batch_size :]
         self._in_flight_calls += 1
         self._in_flight_requests += len(batch)
         task = asyncio.create_task(self._run(batch))
@@ -93,7 +99,8 @@ class GenerationBatcher:
             completions = await self._engine.generate([request for request, _ in batch])
             if len(completions) != len(batch):
                 raise RuntimeError(
-                    f"engine returned {len(completions)} completions for {len(batch)} requests")
+                    f"engine returned {len(completions)} completions for {len(batch)} requests"
+                )
         except Exception as e:  # every waiting episode learns of the failure
             for _, future in batch:
                 if not future.done():

@@ -43,9 +43,15 @@ def turn_seed(episode_seed: int, turn: int) -> int:
     return derive_seed(episode_seed, turn)
 
 
-def make_group_specs(tasks: Sequence[Any], tool_configs: Sequence[Any], group_size: int,
-                     seed: int, *, backends: Any = None,
-                     tools: Sequence[Mapping[str, Any]] | None = None) -> list[EpisodeSpec]:
+def make_group_specs(
+    tasks: Sequence[Any],
+    tool_configs: Sequence[Any],
+    group_size: int,
+    seed: int,
+    *,
+    backends: Any = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[EpisodeSpec]:
     """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
 
     `tool_configs[i]` belongs to `tasks[i]`; its tools are `tools[i]` when given,
@@ -61,10 +67,18 @@ def make_group_specs(tasks: Sequence[Any], tool_configs: Sequence[Any], group_si
         if backends is None:
             raise ValueError("make_group_specs needs backends= (to build the tools) or tools=")
         from orchestra_jax.tools.registry import make_tools  # the tools room, only when needed
+
         tools = [make_tools(config, backends) for config in tool_configs]
     elif len(tools) != len(tasks):
         raise ValueError(f"{len(tasks)} tasks but {len(tools)} tool sets")
-    return [EpisodeSpec(task=task, tool_config=config, tools=task_tools, group_index=g,
-                        seed=derive_seed(seed, i, g))
-            for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
-            for g in range(group_size)]
+    return [
+        EpisodeSpec(
+            task=task,
+            tool_config=config,
+            tools=task_tools,
+            group_index=g,
+            seed=derive_seed(seed, i, g),
+        )
+        for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
+        for g in range(group_size)
+    ]

@@ -51,8 +51,15 @@ from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingPa
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.pricing import token_cost
 
-__all__ = ["EpisodeSpec", "LoopLimits", "derive_seed", "make_group_specs", "run_episodes",
-           "run_episodes_sync", "turn_seed"]
+__all__ = [
+    "EpisodeSpec",
+    "LoopLimits",
+    "derive_seed",
+    "make_group_specs",
+    "run_episodes",
+    "run_episodes_sync",
+    "turn_seed",
+]
 
 IM_END = "<|im_end|>"
 
@@ -89,33 +96,48 @@ class LoopLimits:
 
 def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
     """System prompt (role + preference wording) and the task's question."""
-    return [{"role": "system", "content": spec.tool_config.system_prompt()},
-            {"role": "user", "content": spec.task.question}]
+    return [
+        {"role": "system", "content": spec.tool_config.system_prompt()},
+        {"role": "user", "content": spec.task.question},
+    ]
 
 
 def render_prompt(spec: EpisodeSpec, tokenizer: Any, *, enable_thinking: bool) -> list[int]:
     """The prompt ids: the initial messages with the config's tool schemas, ready to answer."""
-    return tokenizer.encode(render(initial_messages(spec), tools=spec.tool_config.tool_schemas(),
-                                   add_generation_prompt=True, enable_thinking=enable_thinking))
+    return tokenizer.encode(
+        render(
+            initial_messages(spec),
+            tools=spec.tool_config.tool_schemas(),
+            add_generation_prompt=True,
+            enable_thinking=enable_thinking,
+        )
+    )
 
 
 class _Episode:
     """One episode's state; `run` drives it turn by turn."""
 
-    def __init__(self, spec: EpisodeSpec, prompt_ids: list[int], tokenizer: Any,
-                 limits: LoopLimits):
+    def __init__(
+        self, spec: EpisodeSpec, prompt_ids: list[int], tokenizer: Any, limits: LoopLimits
+    ):
         self.spec, self.tokenizer, self.limits = spec, tokenizer, limits
         self.config = spec.tool_config
         self.schemas = self.config.tool_schemas()
         features = self.config.feature_names()
         self.ctx = ToolContext(task=spec.task, messages=initial_messages(spec), seed=spec.seed)
         self.traj = Trajectory(
-            task_id=spec.task.id, group_index=spec.group_index, seed=spec.seed,
-            token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids),
-            rollout_logprobs=[0.0] * len(prompt_ids), prompt_length=len(prompt_ids),
-            finish_reason="max_turns", preference=dict(self.config.preference),
+            task_id=spec.task.id,
+            group_index=spec.group_index,
+            seed=spec.seed,
+            token_ids=list(prompt_ids),
+            loss_mask=[0] * len(prompt_ids),
+            rollout_logprobs=[0.0] * len(prompt_ids),
+            prompt_length=len(prompt_ids),
+            finish_reason="max_turns",
+            preference=dict(self.config.preference),
             tool_call_counts={f: 0 for f in features if f.startswith("tool:")},
-            metadata={"domain": spec.task.domain, "enable_thinking": limits.enable_thinking})
+            metadata={"domain": spec.task.domain, "enable_thinking": limits.enable_thinking},
+        )
 
     def _append(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
         """Extend ids, mask and logprobs together: sampled (with logprobs) or masked (None)."""
@@ -129,9 +151,13 @@ class _Episode:
         return GenerateRequest(
             input_ids=list(self.traj.token_ids),
             sampling=dataclasses.replace(
-                sampling, max_new_tokens=min(self.limits.max_new_tokens_per_turn, room),
-                stop_token_ids=stops, seed=turn_seed(self.spec.seed, turn_index)),
-            request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}")
+                sampling,
+                max_new_tokens=min(self.limits.max_new_tokens_per_turn, room),
+                stop_token_ids=stops,
+                seed=turn_seed(self.spec.seed, turn_index),
+            ),
+            request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}",
+        )
 
     def _record_generation(self, completion: Completion) -> Turn:
         prompt_tokens = len(self.traj.token_ids)
@@ -139,9 +165,13 @@ class _Episode:
         self._append(completion.output_ids, completion.logprobs)
         per_token = self.limits.seconds_per_generated_token
         latency = float(completion.latency_s) if per_token is None else n * per_token
-        turn = Turn(text=self.tokenizer.decode(completion.output_ids), num_generated_tokens=n,
-                    finish_reason=completion.finish_reason, prompt_tokens=prompt_tokens,
-                    generation_latency_s=latency)
+        turn = Turn(
+            text=self.tokenizer.decode(completion.output_ids),
+            num_generated_tokens=n,
+            finish_reason=completion.finish_reason,
+            prompt_tokens=prompt_tokens,
+            generation_latency_s=latency,
+        )
         self.traj.turns.append(turn)
         price = self.config.orchestrator_price
         self.traj.orchestrator_cost_usd += token_cost(prompt_tokens, n, price, price)
@@ -155,11 +185,16 @@ class _Episode:
         calls = parse_tool_calls(turn.text, tools=self.schemas)
         turn.tool_calls = [tool_runner.record_call(c, self.traj.tool_call_counts) for c in calls]
         turn.tool_results, final_answer = await tool_runner.run_calls(
-            calls, self.spec.tools, self.ctx, timeout_s=self.limits.tool_timeout_s,
-            charge_failure_time=self.limits.charge_tool_failure_time)
+            calls,
+            self.spec.tools,
+            self.ctx,
+            timeout_s=self.limits.tool_timeout_s,
+            charge_failure_time=self.limits.charge_tool_failure_time,
+        )
         # Valid format: at least one call, each parsed and naming an offered tool.
         turn.format_valid = bool(calls) and all(
-            isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls)
+            isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls
+        )
         self.traj.format_valid &= turn.format_valid
         for call in turn.tool_calls:
             if call.feature in self.traj.tool_call_counts and call.name in self.spec.tools:
@@ -199,8 +234,10 @@ class _Episode:
             try:
                 completion = await batcher.generate(request)
                 if len(completion.output_ids) > request.sampling.max_new_tokens:
-                    raise RuntimeError(f"engine returned {len(completion.output_ids)} tokens, "
-                                       f"over max_new_tokens={request.sampling.max_new_tokens}")
+                    raise RuntimeError(
+                        f"engine returned {len(completion.output_ids)} tokens, "
+                        f"over max_new_tokens={request.sampling.max_new_tokens}"
+                    )
             except Exception as e:  # a dead engine ends this episode, reported, not the run
                 self._finish("error", f"{type(e).__name__}: {e}")
                 break
@@ -227,16 +264,25 @@ class _Episode:
         return self.traj
 
 
-async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any, *,
-                       sampling: SamplingParams, max_turns: int = 30,
-                       max_context_tokens: int = 32768, max_new_tokens_per_turn: int = 2048,
-                       tool_timeout_s: float = 60.0, enable_thinking: bool = True,
-                       stop_on_no_tool_call: bool = False,
-                       seconds_per_generated_token: float | None = None,
-                       charge_tool_failure_time: bool = True,
-                       max_batch_size: int = 256, batch_wait_s: float = 0.005,
-                       max_in_flight_batches: int = 64,
-                       max_concurrent_episodes: int | None = None) -> list[Trajectory]:
+async def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    engine: Any,
+    tokenizer: Any,
+    *,
+    sampling: SamplingParams,
+    max_turns: int = 30,
+    max_context_tokens: int = 32768,
+    max_new_tokens_per_turn: int = 2048,
+    tool_timeout_s: float = 60.0,
+    enable_thinking: bool = True,
+    stop_on_no_tool_call: bool = False,
+    seconds_per_generated_token: float | None = None,
+    charge_tool_failure_time: bool = True,
+    max_batch_size: int = 256,
+    batch_wait_s: float = 0.005,
+    max_in_flight_batches: int = 64,
+    max_concurrent_episodes: int | None = None,
+) -> list[Trajectory]:
     """Run the episodes concurrently; trajectories come back in `specs` order.
 
     `sampling` gives temperature/top-p/top-k; per turn the loop sets
@@ -254,14 +300,22 @@ async def run_episodes(specs: Sequence[EpisodeSpec], engine: Any, tokenizer: Any
     """
     if max_concurrent_episodes is not None and max_concurrent_episodes < 0:
         raise ValueError(f"max_concurrent_episodes must be >= 0, got {max_concurrent_episodes}")
-    limits = LoopLimits(max_turns=max_turns, max_context_tokens=max_context_tokens,
-                        max_new_tokens_per_turn=max_new_tokens_per_turn,
-                        tool_timeout_s=tool_timeout_s, enable_thinking=enable_thinking,
-                        stop_on_no_tool_call=stop_on_no_tool_call,
-                        seconds_per_generated_token=seconds_per_generated_token,
-                        charge_tool_failure_time=charge_tool_failure_time)
-    batcher = GenerationBatcher(engine, max_batch_size=max_batch_size, max_wait_s=batch_wait_s,
-                                max_in_flight=max_in_flight_batches)
+    limits = LoopLimits(
+        max_turns=max_turns,
+        max_context_tokens=max_context_tokens,
+        max_new_tokens_per_turn=max_new_tokens_per_turn,
+        tool_timeout_s=tool_timeout_s,
+        enable_thinking=enable_thinking,
+        stop_on_no_tool_call=stop_on_no_tool_call,
+        seconds_per_generated_token=seconds_per_generated_token,
+        charge_tool_failure_time=charge_tool_failure_time,
+    )
+    batcher = GenerationBatcher(
+        engine,
+        max_batch_size=max_batch_size,
+        max_wait_s=batch_wait_s,
+        max_in_flight=max_in_flight_batches,
+    )
     prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)
     episodes = []
     for spec in specs:
@@ -294,5 +348,6 @@ def run_episodes_sync(*args, **kwargs) -> list[Trajectory]:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(run_episodes(*args, **kwargs))
-    raise RuntimeError("run_episodes_sync called inside a running event loop; "
-                       "await run_episodes(...) instead")
+    raise RuntimeError(
+        "run_episodes_sync called inside a running event loop; await run_episodes(...) instead"
+    )

@@ -17,7 +17,8 @@ from orchestra_jax.chat.tool_calls import ToolCall, ToolCallError
 
 NO_TOOL_CALL_MESSAGE = (
     "Error: no tool call found. Call one of the listed tools as "
-    '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>.')
+    '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>.'
+)
 
 
 def call_feature(name: str, arguments: Mapping[str, Any], features: Collection[str]) -> str:
@@ -38,12 +39,22 @@ def record_call(call: ToolCall | ToolCallError, features: Collection[str]) -> To
     """The JSON-friendly record of a parsed (or unparseable) call."""
     if isinstance(call, ToolCallError):
         return ToolCallRecord(name=None, arguments=None, raw=call.raw, error=call.message)
-    return ToolCallRecord(name=call.name, arguments=dict(call.arguments), raw=call.raw,
-                          feature=call_feature(call.name, call.arguments, features))
+    return ToolCallRecord(
+        name=call.name,
+        arguments=dict(call.arguments),
+        raw=call.raw,
+        feature=call_feature(call.name, call.arguments, features),
+    )
 
 
-async def run_call(tool: Any, arguments: dict[str, Any], ctx: Any, *, timeout_s: float,
-                   charge_failure_time: bool = True) -> tuple[ToolResultRecord, str | None]:
+async def run_call(
+    tool: Any,
+    arguments: dict[str, Any],
+    ctx: Any,
+    *,
+    timeout_s: float,
+    charge_failure_time: bool = True,
+) -> tuple[ToolResultRecord, str | None]:
     """Await `tool(arguments, ctx)` for at most `timeout_s` seconds.
 
     Returns the result record and the final answer (`answer` tool only). A
@@ -64,20 +75,31 @@ async def run_call(tool: Any, arguments: dict[str, Any], ctx: Any, *, timeout_s:
         return ToolResultRecord(text=f"Error: {message}", latency_s=timeout_s, error=message), None
     except Exception as e:  # a buggy tool must not end the run; the model sees why
         message = f"tool {tool.name!r} failed: {type(e).__name__}: {e}"
-        return ToolResultRecord(text=f"Error: {message}", latency_s=failure_latency(),
-                                error=message), None
+        return ToolResultRecord(
+            text=f"Error: {message}", latency_s=failure_latency(), error=message
+        ), None
     if not isinstance(getattr(result, "text", None), str):
         message = f"tool {tool.name!r} returned {type(result).__name__}, not a ToolResult"
-        return ToolResultRecord(text=f"Error: {message}", latency_s=failure_latency(),
-                                error=message), None
-    record = ToolResultRecord(text=result.text, cost_usd=float(result.cost_usd),
-                              latency_s=float(result.latency_s), error=result.error)
+        return ToolResultRecord(
+            text=f"Error: {message}", latency_s=failure_latency(), error=message
+        ), None
+    record = ToolResultRecord(
+        text=result.text,
+        cost_usd=float(result.cost_usd),
+        latency_s=float(result.latency_s),
+        error=result.error,
+    )
     return record, result.final_answer
 
 
-async def run_calls(calls: Sequence[ToolCall | ToolCallError], tools: Mapping[str, Any],
-                    ctx: Any, *, timeout_s: float, charge_failure_time: bool = True
-                    ) -> tuple[list[ToolResultRecord], str | None]:
+async def run_calls(
+    calls: Sequence[ToolCall | ToolCallError],
+    tools: Mapping[str, Any],
+    ctx: Any,
+    *,
+    timeout_s: float,
+    charge_failure_time: bool = True,
+) -> tuple[list[ToolResultRecord], str | None]:
     """Run the valid calls concurrently; one result per call, in call order.
 
     Invalid calls (`ToolCallError`) and names not in `tools` are answered with
@@ -92,8 +114,13 @@ async def run_calls(calls: Sequence[ToolCall | ToolCallError], tools: Mapping[st
         if tool is None:
             message = f"unknown tool {call.name!r}; available tools: {sorted(tools)}"
             return ToolResultRecord(text=f"Error: {message}", error=message), None
-        return await run_call(tool, dict(call.arguments), ctx, timeout_s=timeout_s,
-                              charge_failure_time=charge_failure_time)
+        return await run_call(
+            tool,
+            dict(call.arguments),
+            ctx,
+            timeout_s=timeout_s,
+            charge_failure_time=charge_failure_time,
+        )
 
     outcomes = await asyncio.gather(*(one(call) for call in calls))
     answers = [answer for _, answer in outcomes if answer is not None]

@@ -97,7 +97,8 @@ class Trajectory:
         if len(self.loss_mask) != n or len(self.rollout_logprobs) != n:
             raise ValueError(
                 f"token_ids ({n}), loss_mask ({len(self.loss_mask)}) and rollout_logprobs "
-                f"({len(self.rollout_logprobs)}) must have the same length")
+                f"({len(self.rollout_logprobs)}) must have the same length"
+            )
         if not 0 <= self.prompt_length <= n:
             raise ValueError(f"prompt_length {self.prompt_length} outside [0, {n}]")
         if self.finish_reason not in FINISH_REASONS:
@@ -121,7 +122,8 @@ class Trajectory:
         if generated != len(sampled):
             raise ValueError(
                 f"trajectory {self.task_id}/{self.group_index}: turns generated "
-                f"{generated} tokens but the loss mask has {len(sampled)}")
+                f"{generated} tokens but the loss mask has {len(sampled)}"
+            )
         mask = list(self.loss_mask)
         start = 0
         for turn in self.turns:
@@ -142,7 +144,8 @@ class Trajectory:
         if self.correct is None:
             raise ValueError(
                 f"trajectory {self.task_id}/{self.group_index} is not graded yet "
-                "(correct is None); grade it before asking for reward features")
+                "(correct is None); grade it before asking for reward features"
+            )
         out = {name: float(count) for name, count in self.tool_call_counts.items()}
         out["accuracy"] = 1.0 if self.correct else 0.0
         out["cost"] = float(self.cost_usd)

@@ -37,12 +37,14 @@ def trajectory_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is neither a run folder nor a .jsonl file")
     files = sorted((run_dir / "trajectories").glob("*.jsonl")) + sorted(
-        run_dir.glob("trajectories*.jsonl"))
+        run_dir.glob("trajectories*.jsonl")
+    )
     files.sort(key=lambda p: (file_step(p) is None, file_step(p) or 0, p.name))  # steps first
     if not files:
         raise FileNotFoundError(
             f"no trajectories in {run_dir}: expected {run_dir}/trajectories/step_*.jsonl "
-            f"or {run_dir}/trajectories*.jsonl")
+            f"or {run_dir}/trajectories*.jsonl"
+        )
     return files
 
 
@@ -64,43 +66,78 @@ def mask_spans(traj: Trajectory, tokenizer: Any | None) -> list[dict[str, Any]]:
         for i in range(1, len(traj.token_ids) + 1):
             if i == len(traj.token_ids) or traj.loss_mask[i] != traj.loss_mask[start]:
                 ids = traj.token_ids[start:i]
-                spans.append({"trained": bool(traj.loss_mask[start]),
-                              "text": tokenizer.decode(ids), "tokens": len(ids)})
+                spans.append(
+                    {
+                        "trained": bool(traj.loss_mask[start]),
+                        "text": tokenizer.decode(ids),
+                        "tokens": len(ids),
+                    }
+                )
                 start = i
         return spans
-    spans = [{"trained": False, "text": f"[prompt: {traj.prompt_length} tokens; pass "
-              "--tokenizer to see it]", "tokens": traj.prompt_length}]
+    spans = [
+        {
+            "trained": False,
+            "text": f"[prompt: {traj.prompt_length} tokens; pass --tokenizer to see it]",
+            "tokens": traj.prompt_length,
+        }
+    ]
     for turn in traj.turns:
         spans.append({"trained": True, "text": turn.text, "tokens": turn.num_generated_tokens})
         if turn.observation:
-            spans.append({"trained": False, "text": turn.observation,
-                          "tokens": turn.num_observation_tokens})
+            spans.append(
+                {"trained": False, "text": turn.observation, "tokens": turn.num_observation_tokens}
+            )
     return spans
 
 
-def episode_view(traj: Trajectory, step: int | None, source: str,
-                 tokenizer: Any | None) -> dict[str, Any]:
+def episode_view(
+    traj: Trajectory, step: int | None, source: str, tokenizer: Any | None
+) -> dict[str, Any]:
     """The JSON the page shows for one episode (token ids themselves are left out)."""
-    turns = [{
-        "text": t.text, "tokens": t.num_generated_tokens, "finish": t.finish_reason,
-        "format_valid": t.format_valid, "generation_latency_s": t.generation_latency_s,
-        "tool_latency_s": t.tool_latency_s, "observation": t.observation,
-        "calls": [{"name": c.name, "arguments": c.arguments, "error": c.error,
-                   "feature": c.feature} for c in t.tool_calls],
-        "results": [{"text": r.text, "cost_usd": r.cost_usd, "latency_s": r.latency_s,
-                     "error": r.error} for r in t.tool_results],
-    } for t in traj.turns]
+    turns = [
+        {
+            "text": t.text,
+            "tokens": t.num_generated_tokens,
+            "finish": t.finish_reason,
+            "format_valid": t.format_valid,
+            "generation_latency_s": t.generation_latency_s,
+            "tool_latency_s": t.tool_latency_s,
+            "observation": t.observation,
+            "calls": [
+                {"name": c.name, "arguments": c.arguments, "error": c.error, "feature": c.feature}
+                for c in t.tool_calls
+            ],
+            "results": [
+                {"text": r.text, "cost_usd": r.cost_usd, "latency_s": r.latency_s, "error": r.error}
+                for r in t.tool_results
+            ],
+        }
+        for t in traj.turns
+    ]
     return {
-        "step": step, "source": source, "task_id": traj.task_id, "group_index": traj.group_index,
-        "seed": traj.seed, "finish_reason": traj.finish_reason,
-        "format_valid": traj.format_valid, "final_answer": traj.final_answer,
-        "correct": traj.correct, "reward": traj.reward, "advantage": traj.advantage,
-        "cost_usd": traj.cost_usd, "tool_cost_usd": traj.tool_cost_usd,
-        "orchestrator_cost_usd": traj.orchestrator_cost_usd, "latency_s": traj.latency_s,
-        "num_tokens": len(traj.token_ids), "num_trained": sum(traj.loss_mask),
+        "step": step,
+        "source": source,
+        "task_id": traj.task_id,
+        "group_index": traj.group_index,
+        "seed": traj.seed,
+        "finish_reason": traj.finish_reason,
+        "format_valid": traj.format_valid,
+        "final_answer": traj.final_answer,
+        "correct": traj.correct,
+        "reward": traj.reward,
+        "advantage": traj.advantage,
+        "cost_usd": traj.cost_usd,
+        "tool_cost_usd": traj.tool_cost_usd,
+        "orchestrator_cost_usd": traj.orchestrator_cost_usd,
+        "latency_s": traj.latency_s,
+        "num_tokens": len(traj.token_ids),
+        "num_trained": sum(traj.loss_mask),
         "tool_call_counts": {k: v for k, v in traj.tool_call_counts.items() if v},
-        "preference": traj.preference, "metadata": traj.metadata,
-        "turns": turns, "spans": mask_spans(traj, tokenizer),
+        "preference": traj.preference,
+        "metadata": traj.metadata,
+        "turns": turns,
+        "spans": mask_spans(traj, tokenizer),
     }
 
 
@@ -111,8 +148,12 @@ def build_page(episodes: Sequence[dict[str, Any]], title: str) -> str:
     return PAGE_TEMPLATE.replace("__TITLE__", safe_title).replace("__DATA__", data)
 
 
-def write_viewer(run_dir: str | pathlib.Path, *, tokenizer: Any | None = None,
-                 out: str | pathlib.Path | None = None) -> pathlib.Path:
+def write_viewer(
+    run_dir: str | pathlib.Path,
+    *,
+    tokenizer: Any | None = None,
+    out: str | pathlib.Path | None = None,
+) -> pathlib.Path:
     """Read the run's trajectories and write the page; returns its path."""
     run_dir = pathlib.Path(run_dir)
     episodes = []
@@ -128,16 +169,21 @@ def write_viewer(run_dir: str | pathlib.Path, *, tokenizer: Any | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestra_jax.agent.view",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestra_jax.agent.view", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("run_dir", help="run folder (with trajectories/*.jsonl) or one .jsonl")
-    parser.add_argument("--tokenizer", default=None,
-                        help='decode token ids with this tokenizer ("demo" or a folder)')
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help='decode token ids with this tokenizer ("demo" or a folder)',
+    )
     parser.add_argument("--out", default=None, help="page to write (default RUN_DIR/viewer.html)")
     args = parser.parse_args(argv)
     tokenizer = None
     if args.tokenizer:
         from orchestra_jax.chat.tokenizer import load_tokenizer
+
         tokenizer = load_tokenizer(args.tokenizer)
     try:
         out = write_viewer(args.run_dir, tokenizer=tokenizer, out=args.out)

@@ -8,9 +8,23 @@
 
 from orchestra_jax.chat.template import render, tool_response_segment, user_message_segment
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
-from orchestra_jax.chat.tool_calls import ToolCall, ToolCallError, parse_tool_calls, split_reasoning, strip_think
+from orchestra_jax.chat.tool_calls import (
+    ToolCall,
+    ToolCallError,
+    parse_tool_calls,
+    split_reasoning,
+    strip_think,
+)
 
 __all__ = [
-    "ChatTokenizer", "ToolCall", "ToolCallError", "load_tokenizer", "parse_tool_calls", "render",
-    "split_reasoning", "strip_think", "tool_response_segment", "user_message_segment",
+    "ChatTokenizer",
+    "ToolCall",
+    "ToolCallError",
+    "load_tokenizer",
+    "parse_tool_calls",
+    "render",
+    "split_reasoning",
+    "strip_think",
+    "tool_response_segment",
+    "user_message_segment",
 ]

@@ -99,7 +99,9 @@ def tool_response_segment(results: Sequence[str], *, enable_thinking: bool = Tru
     for result in results:
         _require_str(result, "tool result")
     blocks = "".join(f"\n{TOOL_RESPONSE_OPEN}\n{r}\n{TOOL_RESPONSE_CLOSE}" for r in results)
-    return f"\n{IM_START}user{blocks}{IM_END}\n" + generation_prompt(enable_thinking=enable_thinking)
+    return f"\n{IM_START}user{blocks}{IM_END}\n" + generation_prompt(
+        enable_thinking=enable_thinking
+    )
 
 
 def user_message_segment(text: str, *, enable_thinking: bool = True) -> str:
@@ -110,7 +112,9 @@ def user_message_segment(text: str, *, enable_thinking: bool = True) -> str:
     render would drop the reasoning of all earlier turns (see module docstring).
     """
     _require_str(text, "user message")
-    return f"\n{IM_START}user\n{text}{IM_END}\n" + generation_prompt(enable_thinking=enable_thinking)
+    return f"\n{IM_START}user\n{text}{IM_END}\n" + generation_prompt(
+        enable_thinking=enable_thinking
+    )
 
 
 def render(
@@ -137,7 +141,9 @@ def render(
         if role == "user" or (role == "system" and i > 0):
             parts.append(f"{IM_START}{role}\n{msg['content']}{IM_END}\n")
         elif role == "assistant":
-            parts.append(_assistant_turn(msg, keep_think=i > last_query, is_last=i == len(msgs) - 1))
+            parts.append(
+                _assistant_turn(msg, keep_think=i > last_query, is_last=i == len(msgs) - 1)
+            )
         elif role == "tool":
             if i == 0 or msgs[i - 1]["role"] != "tool":
                 parts.append(f"{IM_START}user")
@@ -178,7 +184,10 @@ def _assistant_turn(msg: dict[str, Any], *, keep_think: bool, is_last: bool) -> 
     if reasoning is None:
         reasoning = ""
         if THINK_CLOSE in content:
-            before, content = content.split(THINK_CLOSE)[0], content.split(THINK_CLOSE)[-1].lstrip("\n")
+            before, content = (
+                content.split(THINK_CLOSE)[0],
+                content.split(THINK_CLOSE)[-1].lstrip("\n"),
+            )
             reasoning = before.rstrip("\n").split(THINK_OPEN)[-1].lstrip("\n")
     if keep_think and (is_last or reasoning):
         body = reasoning.strip("\n")

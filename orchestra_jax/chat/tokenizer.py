@@ -35,11 +35,19 @@ class ChatTokenizer:
     that is NFC-normalised under the real Qwen3 one.
     """
 
-    def __init__(self, tokenizer: tokenizers.Tokenizer, *, eos_token: str = DEFAULT_EOS,
-                 pad_token: str = DEFAULT_PAD, name: str = ""):
+    def __init__(
+        self,
+        tokenizer: tokenizers.Tokenizer,
+        *,
+        eos_token: str = DEFAULT_EOS,
+        pad_token: str = DEFAULT_PAD,
+        name: str = "",
+    ):
         self._tok = tokenizer
         self.name = name
-        missing = [t for t in (*REQUIRED_TOKENS, eos_token, pad_token) if tokenizer.token_to_id(t) is None]
+        missing = [
+            t for t in (*REQUIRED_TOKENS, eos_token, pad_token) if tokenizer.token_to_id(t) is None
+        ]
         if missing:
             raise ValueError(f"tokenizer {name!r} lacks the chat tokens {missing}")
         self.im_start_id = self.token_to_id("<|im_start|>")
@@ -100,8 +108,9 @@ def load_tokenizer(name_or_path: str | pathlib.Path) -> ChatTokenizer:
     if not file.is_file():
         raise FileNotFoundError(f"no tokenizer.json at {path} (or pass 'demo' for the bundled one)")
     eos, pad = _special_tokens_from_config(file.parent / "tokenizer_config.json")
-    return ChatTokenizer(tokenizers.Tokenizer.from_file(str(file)), eos_token=eos, pad_token=pad,
-                         name=str(path))
+    return ChatTokenizer(
+        tokenizers.Tokenizer.from_file(str(file)), eos_token=eos, pad_token=pad, name=str(path)
+    )
 
 
 def _special_tokens_from_config(config_path: pathlib.Path) -> tuple[str, str]:

@@ -40,7 +40,9 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
-CALL_FORMAT = '<tool_call>\n{"name": <tool name>, "arguments": {<arguments as a JSON object>}}\n</tool_call>'
+CALL_FORMAT = (
+    '<tool_call>\n{"name": <tool name>, "arguments": {<arguments as a JSON object>}}\n</tool_call>'
+)
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -97,7 +99,9 @@ def generated_content(text: str) -> str:
     return text
 
 
-def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None = None) -> list[ToolCall | ToolCallError]:
+def parse_tool_calls(
+    text: str, tools: Sequence[Mapping[str, Any]] | None = None
+) -> list[ToolCall | ToolCallError]:
     """Every `<tool_call>` block outside `<think>`, decoded and checked against `tools`.
 
     Never raises on any string; raises ValueError only for malformed `tools`
@@ -113,9 +117,14 @@ def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None = None
         start = content.find(TOOL_CALL_OPEN, pos)
         stray = content.find(TOOL_CALL_CLOSE, pos)
         if stray != -1 and (start == -1 or stray < start):
-            raw = content[pos:stray + len(TOOL_CALL_CLOSE)].strip()
-            results.append(ToolCallError(f"Found {TOOL_CALL_CLOSE} without an opening {TOOL_CALL_OPEN}. "
-                                         f"Write each call as {CALL_FORMAT}", raw))
+            raw = content[pos : stray + len(TOOL_CALL_CLOSE)].strip()
+            results.append(
+                ToolCallError(
+                    f"Found {TOOL_CALL_CLOSE} without an opening {TOOL_CALL_OPEN}. "
+                    f"Write each call as {CALL_FORMAT}",
+                    raw,
+                )
+            )
             pos = stray + len(TOOL_CALL_CLOSE)
             continue
         if start == -1:
@@ -136,18 +145,23 @@ def _parse_block(content: str, start: int, schemas) -> tuple[ToolCall | ToolCall
         if content.startswith(TOOL_CALL_CLOSE, close):
             stop = close + len(TOOL_CALL_CLOSE)
             return check_call(value, content[start:stop], schemas), stop
-        problem = f"unexpected text after the JSON object: {content[close:close + 40]!r}"
+        problem = f"unexpected text after the JSON object: {content[close : close + 40]!r}"
     after = end if end is not None else body  # tags inside decoded JSON strings are data, not tags
     close, nxt = content.find(TOOL_CALL_CLOSE, after), content.find(TOOL_CALL_OPEN, after)
     if nxt != -1 and (close == -1 or nxt < close):
         msg = f"A {TOOL_CALL_OPEN} block was not closed with {TOOL_CALL_CLOSE} before the next one"
-        return ToolCallError(f"{msg} ({problem}). Write each call as {CALL_FORMAT}", content[start:nxt]), nxt
+        return ToolCallError(
+            f"{msg} ({problem}). Write each call as {CALL_FORMAT}", content[start:nxt]
+        ), nxt
     if close == -1:
         msg = f"A {TOOL_CALL_OPEN} block was not closed with {TOOL_CALL_CLOSE}"
-        return ToolCallError(f"{msg} ({problem}). Write each call as {CALL_FORMAT}", content[start:]), len(content)
+        return ToolCallError(
+            f"{msg} ({problem}). Write each call as {CALL_FORMAT}", content[start:]
+        ), len(content)
     stop = close + len(TOOL_CALL_CLOSE)
-    return ToolCallError(f"Invalid tool call: {problem}. Write each call as {CALL_FORMAT}",
-                         content[start:stop]), stop
+    return ToolCallError(
+        f"Invalid tool call: {problem}. Write each call as {CALL_FORMAT}", content[start:stop]
+    ), stop
 
 
 def _json_problem(error: Exception, content: str, body: int) -> str:
@@ -160,26 +174,38 @@ def _json_problem(error: Exception, content: str, body: int) -> str:
     return f"the call's JSON could not be decoded ({error})"
 
 
-def check_call(value: Any, raw: str, schemas: Mapping[str, Any] | None = None) -> ToolCall | ToolCallError:
+def check_call(
+    value: Any, raw: str, schemas: Mapping[str, Any] | None = None
+) -> ToolCall | ToolCallError:
     """A decoded call object as a `ToolCall`, or the reason it is not one."""
     if not isinstance(value, dict):
-        return ToolCallError(f"Invalid tool call: expected a JSON object, got {_json_type(value)}. "
-                             f"Write each call as {CALL_FORMAT}", raw)
+        return ToolCallError(
+            f"Invalid tool call: expected a JSON object, got {_json_type(value)}. "
+            f"Write each call as {CALL_FORMAT}",
+            raw,
+        )
     name, arguments = value.get("name"), value.get("arguments")
     extra = sorted(set(value) - {"name", "arguments"})
     problem = (
-        "missing \"name\"" if "name" not in value
-        else f"\"name\" must be a string, got {_json_type(name)}" if not isinstance(name, str)
-        else "missing \"arguments\"" if "arguments" not in value
-        else f"\"arguments\" must be a JSON object, got {_json_type(arguments)}" if not isinstance(arguments, dict)
-        else f"unexpected keys {extra}; a call has only \"name\" and \"arguments\"" if extra
+        'missing "name"'
+        if "name" not in value
+        else f'"name" must be a string, got {_json_type(name)}'
+        if not isinstance(name, str)
+        else 'missing "arguments"'
+        if "arguments" not in value
+        else f'"arguments" must be a JSON object, got {_json_type(arguments)}'
+        if not isinstance(arguments, dict)
+        else f'unexpected keys {extra}; a call has only "name" and "arguments"'
+        if extra
         else None
     )
     if problem:
         return ToolCallError(f"Invalid tool call: {problem}. Write each call as {CALL_FORMAT}", raw)
     if schemas is not None:
         if name not in schemas:
-            return ToolCallError(f"Unknown tool {name!r}. Available tools: {', '.join(schemas) or 'none'}.", raw)
+            return ToolCallError(
+                f"Unknown tool {name!r}. Available tools: {', '.join(schemas) or 'none'}.", raw
+            )
         errors = schema_errors(arguments, schemas[name], "")
         if errors:
             return ToolCallError(f"Invalid arguments for tool {name!r}: {'; '.join(errors)}.", raw)
@@ -202,7 +228,9 @@ def schema_errors(value: Any, schema: Any, path: str) -> list[str]:
     if not isinstance(schema, Mapping):
         return []
     where = f"argument {path!r}" if path else "the arguments"
-    if isinstance(schema.get("anyOf"), list) and not any(not schema_errors(value, s, path) for s in schema["anyOf"]):
+    if isinstance(schema.get("anyOf"), list) and not any(
+        not schema_errors(value, s, path) for s in schema["anyOf"]
+    ):
         return [f"{where} matches none of the allowed forms"]
     types = schema.get("type")
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
@@ -210,23 +238,35 @@ def schema_errors(value: Any, schema: Any, path: str) -> list[str]:
         return [f"{where} must be {' or '.join(types)}, got {_json_type(value)}"]
     if "enum" in schema and isinstance(schema["enum"], list):
         if not any(_same_json(value, option) for option in schema["enum"]):
-            return [f"{where} must be one of {json.dumps(schema['enum'], ensure_ascii=False)}, "
-                    f"got {json.dumps(value, ensure_ascii=False)}"]
+            return [
+                f"{where} must be one of {json.dumps(schema['enum'], ensure_ascii=False)}, "
+                f"got {json.dumps(value, ensure_ascii=False)}"
+            ]
     if isinstance(value, dict):
         return _object_errors(value, schema, path)
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        return [e for i, item in enumerate(value) for e in schema_errors(item, schema["items"], f"{path}[{i}]")]
+        return [
+            e
+            for i, item in enumerate(value)
+            for e in schema_errors(item, schema["items"], f"{path}[{i}]")
+        ]
     return []
 
 
 def _object_errors(value: dict, schema: Mapping[str, Any], path: str) -> list[str]:
     properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
     prefix = f"{path}." if path else ""
-    errors = [f"missing required argument {prefix + key!r}"
-              for key in schema.get("required") or [] if isinstance(key, str) and key not in value]
+    errors = [
+        f"missing required argument {prefix + key!r}"
+        for key in schema.get("required") or []
+        if isinstance(key, str) and key not in value
+    ]
     if schema.get("additionalProperties") is False:
-        errors += [f"unknown argument {prefix + key!r} (allowed: {', '.join(properties) or 'none'})"
-                   for key in value if key not in properties]
+        errors += [
+            f"unknown argument {prefix + key!r} (allowed: {', '.join(properties) or 'none'})"
+            for key in value
+            if key not in properties
+        ]
     for key, item in value.items():
         errors += schema_errors(item, properties.get(key), prefix + key)
     return errors
@@ -235,18 +275,33 @@ def _object_errors(value: dict, schema: Mapping[str, Any], path: str) -> list[st
 def _is_type(value: Any, type_name: Any) -> bool:
     if type_name == "integer":  # JSON Schema counts 1.0 as an integer
         return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
+            isinstance(value, float) and value.is_integer()
+        )
     if type_name == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    python_type = {"string": str, "boolean": bool, "array": list, "object": dict, "null": type(None)}.get(type_name)
-    return python_type is None or isinstance(value, python_type)  # unknown type names do not constrain
+    python_type = {
+        "string": str,
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
+    }.get(type_name)
+    return python_type is None or isinstance(
+        value, python_type
+    )  # unknown type names do not constrain
 
 
 def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
-    return {str: "string", int: "integer", float: "number", list: "array", dict: "object",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        str: "string",
+        int: "integer",
+        float: "number",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _same_json(a: Any, b: Any) -> bool:

@@ -45,61 +45,62 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class WeightedSource:
-  """Tasks from one reader and their share of the mixture (weight > 0)."""
+    """Tasks from one reader and their share of the mixture (weight > 0)."""
 
-  name: str
-  tasks: Sequence[Any]
-  weight: float = 1.0
+    name: str
+    tasks: Sequence[Any]
+    weight: float = 1.0
 
 
 STRATIFY_FIELDS = ("domain", "answer_type")
 
 
 def source_seed(seed: int, source_index: int, stratum_index: int | None = None) -> int:
-  """Independent 32-bit shuffle seed for source `source_index` (and one of its
-  strata), derived from `seed`."""
-  entropy = [seed, source_index] + ([] if stratum_index is None else [stratum_index])
-  return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+    """Independent 32-bit shuffle seed for source `source_index` (and one of its
+    strata), derived from `seed`."""
+    entropy = [seed, source_index] + ([] if stratum_index is None else [stratum_index])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def stratify(sources: Sequence[WeightedSource], field: str,
-             weights: Mapping[str, float] | None = None
-             ) -> list[tuple[WeightedSource, int, int | None]]:
-  """Each source split by `field` into strata weighted by their share of it,
-  times `weights[value]` (1 for values not named).
+def stratify(
+    sources: Sequence[WeightedSource], field: str, weights: Mapping[str, float] | None = None
+) -> list[tuple[WeightedSource, int, int | None]]:
+    """Each source split by `field` into strata weighted by their share of it,
+    times `weights[value]` (1 for values not named).
 
-  Returns `(stratum, source_index, stratum_index)` in source order, strata in
-  order of first appearance (so the split is a function of the task order).
-  A weight for a value no source holds is an error (a typo would otherwise
-  change nothing).
-  """
-  if field not in STRATIFY_FIELDS:
-    raise ValueError(f"stratify_by must be one of {STRATIFY_FIELDS}, got {field!r}")
-  weights = dict(weights or {})
-  for value, w in weights.items():
-    if not w > 0:
-      raise ValueError(f"stratum weight of {value!r} must be > 0, got {w}")
-  out, seen = [], set()
-  for i, source in enumerate(sources):
-    groups: dict[str, list[Any]] = {}
-    for task in source.tasks:
-      groups.setdefault(str(getattr(task, field)), []).append(task)
-    for j, (value, tasks) in enumerate(groups.items()):
-      share = source.weight * len(tasks) / len(source.tasks) * weights.get(value, 1.0)
-      out.append((WeightedSource(f"{source.name}/{value}", tasks, share), i, j))
-    seen.update(groups)
-  unknown = sorted(set(weights) - seen)
-  if unknown:
-    raise ValueError(f"stratum weights for {unknown}: no task has that {field} "
-                     f"(values: {sorted(seen)})")
-  return out
+    Returns `(stratum, source_index, stratum_index)` in source order, strata in
+    order of first appearance (so the split is a function of the task order).
+    A weight for a value no source holds is an error (a typo would otherwise
+    change nothing).
+    """
+    if field not in STRATIFY_FIELDS:
+        raise ValueError(f"stratify_by must be one of {STRATIFY_FIELDS}, got {field!r}")
+    weights = dict(weights or {})
+    for value, w in weights.items():
+        if not w > 0:
+            raise ValueError(f"stratum weight of {value!r} must be > 0, got {w}")
+    out, seen = [], set()
+    for i, source in enumerate(sources):
+        groups: dict[str, list[Any]] = {}
+        for task in source.tasks:
+            groups.setdefault(str(getattr(task, field)), []).append(task)
+        for j, (value, tasks) in enumerate(groups.items()):
+            share = source.weight * len(tasks) / len(source.tasks) * weights.get(value, 1.0)
+            out.append((WeightedSource(f"{source.name}/{value}", tasks, share), i, j))
+        seen.update(groups)
+    unknown = sorted(set(weights) - seen)
+    if unknown:
+        raise ValueError(
+            f"stratum weights for {unknown}: no task has that {field} (values: {sorted(seen)})"
+        )
+    return out
 
 
 def host_shard() -> tuple[int, int]:
-  """`(jax.process_index(), jax.process_count())`: this host's data shard."""
-  import jax  # pylint: disable=g-import-not-at-top
+    """`(jax.process_index(), jax.process_count())`: this host's data shard."""
+    import jax  # pylint: disable=g-import-not-at-top
 
-  return jax.process_index(), jax.process_count()
+    return jax.process_index(), jax.process_count()
 
 
 def task_batches(
@@ -113,42 +114,42 @@ def task_batches(
     stratify_by: str | None = None,
     stratum_weights: Mapping[str, float] | None = None,
 ) -> grain.MapDataset:
-  """The batched, mixed, sharded dataset of `list[Task]` (see module docstring).
+    """The batched, mixed, sharded dataset of `list[Task]` (see module docstring).
 
-  `num_epochs=None` repeats forever. `shard_index`/`shard_count` default to
-  this JAX process's index and the process count. `stratify_by` (a task field
-  of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field;
-  `stratum_weights` reweights its values (see `stratify`).
-  """
-  _validate(sources, tasks_per_step, num_epochs)
-  if (shard_index is None) != (shard_count is None):
-    raise ValueError("give both shard_index and shard_count, or neither")
-  if shard_index is None:
-    shard_index, shard_count = host_shard()
-  if not 0 <= shard_index < shard_count:
-    raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")
+    `num_epochs=None` repeats forever. `shard_index`/`shard_count` default to
+    this JAX process's index and the process count. `stratify_by` (a task field
+    of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field;
+    `stratum_weights` reweights its values (see `stratify`).
+    """
+    _validate(sources, tasks_per_step, num_epochs)
+    if (shard_index is None) != (shard_count is None):
+        raise ValueError("give both shard_index and shard_count, or neither")
+    if shard_index is None:
+        shard_index, shard_count = host_shard()
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")
 
-  if stratify_by:
-    parts = stratify(sources, stratify_by, stratum_weights)
-  elif stratum_weights:
-    raise ValueError("stratum_weights needs stratify_by")
-  else:
-    parts = [(source, i, None) for i, source in enumerate(sources)]
-  per_source = []
-  for source, i, j in parts:
-    ds = grain.MapDataset.source(list(source.tasks))[shard_index::shard_count]
-    if len(ds) == 0:
-      raise ValueError(
-          f"source {source.name!r} has {len(source.tasks)} tasks: too few for "
-          f"{shard_count} shards"
-      )
-    ds = ds.shuffle(seed=source_seed(seed, i, j)).repeat(num_epochs)
-    per_source.append(ds)
-  if len(per_source) == 1:
-    mixed = per_source[0]
-  else:
-    mixed = grain.MapDataset.mix(per_source, weights=[s.weight for s, _, _ in parts])
-  return mixed.batch(tasks_per_step, drop_remainder=True, batch_fn=list)
+    if stratify_by:
+        parts = stratify(sources, stratify_by, stratum_weights)
+    elif stratum_weights:
+        raise ValueError("stratum_weights needs stratify_by")
+    else:
+        parts = [(source, i, None) for i, source in enumerate(sources)]
+    per_source = []
+    for source, i, j in parts:
+        ds = grain.MapDataset.source(list(source.tasks))[shard_index::shard_count]
+        if len(ds) == 0:
+            raise ValueError(
+                f"source {source.name!r} has {len(source.tasks)} tasks: too few for "
+                f"{shard_count} shards"
+            )
+        ds = ds.shuffle(seed=source_seed(seed, i, j)).repeat(num_epochs)
+        per_source.append(ds)
+    if len(per_source) == 1:
+        mixed = per_source[0]
+    else:
+        mixed = grain.MapDataset.mix(per_source, weights=[s.weight for s, _, _ in parts])
+    return mixed.batch(tasks_per_step, drop_remainder=True, batch_fn=list)
 
 
 def task_iterator(
@@ -162,37 +163,39 @@ def task_iterator(
     stratify_by: str | None = None,
     stratum_weights: Mapping[str, float] | None = None,
 ) -> grain.DatasetIterator:
-  """A checkpointable iterator over `list[Task]` batches (`get_state`/`set_state`).
+    """A checkpointable iterator over `list[Task]` batches (`get_state`/`set_state`).
 
-  Reads in the calling thread: tasks are already in memory, and prefetch
-  threads would only contend for the GIL with the rollout loop.
-  """
-  dataset = task_batches(
-      sources,
-      tasks_per_step=tasks_per_step,
-      seed=seed,
-      num_epochs=num_epochs,
-      shard_index=shard_index,
-      shard_count=shard_count,
-      stratify_by=stratify_by,
-      stratum_weights=stratum_weights,
-  )
-  read_options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-  return iter(dataset.to_iter_dataset(read_options))
+    Reads in the calling thread: tasks are already in memory, and prefetch
+    threads would only contend for the GIL with the rollout loop.
+    """
+    dataset = task_batches(
+        sources,
+        tasks_per_step=tasks_per_step,
+        seed=seed,
+        num_epochs=num_epochs,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        stratify_by=stratify_by,
+        stratum_weights=stratum_weights,
+    )
+    read_options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+    return iter(dataset.to_iter_dataset(read_options))
 
 
-def _validate(sources: Sequence[WeightedSource], tasks_per_step: int, num_epochs: int | None) -> None:
-  if not sources:
-    raise ValueError("need at least one task source")
-  names = [s.name for s in sources]
-  if len(set(names)) != len(names):
-    raise ValueError(f"task source names must be unique, got {names}")
-  for s in sources:
-    if not s.weight > 0:
-      raise ValueError(f"source {s.name!r}: weight must be > 0, got {s.weight}")
-    if not s.tasks:
-      raise ValueError(f"source {s.name!r} has no tasks")
-  if tasks_per_step < 1:
-    raise ValueError(f"tasks_per_step must be >= 1, got {tasks_per_step}")
-  if num_epochs is not None and num_epochs < 1:
-    raise ValueError(f"num_epochs must be >= 1 or None (forever), got {num_epochs}")
+def _validate(
+    sources: Sequence[WeightedSource], tasks_per_step: int, num_epochs: int | None
+) -> None:
+    if not sources:
+        raise ValueError("need at least one task source")
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"task source names must be unique, got {names}")
+    for s in sources:
+        if not s.weight > 0:
+            raise ValueError(f"source {s.name!r}: weight must be > 0, got {s.weight}")
+        if not s.tasks:
+            raise ValueError(f"source {s.name!r} has no tasks")
+    if tasks_per_step < 1:
+        raise ValueError(f"tasks_per_step must be >= 1, got {tasks_per_step}")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1 or None (forever), got {num_epochs}")

@@ -38,9 +38,9 @@ RowConverter = Callable[[dict, str], "Task | None"]
 
 
 def _check_answer_type(answer_type: str) -> str:
-  if answer_type not in ANSWER_TYPES:
-    raise ValueError(f"answer_type must be one of {ANSWER_TYPES}, got {answer_type!r}")
-  return answer_type
+    if answer_type not in ANSWER_TYPES:
+        raise ValueError(f"answer_type must be one of {ANSWER_TYPES}, got {answer_type!r}")
+    return answer_type
 
 
 # ---------------------------------------------------------------- formats
@@ -49,33 +49,33 @@ def _check_answer_type(answer_type: str) -> str:
 def generalthought_task(
     row: dict, where: str, *, answer_type: str = "judge", use_model_answer: bool = False
 ) -> Task | None:
-  """GeneralThought QA → Task; answers are free-form, so a judge grades by default.
+    """GeneralThought QA → Task; answers are free-form, so a judge grades by default.
 
-  The gold answer is `reference_answer` (or `answer`). Many GeneralThought rows
-  have none; they are skipped, unless `use_model_answer` accepts the distilled
-  model's `model_answer` instead (recorded as `metadata["answer_from"]`).
-  """
-  question = text_field(row, "question")
-  answer_from = "reference_answer" if row.get("reference_answer") not in (None, "") else "answer"
-  answer = text_field(row, "reference_answer", "answer", required=False)
-  if answer is None and use_model_answer:
-    answer_from, answer = "model_answer", text_field(row, "model_answer", required=False)
-  if answer is None:
-    return None
-  task_id = text_field(row, "question_id", "id", required=False) or where
-  return Task(
-      id=f"generalthought/{task_id}",
-      question=question,
-      answer=answer,
-      answer_type=answer_type,
-      domain="generalthought",
-      metadata={
-          "source": "generalthought",
-          "answer_from": answer_from,
-          "task": row.get("task"),
-          "question_source": row.get("question_source"),
-      },
-  )
+    The gold answer is `reference_answer` (or `answer`). Many GeneralThought rows
+    have none; they are skipped, unless `use_model_answer` accepts the distilled
+    model's `model_answer` instead (recorded as `metadata["answer_from"]`).
+    """
+    question = text_field(row, "question")
+    answer_from = "reference_answer" if row.get("reference_answer") not in (None, "") else "answer"
+    answer = text_field(row, "reference_answer", "answer", required=False)
+    if answer is None and use_model_answer:
+        answer_from, answer = "model_answer", text_field(row, "model_answer", required=False)
+    if answer is None:
+        return None
+    task_id = text_field(row, "question_id", "id", required=False) or where
+    return Task(
+        id=f"generalthought/{task_id}",
+        question=question,
+        answer=answer,
+        answer_type=answer_type,
+        domain="generalthought",
+        metadata={
+            "source": "generalthought",
+            "answer_from": answer_from,
+            "task": row.get("task"),
+            "question_source": row.get("question_source"),
+        },
+    )
 
 
 # HLE answer types → how the outcome reward compares answers.
@@ -83,75 +83,81 @@ _HLE_ANSWER_TYPES = {"exactMatch": "exact", "multipleChoice": "exact"}
 
 
 def hle_task(row: dict, where: str, *, skip_images: bool = True) -> Task | None:
-  """HLE → Task. Multiple-choice answers are option letters, so both HLE types
-  compare exactly; the original type and category stay in metadata."""
-  if skip_images and row.get("image"):
-    return None  # text-only orchestrator: image questions are skipped, not malformed
-  hle_type = text_field(row, "answer_type")
-  if hle_type not in _HLE_ANSWER_TYPES:
-    raise MalformedRow(f"answer_type {hle_type!r} is not one of {sorted(_HLE_ANSWER_TYPES)}")
-  return Task(
-      id=text_field(row, "id"),
-      question=text_field(row, "question"),
-      answer=text_field(row, "answer"),
-      answer_type=_HLE_ANSWER_TYPES[hle_type],
-      domain="hle",
-      metadata={
-          "source": "hle",
-          "hle_answer_type": hle_type,
-          "category": row.get("category"),
-          "raw_subject": row.get("raw_subject"),
-      },
-  )
+    """HLE → Task. Multiple-choice answers are option letters, so both HLE types
+    compare exactly; the original type and category stay in metadata."""
+    if skip_images and row.get("image"):
+        return None  # text-only orchestrator: image questions are skipped, not malformed
+    hle_type = text_field(row, "answer_type")
+    if hle_type not in _HLE_ANSWER_TYPES:
+        raise MalformedRow(f"answer_type {hle_type!r} is not one of {sorted(_HLE_ANSWER_TYPES)}")
+    return Task(
+        id=text_field(row, "id"),
+        question=text_field(row, "question"),
+        answer=text_field(row, "answer"),
+        answer_type=_HLE_ANSWER_TYPES[hle_type],
+        domain="hle",
+        metadata={
+            "source": "hle",
+            "hle_answer_type": hle_type,
+            "category": row.get("category"),
+            "raw_subject": row.get("raw_subject"),
+        },
+    )
 
 
 def frames_task(row: dict, where: str, *, answer_type: str = "judge") -> Task:
-  """FRAMES → Task; the `wiki____N` id names the Wikipedia index the release uses."""
-  return Task(
-      id=text_field(row, "id"),
-      question=text_field(row, "question"),
-      answer=text_field(row, "answer"),
-      answer_type=answer_type,
-      domain="frames",
-      metadata={"source": "frames"},
-  )
+    """FRAMES → Task; the `wiki____N` id names the Wikipedia index the release uses."""
+    return Task(
+        id=text_field(row, "id"),
+        question=text_field(row, "question"),
+        answer=text_field(row, "answer"),
+        answer_type=answer_type,
+        domain="frames",
+        metadata={"source": "frames"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class FieldMap:
-  """Which columns of a generic file hold which Task fields.
+    """Which columns of a generic file hold which Task fields.
 
-  `answer_type_field` / `domain_field`, when set and present in a row, override
-  the constant `answer_type` / `domain`. Columns not mapped go to metadata.
-  """
+    `answer_type_field` / `domain_field`, when set and present in a row, override
+    the constant `answer_type` / `domain`. Columns not mapped go to metadata.
+    """
 
-  id: str = "id"
-  question: str = "question"
-  answer: str = "answer"
-  answer_type: str = "exact"
-  answer_type_field: str | None = None
-  domain: str = "jsonl"
-  domain_field: str | None = None
+    id: str = "id"
+    question: str = "question"
+    answer: str = "answer"
+    answer_type: str = "exact"
+    answer_type_field: str | None = None
+    domain: str = "jsonl"
+    domain_field: str | None = None
 
 
 def mapped_task(row: dict, where: str, *, fields: FieldMap = FieldMap()) -> Task:
-  answer_type = fields.answer_type
-  if fields.answer_type_field and row.get(fields.answer_type_field):
-    answer_type = str(row[fields.answer_type_field])
-    if answer_type not in ANSWER_TYPES:
-      raise MalformedRow(f"answer_type {answer_type!r} is not one of {ANSWER_TYPES}")
-  domain = fields.domain
-  if fields.domain_field and row.get(fields.domain_field):
-    domain = str(row[fields.domain_field])
-  mapped = {fields.id, fields.question, fields.answer, fields.answer_type_field, fields.domain_field}
-  return Task(
-      id=text_field(row, fields.id, required=False) or where,
-      question=text_field(row, fields.question),
-      answer=text_field(row, fields.answer),
-      answer_type=answer_type,
-      domain=domain,
-      metadata={k: v for k, v in row.items() if k not in mapped},
-  )
+    answer_type = fields.answer_type
+    if fields.answer_type_field and row.get(fields.answer_type_field):
+        answer_type = str(row[fields.answer_type_field])
+        if answer_type not in ANSWER_TYPES:
+            raise MalformedRow(f"answer_type {answer_type!r} is not one of {ANSWER_TYPES}")
+    domain = fields.domain
+    if fields.domain_field and row.get(fields.domain_field):
+        domain = str(row[fields.domain_field])
+    mapped = {
+        fields.id,
+        fields.question,
+        fields.answer,
+        fields.answer_type_field,
+        fields.domain_field,
+    }
+    return Task(
+        id=text_field(row, fields.id, required=False) or where,
+        question=text_field(row, fields.question),
+        answer=text_field(row, fields.answer),
+        answer_type=answer_type,
+        domain=domain,
+        metadata={k: v for k, v in row.items() if k not in mapped},
+    )
 
 
 # --------------------------------------------------------------- registry
@@ -160,58 +166,61 @@ def mapped_task(row: dict, where: str, *, fields: FieldMap = FieldMap()) -> Task
 def read_file(
     path: str | os.PathLike, convert: RowConverter, *, limit: int | None = None
 ) -> tuple[list[Task], ReadReport]:
-  """Applies `convert` to every row of `path`; bad rows are counted, not raised.
+    """Applies `convert` to every row of `path`; bad rows are counted, not raised.
 
-  `limit` stops after that many tasks (handy for smoke runs).
-  """
-  report = ReadReport(source=os.fspath(path))
-  tasks: list[Task] = []
-  for where, row in iter_rows(path):
-    if limit is not None and len(tasks) >= limit:
-      break
-    if isinstance(row, RowError):
-      report.add_malformed(where, row.message)
-      continue
-    try:
-      task = convert(row, where)
-    # Task's own validation raises ValueError/TypeError; all are row problems.
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-      report.add_malformed(where, str(e))
-      continue
-    if task is None:
-      report.add_skipped()
-    else:
-      tasks.append(task)
-      report.add_task()
-  return tasks, report
+    `limit` stops after that many tasks (handy for smoke runs).
+    """
+    report = ReadReport(source=os.fspath(path))
+    tasks: list[Task] = []
+    for where, row in iter_rows(path):
+        if limit is not None and len(tasks) >= limit:
+            break
+        if isinstance(row, RowError):
+            report.add_malformed(where, row.message)
+            continue
+        try:
+            task = convert(row, where)
+        # Task's own validation raises ValueError/TypeError; all are row problems.
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            report.add_malformed(where, str(e))
+            continue
+        if task is None:
+            report.add_skipped()
+        else:
+            tasks.append(task)
+            report.add_task()
+    return tasks, report
 
 
-def _synthetic(*, seed: int = 0, split: str = "train", n: int = 256,
-               num_entities: int = 400) -> tuple[list[Task], ReadReport]:
-  from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv  # pylint: disable=g-import-not-at-top
+def _synthetic(
+    *, seed: int = 0, split: str = "train", n: int = 256, num_entities: int = 400
+) -> tuple[list[Task], ReadReport]:
+    from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv  # pylint: disable=g-import-not-at-top
 
-  tasks = list(SyntheticOrchestrationEnv(seed=seed, num_entities=num_entities).tasks(split, n))
-  return tasks, ReadReport(source=f"synthetic:{split}", rows=len(tasks), tasks=len(tasks))
+    tasks = list(SyntheticOrchestrationEnv(seed=seed, num_entities=num_entities).tasks(split, n))
+    return tasks, ReadReport(source=f"synthetic:{split}", rows=len(tasks), tasks=len(tasks))
 
 
 def _file_reader(convert_fn: Callable[..., Task | None]):
-  def read(path: str | os.PathLike, *, limit: int | None = None, **options):
-    # Bad options are configuration mistakes: fail here, not once per row.
-    try:
-      inspect.signature(convert_fn).bind(None, None, **options)
-    except TypeError as e:
-      raise TypeError(f"{convert_fn.__name__}: {e}") from None
-    if "answer_type" in options:
-      _check_answer_type(options["answer_type"])
-    return read_file(path, lambda row, where: convert_fn(row, where, **options), limit=limit)
+    def read(path: str | os.PathLike, *, limit: int | None = None, **options):
+        # Bad options are configuration mistakes: fail here, not once per row.
+        try:
+            inspect.signature(convert_fn).bind(None, None, **options)
+        except TypeError as e:
+            raise TypeError(f"{convert_fn.__name__}: {e}") from None
+        if "answer_type" in options:
+            _check_answer_type(options["answer_type"])
+        return read_file(path, lambda row, where: convert_fn(row, where, **options), limit=limit)
 
-  return read
+    return read
 
 
-def _jsonl(path: str | os.PathLike, *, limit: int | None = None, fields: FieldMap | dict | None = None):
-  fields = fields if isinstance(fields, FieldMap) else FieldMap(**(fields or {}))
-  _check_answer_type(fields.answer_type)
-  return read_file(path, lambda row, where: mapped_task(row, where, fields=fields), limit=limit)
+def _jsonl(
+    path: str | os.PathLike, *, limit: int | None = None, fields: FieldMap | dict | None = None
+):
+    fields = fields if isinstance(fields, FieldMap) else FieldMap(**(fields or {}))
+    _check_answer_type(fields.answer_type)
+    return read_file(path, lambda row, where: mapped_task(row, where, fields=fields), limit=limit)
 
 
 READERS: dict[str, Callable[..., tuple[list[Task], ReadReport]]] = {
@@ -224,20 +233,24 @@ READERS: dict[str, Callable[..., tuple[list[Task], ReadReport]]] = {
 }
 
 
-def read_tasks(kind: str, path: str | os.PathLike | None = None, **options) -> tuple[list[Task], ReadReport]:
-  """Reads tasks of format `kind` (a key of `READERS`).
+def read_tasks(
+    kind: str, path: str | os.PathLike | None = None, **options
+) -> tuple[list[Task], ReadReport]:
+    """Reads tasks of format `kind` (a key of `READERS`).
 
-  File kinds need `path`; `"synthetic"` takes `seed`, `split`, `n` instead.
-  Options per kind: `limit` (all file kinds), `answer_type` (generalthought,
-  frames), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
-  (jsonl: `FieldMap` or its kwargs).
-  """
-  if kind not in READERS:
-    raise ValueError(f"unknown task source {kind!r}; known: {sorted(READERS)}")
-  if kind == "synthetic":
-    if path is not None:
-      raise ValueError("the 'synthetic' source takes no path (it generates tasks from a seed)")
-    return READERS[kind](**options)
-  if path is None:
-    raise ValueError(f"task source {kind!r} needs a path")
-  return READERS[kind](path, **options)
+    File kinds need `path`; `"synthetic"` takes `seed`, `split`, `n` instead.
+    Options per kind: `limit` (all file kinds), `answer_type` (generalthought,
+    frames), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
+    (jsonl: `FieldMap` or its kwargs).
+    """
+    if kind not in READERS:
+        raise ValueError(f"unknown task source {kind!r}; known: {sorted(READERS)}")
+    if kind == "synthetic":
+        if path is not None:
+            raise ValueError(
+                "the 'synthetic' source takes no path (it generates tasks from a seed)"
+            )
+        return READERS[kind](**options)
+    if path is None:
+        raise ValueError(f"task source {kind!r} needs a path")
+    return READERS[kind](path, **options)

@@ -26,26 +26,26 @@ log = logging.getLogger(__name__)
 def load_sources(
     specs: Sequence[Mapping[str, Any]],
 ) -> tuple[list[WeightedSource], list[ReadReport]]:
-  """Reads every source of `specs`; logs and returns one `ReadReport` each.
+    """Reads every source of `specs`; logs and returns one `ReadReport` each.
 
-  Raises ValueError when a source yields no tasks at all (every row bad, or an
-  empty file): a run must not silently train on fewer sources than configured.
-  """
-  if not specs:
-    raise ValueError("data config lists no task sources")
-  sources, reports = [], []
-  for index, spec in enumerate(specs):
-    options = dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
-    if "kind" not in options:
-      raise ValueError(f"task source #{index} has no 'kind' (one of the reader names)")
-    kind = options.pop("kind")
-    name = options.pop("name", kind)
-    weight = float(options.pop("weight", 1.0))
-    path = options.pop("path", None)
-    tasks, report = read_tasks(kind, path, **options)
-    log.info("task source %r: %s", name, report.summary())
-    if not tasks:
-      raise ValueError(f"task source {name!r} produced no tasks: {report.summary()}")
-    sources.append(WeightedSource(name=name, tasks=tasks, weight=weight))
-    reports.append(report)
-  return sources, reports
+    Raises ValueError when a source yields no tasks at all (every row bad, or an
+    empty file): a run must not silently train on fewer sources than configured.
+    """
+    if not specs:
+        raise ValueError("data config lists no task sources")
+    sources, reports = [], []
+    for index, spec in enumerate(specs):
+        options = dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
+        if "kind" not in options:
+            raise ValueError(f"task source #{index} has no 'kind' (one of the reader names)")
+        kind = options.pop("kind")
+        name = options.pop("name", kind)
+        weight = float(options.pop("weight", 1.0))
+        path = options.pop("path", None)
+        tasks, report = read_tasks(kind, path, **options)
+        log.info("task source %r: %s", name, report.summary())
+        if not tasks:
+            raise ValueError(f"task source {name!r} produced no tasks: {report.summary()}")
+        sources.append(WeightedSource(name=name, tasks=tasks, weight=weight))
+        reports.append(report)
+    return sources, reports

@@ -19,33 +19,33 @@ from orchestra_jax.envs.base import Task
 
 
 def toolscale_task(row: dict, where: str) -> Task:
-  """tau2 task → Task. The evaluation criteria (actions, communicate_info,
-  nl_assertions) are the answer a judge compares the episode against."""
-  task_id = text_field(row, "id")
-  scenario = maybe_json(row.get("user_scenario"))
-  if not isinstance(scenario, dict):
-    raise MalformedRow("missing object field 'user_scenario'")
-  instructions = maybe_json(scenario.get("instructions"))
-  question = _render_instructions(instructions)
-  criteria = maybe_json(row.get("evaluation_criteria"))
-  if not isinstance(criteria, dict):
-    raise MalformedRow("missing object field 'evaluation_criteria'")
-  tau2_domain = instructions.get("domain") if isinstance(instructions, dict) else None
-  return Task(
-      id=task_id,
-      question=question,
-      answer=json.dumps(criteria, sort_keys=True, ensure_ascii=False),
-      answer_type="judge",
-      domain="toolscale",
-      metadata={
-          "source": "toolscale",
-          "tau2_domain": tau2_domain,
-          "persona": scenario.get("persona"),
-          "description": maybe_json(row.get("description")),
-          "initial_state": maybe_json(row.get("initial_state")),
-          "evaluation_criteria": criteria,
-      },
-  )
+    """tau2 task → Task. The evaluation criteria (actions, communicate_info,
+    nl_assertions) are the answer a judge compares the episode against."""
+    task_id = text_field(row, "id")
+    scenario = maybe_json(row.get("user_scenario"))
+    if not isinstance(scenario, dict):
+        raise MalformedRow("missing object field 'user_scenario'")
+    instructions = maybe_json(scenario.get("instructions"))
+    question = _render_instructions(instructions)
+    criteria = maybe_json(row.get("evaluation_criteria"))
+    if not isinstance(criteria, dict):
+        raise MalformedRow("missing object field 'evaluation_criteria'")
+    tau2_domain = instructions.get("domain") if isinstance(instructions, dict) else None
+    return Task(
+        id=task_id,
+        question=question,
+        answer=json.dumps(criteria, sort_keys=True, ensure_ascii=False),
+        answer_type="judge",
+        domain="toolscale",
+        metadata={
+            "source": "toolscale",
+            "tau2_domain": tau2_domain,
+            "persona": scenario.get("persona"),
+            "description": maybe_json(row.get("description")),
+            "initial_state": maybe_json(row.get("initial_state")),
+            "evaluation_criteria": criteria,
+        },
+    )
 
 
 # tau2 `StructuredUserInstructions` fields, in the order a reader meets them.
@@ -58,16 +58,16 @@ _INSTRUCTION_SECTIONS = (
 
 
 def _render_instructions(instructions: Any) -> str:
-  """tau2 instructions (free text, or structured sections) → one text block."""
-  if isinstance(instructions, str) and instructions.strip():
-    return instructions
-  if not isinstance(instructions, dict):
-    raise MalformedRow("user_scenario.instructions must be text or an object")
-  sections = [
-      f"{title}: {instructions[key]}"
-      for key, title in _INSTRUCTION_SECTIONS
-      if instructions.get(key)
-  ]
-  if not sections:
-    raise MalformedRow("user_scenario.instructions has no text")
-  return "\n".join(sections)
+    """tau2 instructions (free text, or structured sections) → one text block."""
+    if isinstance(instructions, str) and instructions.strip():
+        return instructions
+    if not isinstance(instructions, dict):
+        raise MalformedRow("user_scenario.instructions must be text or an object")
+    sections = [
+        f"{title}: {instructions[key]}"
+        for key, title in _INSTRUCTION_SECTIONS
+        if instructions.get(key)
+    ]
+    if not sections:
+        raise MalformedRow("user_scenario.instructions has no text")
+    return "\n".join(sections)

@@ -29,9 +29,13 @@ import numpy as np
 
 from orchestra_jax.envs import synthetic_models, synthetic_world
 from orchestra_jax.envs.base import Task
-from orchestra_jax.tools.config import (SamplerRanges, ToolConfig,
-                                        ToolConfigSampler, aliases_from_profiles,
-                                        fixed_eval_configs)
+from orchestra_jax.tools.config import (
+    SamplerRanges,
+    ToolConfig,
+    ToolConfigSampler,
+    aliases_from_profiles,
+    fixed_eval_configs,
+)
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends
 from orchestra_jax.tools.retrieval import BM25Retriever, Document
@@ -41,147 +45,196 @@ SPLITS = {"train": 0, "heldout": 1}
 
 
 class SyntheticOrchestrationEnv:
-  """Seeded task generator plus corpus and simulated backends.
+    """Seeded task generator plus corpus and simulated backends.
 
-  Args:
-    seed: everything (entities, tasks) is a function of it.
-    num_entities: organisations in the corpus.
-    heldout_fraction: share of organisations reserved for held-out questions.
-    domain_weights: relative frequency of each domain in `DOMAINS` order.
-    run_code: the sandbox of `build_backends`.
-    charge_measured_time: whether tools charge the sandbox's and the
-      retriever's wall time (see `tools.registry.Backends`).
-  """
-
-  def __init__(self, seed: int = 0, *, num_entities: int = 400,
-               heldout_fraction: float = 0.2,
-               domain_weights: Sequence[float] = (1.0, 1.0, 1.0),
-               run_code: Callable[..., Any] = run_python,
-               charge_measured_time: bool = True):
-    if len(domain_weights) != len(DOMAINS) or min(domain_weights) < 0 \
-        or sum(domain_weights) <= 0:
-      raise ValueError(f"domain_weights: {len(DOMAINS)} non-negative numbers "
-                       f"with a positive sum, got {domain_weights}")
-    if num_entities < 2 or not 0 < heldout_fraction < 1:
-      raise ValueError("need num_entities >= 2 and 0 < heldout_fraction < 1")
-    self.seed = seed
-    self.run_code = run_code  # the sandbox of `build_backends` by default
-    self.charge_measured_time = charge_measured_time
-    weights = np.asarray(domain_weights, dtype=np.float64)
-    self.domain_probs = weights / weights.sum()
-    self.entities = synthetic_world.make_entities(
-        np.random.default_rng([seed, 7]), num_entities)
-    n_heldout = max(1, int(round(num_entities * heldout_fraction)))
-    self._split_entities = {"train": self.entities[:-n_heldout],
-                            "heldout": self.entities[-n_heldout:]}
-
-  # --- tasks -----------------------------------------------------------------
-
-  def tasks(self, split: str, n: int) -> list[Task]:
-    """The first `n` tasks of `split` ("train" or "heldout")."""
-    if split not in SPLITS:
-      raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-    return [self.task(split, i) for i in range(n)]
-
-  def task(self, split: str, index: int) -> Task:
-    """Task `index` of `split`, generated from (seed, split, index)."""
-    rng = np.random.default_rng([self.seed, SPLITS[split], index])
-    domain = DOMAINS[int(rng.choice(len(DOMAINS), p=self.domain_probs))]
-    task_id = f"synthetic-{self.seed}-{split}-{index}"
-    make = {"arithmetic": self._arithmetic, "entity_fact": self._entity_fact,
-            "logic": self._logic}[domain]
-    return make(task_id, split, rng)
-
-  def _arithmetic(self, task_id: str, split: str,
-                  rng: np.random.Generator) -> Task:
-    question, expr, wrong = synthetic_world.arithmetic_problem(rng)
-    answer = str(eval(expr, {"__builtins__": {"sum": sum, "range": range}}))  # noqa: S307 (our own expression)
-    distractors = [str(int(answer) + d) for d in (-1, 1, 10)]
-    return Task(task_id, question, answer, "numeric", "arithmetic", {
-        "expression": expr, "wrong_expressions": wrong,
-        "evidence": f"result = {answer}", "distractors": distractors,
-        "split": split})
-
-  def _entity_fact(self, task_id: str, split: str,
-                   rng: np.random.Generator) -> Task:
-    pool = self._split_entities[split]
-    entity = pool[int(rng.integers(len(pool)))]
-    attribute = list(synthetic_world.ATTRIBUTES)[
-        int(rng.integers(len(synthetic_world.ATTRIBUTES)))]
-    others = [pool[int(i)] for i in rng.choice(len(pool), size=min(4, len(pool)),
-                                               replace=False)]
-    others = [e for e in others if e.id != entity.id][:3]
-    question = synthetic_world.ATTRIBUTES[attribute][0].format(name=entity.name)
-    return Task(task_id, question, entity.facts[attribute], "exact",
-                "entity_fact", {
-                    "entity_id": entity.id, "attribute": attribute,
-                    "evidence": entity.sentence(attribute),
-                    "search_query": f"{entity.name} {attribute}",
-                    "distractor_queries": [f"{e.name} {attribute}"
-                                           for e in others],
-                    "distractors": [e.facts[attribute] for e in others],
-                    "split": split})
-
-  def _logic(self, task_id: str, split: str,
-             rng: np.random.Generator) -> Task:
-    question, answer, names = synthetic_world.logic_puzzle(rng)
-    return Task(task_id, question, answer, "exact", "logic", {
-        "distractors": [n for n in names if n != answer], "split": split})
-
-  # --- corpus and backends -----------------------------------------------------
-
-  def corpus(self) -> list[Document]:
-    """One document per organisation (all splits), id = entity id."""
-    return [Document(id=e.id, title=e.name, text=e.document_text())
-            for e in self.entities]
-
-  @functools.cached_property
-  def retriever(self) -> BM25Retriever:
-    """BM25 over `corpus()`, built once per env."""
-    return BM25Retriever(self.corpus())
-
-  def build_backends(self, tool_config: ToolConfig | None = None, *,
-                     seed: int = 0, sleep_scale: float = 0.0,
-                     run_code: Callable[..., Any] | None = None) -> Backends:
-    """Simulated experts, BM25 over the generated corpus and the sandbox:
-    pass to `make_tools(config, backends)` for any config of this env (the
-    experts' latencies follow each config's table; `tool_config` only sets
-    the default experts in `Backends.experts`).
-
-    sleep_scale: real seconds each simulated expert call sleeps per simulated
-    second of latency (0 = no sleeping; > 0 exercises agent concurrency).
-    run_code: the sandbox; defaults to the one given to the constructor.
+    Args:
+      seed: everything (entities, tasks) is a function of it.
+      num_entities: organisations in the corpus.
+      heldout_fraction: share of organisations reserved for held-out questions.
+      domain_weights: relative frequency of each domain in `DOMAINS` order.
+      run_code: the sandbox of `build_backends`.
+      charge_measured_time: whether tools charge the sandbox's and the
+        retriever's wall time (see `tools.registry.Backends`).
     """
-    return synthetic_models.build_offline_backends(
-        tool_config, retriever=self.retriever, seed=seed,
-        sleep_scale=sleep_scale, run_code=run_code or self.run_code,
-        charge_measured_time=self.charge_measured_time)
 
-  # --- tool configurations -------------------------------------------------------
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        num_entities: int = 400,
+        heldout_fraction: float = 0.2,
+        domain_weights: Sequence[float] = (1.0, 1.0, 1.0),
+        run_code: Callable[..., Any] = run_python,
+        charge_measured_time: bool = True,
+    ):
+        if (
+            len(domain_weights) != len(DOMAINS)
+            or min(domain_weights) < 0
+            or sum(domain_weights) <= 0
+        ):
+            raise ValueError(
+                f"domain_weights: {len(DOMAINS)} non-negative numbers "
+                f"with a positive sum, got {domain_weights}"
+            )
+        if num_entities < 2 or not 0 < heldout_fraction < 1:
+            raise ValueError("need num_entities >= 2 and 0 < heldout_fraction < 1")
+        self.seed = seed
+        self.run_code = run_code  # the sandbox of `build_backends` by default
+        self.charge_measured_time = charge_measured_time
+        weights = np.asarray(domain_weights, dtype=np.float64)
+        self.domain_probs = weights / weights.sum()
+        self.entities = synthetic_world.make_entities(
+            np.random.default_rng([seed, 7]), num_entities
+        )
+        n_heldout = max(1, int(round(num_entities * heldout_fraction)))
+        self._split_entities = {
+            "train": self.entities[:-n_heldout],
+            "heldout": self.entities[-n_heldout:],
+        }
 
-  @staticmethod
-  def model_profiles() -> tuple:
-    """The simulated models the sampler may offer (see `synthetic_models`)."""
-    return synthetic_models.MODEL_PROFILES
+    # --- tasks -----------------------------------------------------------------
 
-  def default_tool_config(self, preference: dict[str, float] | None = None,
-                          **fields) -> ToolConfig:
-    """All models at base prices, in profile order (a training-range config)."""
-    profiles = self.model_profiles()
-    aliases = aliases_from_profiles(profiles, [1.0] * len(profiles),
-                                    [1.0] * len(profiles))
-    return ToolConfig(aliases=aliases, name="default",
-                      preference=preference or {"accuracy": 1.0, "cost": 0.5,
-                                                "latency": 0.0}, **fields)
+    def tasks(self, split: str, n: int) -> list[Task]:
+        """The first `n` tasks of `split` ("train" or "heldout")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        return [self.task(split, i) for i in range(n)]
 
-  def tool_config_sampler(self, seed: int = 0,
-                          ranges: SamplerRanges = SamplerRanges(),
-                          **fields) -> ToolConfigSampler:
-    """Training-time randomisation over this env's models."""
-    return ToolConfigSampler(self.model_profiles(), ranges=ranges, seed=seed,
-                             **fields)
+    def task(self, split: str, index: int) -> Task:
+        """Task `index` of `split`, generated from (seed, split, index)."""
+        rng = np.random.default_rng([self.seed, SPLITS[split], index])
+        domain = DOMAINS[int(rng.choice(len(DOMAINS), p=self.domain_probs))]
+        task_id = f"synthetic-{self.seed}-{split}-{index}"
+        make = {
+            "arithmetic": self._arithmetic,
+            "entity_fact": self._entity_fact,
+            "logic": self._logic,
+        }[domain]
+        return make(task_id, split, rng)
 
-  def eval_tool_configs(self, ranges: SamplerRanges = SamplerRanges(),
-                        **fields) -> dict[str, ToolConfig]:
-    """Held-out price configurations the training sampler never produces."""
-    return fixed_eval_configs(self.model_profiles(), ranges=ranges, **fields)
+    def _arithmetic(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
+        question, expr, wrong = synthetic_world.arithmetic_problem(rng)
+        answer = str(eval(expr, {"__builtins__": {"sum": sum, "range": range}}))  # noqa: S307 (our own expression)
+        distractors = [str(int(answer) + d) for d in (-1, 1, 10)]
+        return Task(
+            task_id,
+            question,
+            answer,
+            "numeric",
+            "arithmetic",
+            {
+                "expression": expr,
+                "wrong_expressions": wrong,
+                "evidence": f"result = {answer}",
+                "distractors": distractors,
+                "split": split,
+            },
+        )
+
+    def _entity_fact(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
+        pool = self._split_entities[split]
+        entity = pool[int(rng.integers(len(pool)))]
+        attribute = list(synthetic_world.ATTRIBUTES)[
+            int(rng.integers(len(synthetic_world.ATTRIBUTES)))
+        ]
+        others = [
+            pool[int(i)] for i in rng.choice(len(pool), size=min(4, len(pool)), replace=False)
+        ]
+        others = [e for e in others if e.id != entity.id][:3]
+        question = synthetic_world.ATTRIBUTES[attribute][0].format(name=entity.name)
+        return Task(
+            task_id,
+            question,
+            entity.facts[attribute],
+            "exact",
+            "entity_fact",
+            {
+                "entity_id": entity.id,
+                "attribute": attribute,
+                "evidence": entity.sentence(attribute),
+                "search_query": f"{entity.name} {attribute}",
+                "distractor_queries": [f"{e.name} {attribute}" for e in others],
+                "distractors": [e.facts[attribute] for e in others],
+                "split": split,
+            },
+        )
+
+    def _logic(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
+        question, answer, names = synthetic_world.logic_puzzle(rng)
+        return Task(
+            task_id,
+            question,
+            answer,
+            "exact",
+            "logic",
+            {"distractors": [n for n in names if n != answer], "split": split},
+        )
+
+    # --- corpus and backends -----------------------------------------------------
+
+    def corpus(self) -> list[Document]:
+        """One document per organisation (all splits), id = entity id."""
+        return [Document(id=e.id, title=e.name, text=e.document_text()) for e in self.entities]
+
+    @functools.cached_property
+    def retriever(self) -> BM25Retriever:
+        """BM25 over `corpus()`, built once per env."""
+        return BM25Retriever(self.corpus())
+
+    def build_backends(
+        self,
+        tool_config: ToolConfig | None = None,
+        *,
+        seed: int = 0,
+        sleep_scale: float = 0.0,
+        run_code: Callable[..., Any] | None = None,
+    ) -> Backends:
+        """Simulated experts, BM25 over the generated corpus and the sandbox:
+        pass to `make_tools(config, backends)` for any config of this env (the
+        experts' latencies follow each config's table; `tool_config` only sets
+        the default experts in `Backends.experts`).
+
+        sleep_scale: real seconds each simulated expert call sleeps per simulated
+        second of latency (0 = no sleeping; > 0 exercises agent concurrency).
+        run_code: the sandbox; defaults to the one given to the constructor.
+        """
+        return synthetic_models.build_offline_backends(
+            tool_config,
+            retriever=self.retriever,
+            seed=seed,
+            sleep_scale=sleep_scale,
+            run_code=run_code or self.run_code,
+            charge_measured_time=self.charge_measured_time,
+        )
+
+    # --- tool configurations -------------------------------------------------------
+
+    @staticmethod
+    def model_profiles() -> tuple:
+        """The simulated models the sampler may offer (see `synthetic_models`)."""
+        return synthetic_models.MODEL_PROFILES
+
+    def default_tool_config(
+        self, preference: dict[str, float] | None = None, **fields
+    ) -> ToolConfig:
+        """All models at base prices, in profile order (a training-range config)."""
+        profiles = self.model_profiles()
+        aliases = aliases_from_profiles(profiles, [1.0] * len(profiles), [1.0] * len(profiles))
+        return ToolConfig(
+            aliases=aliases,
+            name="default",
+            preference=preference or {"accuracy": 1.0, "cost": 0.5, "latency": 0.0},
+            **fields,
+        )
+
+    def tool_config_sampler(
+        self, seed: int = 0, ranges: SamplerRanges = SamplerRanges(), **fields
+    ) -> ToolConfigSampler:
+        """Training-time randomisation over this env's models."""
+        return ToolConfigSampler(self.model_profiles(), ranges=ranges, seed=seed, **fields)
+
+    def eval_tool_configs(
+        self, ranges: SamplerRanges = SamplerRanges(), **fields
+    ) -> dict[str, ToolConfig]:
+        """Held-out price configurations the training sampler never produces."""
+        return fixed_eval_configs(self.model_profiles(), ranges=ranges, **fields)

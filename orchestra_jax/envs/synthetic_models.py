@@ -24,90 +24,152 @@ from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends
 from orchestra_jax.tools.simulated_expert import SimulatedExpert
 
-ROLE_OF_TOOL = {"search": "query", "enhance_reasoning": "code",
-                "answer": "answer"}
+ROLE_OF_TOOL = {"search": "query", "enhance_reasoning": "code", "answer": "answer"}
 
 EXPERT_PARAMS: dict[str, dict[str, Any]] = {
     "sim-frontier": dict(
         skills={"arithmetic": 0.5, "entity_fact": 0.05, "logic": 0.9},
-        query_skill=0.97, code_skill=0.97, reading_skill=0.98,
-        reasoning_tokens=1500),
+        query_skill=0.97,
+        code_skill=0.97,
+        reading_skill=0.98,
+        reasoning_tokens=1500,
+    ),
     "sim-mini": dict(
         skills={"arithmetic": 0.25, "entity_fact": 0.03, "logic": 0.35},
-        query_skill=0.9, code_skill=0.85, reading_skill=0.95,
-        reasoning_tokens=600),
+        query_skill=0.9,
+        code_skill=0.85,
+        reading_skill=0.95,
+        reasoning_tokens=600,
+    ),
     "sim-small": dict(
         skills={"arithmetic": 0.05, "entity_fact": 0.02, "logic": 0.1},
-        query_skill=0.9, code_skill=0.5, reading_skill=0.95,
-        reasoning_tokens=0),
+        query_skill=0.9,
+        code_skill=0.5,
+        reading_skill=0.95,
+        reasoning_tokens=0,
+    ),
     "sim-coder": dict(
         skills={"arithmetic": 0.05, "entity_fact": 0.02, "logic": 0.1},
-        query_skill=0.6, code_skill=0.95, reading_skill=0.9,
-        reasoning_tokens=100),
+        query_skill=0.6,
+        code_skill=0.95,
+        reading_skill=0.9,
+        reasoning_tokens=100,
+    ),
 }
 
 MODEL_PROFILES = (
-    ModelProfile("search", "sim-frontier", 1.25, 10.0, 22.0,
-                 "reliably identifies the missing information and writes "
-                 "precise queries"),
-    ModelProfile("search", "sim-mini", 0.25, 2.0, 16.0,
-                 "writes good queries for most questions"),
-    ModelProfile("search", "sim-small", 0.1, 0.1, 6.0,
-                 "writes simple keyword queries that work for direct "
-                 "factual lookups"),
-    ModelProfile("enhance_reasoning", "sim-frontier", 1.25, 10.0, 31.0,
-                 "has strong reasoning and coding skills and usually "
-                 "provides reliable results"),
-    ModelProfile("enhance_reasoning", "sim-mini", 0.25, 2.0, 25.0,
-                 "writes useful code but makes mistakes in harder cases"),
-    ModelProfile("enhance_reasoning", "sim-coder", 0.2, 0.2, 9.0,
-                 "is a small coding model that writes correct code for "
-                 "well-specified calculations"),
-    ModelProfile("answer", "sim-frontier", 1.25, 10.0, 40.0,
-                 "performs excellently in most domains, including hard "
-                 "multi-step reasoning puzzles"),
-    ModelProfile("answer", "sim-mini", 0.25, 2.0, 20.0,
-                 "answers easy tasks but gets stuck on complex reasoning"),
-    ModelProfile("answer", "sim-small", 0.1, 0.1, 8.0,
-                 "has basic capability: it answers correctly when the needed "
-                 "facts or results are already in the context"),
+    ModelProfile(
+        "search",
+        "sim-frontier",
+        1.25,
+        10.0,
+        22.0,
+        "reliably identifies the missing information and writes precise queries",
+    ),
+    ModelProfile("search", "sim-mini", 0.25, 2.0, 16.0, "writes good queries for most questions"),
+    ModelProfile(
+        "search",
+        "sim-small",
+        0.1,
+        0.1,
+        6.0,
+        "writes simple keyword queries that work for direct factual lookups",
+    ),
+    ModelProfile(
+        "enhance_reasoning",
+        "sim-frontier",
+        1.25,
+        10.0,
+        31.0,
+        "has strong reasoning and coding skills and usually provides reliable results",
+    ),
+    ModelProfile(
+        "enhance_reasoning",
+        "sim-mini",
+        0.25,
+        2.0,
+        25.0,
+        "writes useful code but makes mistakes in harder cases",
+    ),
+    ModelProfile(
+        "enhance_reasoning",
+        "sim-coder",
+        0.2,
+        0.2,
+        9.0,
+        "is a small coding model that writes correct code for well-specified calculations",
+    ),
+    ModelProfile(
+        "answer",
+        "sim-frontier",
+        1.25,
+        10.0,
+        40.0,
+        "performs excellently in most domains, including hard multi-step reasoning puzzles",
+    ),
+    ModelProfile(
+        "answer",
+        "sim-mini",
+        0.25,
+        2.0,
+        20.0,
+        "answers easy tasks but gets stuck on complex reasoning",
+    ),
+    ModelProfile(
+        "answer",
+        "sim-small",
+        0.1,
+        0.1,
+        8.0,
+        "has basic capability: it answers correctly when the needed "
+        "facts or results are already in the context",
+    ),
 )
 
 
-def simulated_experts(tool_config: ToolConfig | None = None, *, seed: int = 0,
-                      sleep_scale: float = 0.0) -> dict[str, SimulatedExpert]:
-  """One `SimulatedExpert` per backend; each role's mean latency is the one
-  its alias shows in `tool_config` (base profile latencies where the config
-  has no such alias, or without a config)."""
-  latency: dict[str, dict[str, float]] = {}
-  for p in MODEL_PROFILES:
-    latency.setdefault(p.backend, {})[ROLE_OF_TOOL[p.tool]] = p.latency_s
-  aliases = tool_config.aliases if tool_config is not None else ()
-  unknown = sorted({a.backend for a in aliases} - set(EXPERT_PARAMS))
-  if unknown:
-    raise ValueError(f"no simulated expert for backends {unknown}; known: "
-                     f"{sorted(EXPERT_PARAMS)}")
-  for a in aliases:
-    latency[a.backend][ROLE_OF_TOOL[a.tool]] = a.latency_s
-  return {name: SimulatedExpert(name, mean_latency_s=latency[name],
-                                sleep_scale=sleep_scale, seed=seed, **params)
-          for name, params in EXPERT_PARAMS.items()}
+def simulated_experts(
+    tool_config: ToolConfig | None = None, *, seed: int = 0, sleep_scale: float = 0.0
+) -> dict[str, SimulatedExpert]:
+    """One `SimulatedExpert` per backend; each role's mean latency is the one
+    its alias shows in `tool_config` (base profile latencies where the config
+    has no such alias, or without a config)."""
+    latency: dict[str, dict[str, float]] = {}
+    for p in MODEL_PROFILES:
+        latency.setdefault(p.backend, {})[ROLE_OF_TOOL[p.tool]] = p.latency_s
+    aliases = tool_config.aliases if tool_config is not None else ()
+    unknown = sorted({a.backend for a in aliases} - set(EXPERT_PARAMS))
+    if unknown:
+        raise ValueError(
+            f"no simulated expert for backends {unknown}; known: {sorted(EXPERT_PARAMS)}"
+        )
+    for a in aliases:
+        latency[a.backend][ROLE_OF_TOOL[a.tool]] = a.latency_s
+    return {
+        name: SimulatedExpert(
+            name, mean_latency_s=latency[name], sleep_scale=sleep_scale, seed=seed, **params
+        )
+        for name, params in EXPERT_PARAMS.items()
+    }
 
 
-def build_offline_backends(tool_config: ToolConfig | None = None, *,
-                           retriever: Any, seed: int = 0,
-                           sleep_scale: float = 0.0,
-                           run_code: Callable[..., Any] = run_python,
-                           charge_measured_time: bool = True) -> Backends:
-  """Simulated experts, search and sandbox: everything `make_tools` needs,
-  offline. `make_tools` rebuilds the experts for each task's ToolConfig (via
-  `Backends.experts_for_config`), so one Backends serves sampled configs and
-  simulated latencies always follow the prices table the policy saw.
-  `charge_measured_time`: see `Backends`."""
-  return Backends(
-      experts=simulated_experts(tool_config, seed=seed,
-                                sleep_scale=sleep_scale),
-      retriever=retriever, run_code=run_code,
-      experts_for_config=functools.partial(simulated_experts, seed=seed,
-                                           sleep_scale=sleep_scale),
-      charge_measured_time=charge_measured_time)
+def build_offline_backends(
+    tool_config: ToolConfig | None = None,
+    *,
+    retriever: Any,
+    seed: int = 0,
+    sleep_scale: float = 0.0,
+    run_code: Callable[..., Any] = run_python,
+    charge_measured_time: bool = True,
+) -> Backends:
+    """Simulated experts, search and sandbox: everything `make_tools` needs,
+    offline. `make_tools` rebuilds the experts for each task's ToolConfig (via
+    `Backends.experts_for_config`), so one Backends serves sampled configs and
+    simulated latencies always follow the prices table the policy saw.
+    `charge_measured_time`: see `Backends`."""
+    return Backends(
+        experts=simulated_experts(tool_config, seed=seed, sleep_scale=sleep_scale),
+        retriever=retriever,
+        run_code=run_code,
+        experts_for_config=functools.partial(simulated_experts, seed=seed, sleep_scale=sleep_scale),
+        charge_measured_time=charge_measured_time,
+    )

@@ -17,115 +17,143 @@ from typing import Any, Sequence
 
 
 def load_summaries(folder: str) -> list[dict[str, Any]]:
-  out = []
-  for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
-    with open(path) as f:
-      out.append(json.load(f))
-  return out
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
+        with open(path) as f:
+            out.append(json.load(f))
+    return out
 
 
 def dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
-  """a is at least as accurate and at most as costly as b, and better in one."""
-  no_worse = a["accuracy"] >= b["accuracy"] and a["mean_cost_usd"] <= b["mean_cost_usd"]
-  better = a["accuracy"] > b["accuracy"] or a["mean_cost_usd"] < b["mean_cost_usd"]
-  return no_worse and better
+    """a is at least as accurate and at most as costly as b, and better in one."""
+    no_worse = a["accuracy"] >= b["accuracy"] and a["mean_cost_usd"] <= b["mean_cost_usd"]
+    better = a["accuracy"] > b["accuracy"] or a["mean_cost_usd"] < b["mean_cost_usd"]
+    return no_worse and better
 
 
 def dominated_by(policy: dict[str, Any], others: Sequence[dict[str, Any]]) -> list[str]:
-  return [o["policy"] for o in others
-          if o["policy"] != policy["policy"] and dominates(o, policy)]
+    return [o["policy"] for o in others if o["policy"] != policy["policy"] and dominates(o, policy)]
 
 
 def _fmt(value, spec: str) -> str:
-  return "—" if value is None else format(value, spec)
+    return "—" if value is None else format(value, spec)
 
 
 def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
-  head = ("| policy | accuracy | mean cost (USD) | mean latency (s) | preference score "
-          "| held-out reward | calls / episode | dominated by |\n"
-          "|---|---|---|---|---|---|---|---|\n")
-  rows = []
-  for s in sorted(summaries, key=lambda s: -s["accuracy"]):
-    rows.append(
-        f"| {s['policy']} | {s['accuracy']:.3f} ± {s.get('accuracy_stderr', 0):.3f} "
-        f"| {s['mean_cost_usd']:.5f} | {s['mean_latency_s']:.1f} "
-        f"| {_fmt(s.get('preference_score'), '.3f')} "
-        f"| {_fmt(s.get('heldout_reward'), '.3f')} | {s.get('mean_tool_calls', 0):.2f} "
-        f"| {', '.join(dominated_by(s, summaries)) or '—'} |")
-  mix = ["", "Tool-call mix (share of calls by tool/backend):", ""]
-  for s in summaries:
-    parts = ", ".join(f"{k} {v:.2f}" for k, v in s.get("backend_mix", {}).items())
-    mix.append(f"- {s['policy']}: {parts or 'no calls'}")
-  return head + "\n".join(rows) + "\n" + "\n".join(mix) + "\n" + _domain_table(summaries)
+    head = (
+        "| policy | accuracy | mean cost (USD) | mean latency (s) | preference score "
+        "| held-out reward | calls / episode | dominated by |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for s in sorted(summaries, key=lambda s: -s["accuracy"]):
+        rows.append(
+            f"| {s['policy']} | {s['accuracy']:.3f} ± {s.get('accuracy_stderr', 0):.3f} "
+            f"| {s['mean_cost_usd']:.5f} | {s['mean_latency_s']:.1f} "
+            f"| {_fmt(s.get('preference_score'), '.3f')} "
+            f"| {_fmt(s.get('heldout_reward'), '.3f')} | {s.get('mean_tool_calls', 0):.2f} "
+            f"| {', '.join(dominated_by(s, summaries)) or '—'} |"
+        )
+    mix = ["", "Tool-call mix (share of calls by tool/backend):", ""]
+    for s in summaries:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in s.get("backend_mix", {}).items())
+        mix.append(f"- {s['policy']}: {parts or 'no calls'}")
+    return head + "\n".join(rows) + "\n" + "\n".join(mix) + "\n" + _domain_table(summaries)
 
 
 def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
-  """Per task domain and policy: accuracy, cost, and each tool's most used backend."""
-  domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
-  if len(domains) < 2:
-    return ""
-  lines = ["", "Per domain (accuracy, mean cost in USD; per tool, its most used backend "
-           "and that backend's share of the tool's calls):", "",
-           "| policy | " + " | ".join(domains) + " |",
-           "|---|" + "---|" * len(domains)]
-  for s in summaries:
-    cells = []
-    for d in domains:
-      row = s.get("by_domain", {}).get(d)
-      cells.append("—" if row is None else
-                   f"{row['accuracy']:.2f}, {row['mean_cost_usd']:.4f}; "
-                   + _top_backend_per_tool(row["backend_mix"]))
-    lines.append(f"| {s['policy']} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+    """Per task domain and policy: accuracy, cost, and each tool's most used backend."""
+    domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
+    if len(domains) < 2:
+        return ""
+    lines = [
+        "",
+        "Per domain (accuracy, mean cost in USD; per tool, its most used backend "
+        "and that backend's share of the tool's calls):",
+        "",
+        "| policy | " + " | ".join(domains) + " |",
+        "|---|" + "---|" * len(domains),
+    ]
+    for s in summaries:
+        cells = []
+        for d in domains:
+            row = s.get("by_domain", {}).get(d)
+            cells.append(
+                "—"
+                if row is None
+                else f"{row['accuracy']:.2f}, {row['mean_cost_usd']:.4f}; "
+                + _top_backend_per_tool(row["backend_mix"])
+            )
+        lines.append(f"| {s['policy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _top_backend_per_tool(mix: dict[str, float]) -> str:
-  by_tool: dict[str, dict[str, float]] = {}
-  for key, share in mix.items():
-    tool, _, backend = key.partition("/")
-    by_tool.setdefault(tool, {})[backend or tool] = share
-  parts = []
-  for tool, backends in sorted(by_tool.items()):
-    top = max(backends, key=backends.get)
-    parts.append(f"{tool}/{top} {backends[top] / sum(backends.values()):.2f}")
-  return ", ".join(parts) or "no calls"
+    by_tool: dict[str, dict[str, float]] = {}
+    for key, share in mix.items():
+        tool, _, backend = key.partition("/")
+        by_tool.setdefault(tool, {})[backend or tool] = share
+    parts = []
+    for tool, backends in sorted(by_tool.items()):
+        top = max(backends, key=backends.get)
+        parts.append(f"{tool}/{top} {backends[top] / sum(backends.values()):.2f}")
+    return ", ".join(parts) or "no calls"
 
 
 def pareto_plot(summaries: Sequence[dict[str, Any]], out_png: str) -> str:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+    import matplotlib
 
-  fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-  frontier = sorted((s for s in summaries if not dominated_by(s, summaries)),
-                    key=lambda s: s["mean_cost_usd"])
-  ax.plot([s["mean_cost_usd"] for s in frontier], [s["accuracy"] for s in frontier],
-          "--", color="0.6", zorder=1, label="Pareto frontier")
-  for s in summaries:
-    trained = not s.get("baseline", False)
-    ax.errorbar(s["mean_cost_usd"], s["accuracy"], yerr=s.get("accuracy_stderr", 0),
-                fmt="*" if trained else "o", markersize=12 if trained else 7,
-                color="C3" if trained else "C0", zorder=2)
-    ax.annotate(s["policy"], (s["mean_cost_usd"], s["accuracy"]),
-                textcoords="offset points", xytext=(6, 4), fontsize=8)
-  ax.set_xscale("log")
-  ax.set_xlabel("mean cost per task (USD, log scale)")
-  ax.set_ylabel("accuracy")
-  ax.set_title("Held-out accuracy against cost")
-  ax.grid(alpha=0.3)
-  ax.legend(loc="lower right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(out_png)
-  plt.close(fig)
-  return out_png
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    frontier = sorted(
+        (s for s in summaries if not dominated_by(s, summaries)), key=lambda s: s["mean_cost_usd"]
+    )
+    ax.plot(
+        [s["mean_cost_usd"] for s in frontier],
+        [s["accuracy"] for s in frontier],
+        "--",
+        color="0.6",
+        zorder=1,
+        label="Pareto frontier",
+    )
+    for s in summaries:
+        trained = not s.get("baseline", False)
+        ax.errorbar(
+            s["mean_cost_usd"],
+            s["accuracy"],
+            yerr=s.get("accuracy_stderr", 0),
+            fmt="*" if trained else "o",
+            markersize=12 if trained else 7,
+            color="C3" if trained else "C0",
+            zorder=2,
+        )
+        ax.annotate(
+            s["policy"],
+            (s["mean_cost_usd"], s["accuracy"]),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize=8,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("mean cost per task (USD, log scale)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Held-out accuracy against cost")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)
+    return out_png
 
 
 def write_report(folder: str) -> tuple[str, str]:
-  """Writes eval_report.md and eval_pareto.png for every eval_*.json in `folder`."""
-  summaries = load_summaries(folder)
-  if not summaries:
-    raise FileNotFoundError(f"no eval_*.json in {folder}")
-  md = os.path.join(folder, "eval_report.md")
-  with open(md, "w") as f:
-    f.write(markdown_table(summaries))
-  return md, pareto_plot(summaries, os.path.join(folder, "eval_pareto.png"))
+    """Writes eval_report.md and eval_pareto.png for every eval_*.json in `folder`."""
+    summaries = load_summaries(folder)
+    if not summaries:
+        raise FileNotFoundError(f"no eval_*.json in {folder}")
+    md = os.path.join(folder, "eval_report.md")
+    with open(md, "w") as f:
+        f.write(markdown_table(summaries))
+    return md, pareto_plot(summaries, os.path.join(folder, "eval_pareto.png"))

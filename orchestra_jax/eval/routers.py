@@ -40,52 +40,60 @@ PLAN_TOOLS = ("search", "enhance_reasoning", "answer")
 
 
 def tool_call_text(name: str, arguments: Mapping[str, Any]) -> str:
-  """A call exactly as Qwen3's template writes an assistant `tool_calls` entry."""
-  return ("<tool_call>\n" + to_json({"name": name, "arguments": dict(arguments)})
-          + "\n</tool_call>")
+    """A call exactly as Qwen3's template writes an assistant `tool_calls` entry."""
+    return (
+        "<tool_call>\n" + to_json({"name": name, "arguments": dict(arguments)}) + "\n</tool_call>"
+    )
 
 
 def _by_price(config, tool: str, pick: Callable) -> str:
-  aliases = config.aliases_for(tool)
-  return pick(aliases, key=lambda a: (a.price_out, a.price_in)).alias
+    aliases = config.aliases_for(tool)
+    return pick(aliases, key=lambda a: (a.price_out, a.price_in)).alias
 
 
 def _fixed_plan(pick: Callable) -> Callable[[Any, np.random.Generator], Plan]:
-  def plan(config, rng):
-    del rng
-    return [(tool, _by_price(config, tool, pick))
-            for tool in PLAN_TOOLS if tool in config.tools]
-  return plan
+    def plan(config, rng):
+        del rng
+        return [
+            (tool, _by_price(config, tool, pick)) for tool in PLAN_TOOLS if tool in config.tools
+        ]
+
+    return plan
 
 
 def _random_alias(config, tool: str, rng: np.random.Generator) -> str:
-  options = config.aliases_for(tool)
-  return options[int(rng.integers(len(options)))].alias
+    options = config.aliases_for(tool)
+    return options[int(rng.integers(len(options)))].alias
 
 
 def _random_models(config, rng) -> Plan:
-  return [(tool, _random_alias(config, tool, rng)) for tool in PLAN_TOOLS
-          if tool in config.tools]
+    return [(tool, _random_alias(config, tool, rng)) for tool in PLAN_TOOLS if tool in config.tools]
 
 
 def _random_answer(config, rng) -> Plan:
-  return [(tool, _random_alias(config, tool, rng) if tool == "answer"
-           else _by_price(config, tool, min)) for tool in PLAN_TOOLS if tool in config.tools]
+    return [
+        (
+            tool,
+            _random_alias(config, tool, rng) if tool == "answer" else _by_price(config, tool, min),
+        )
+        for tool in PLAN_TOOLS
+        if tool in config.tools
+    ]
 
 
 def _direct_strongest(config, rng) -> Plan:
-  del rng
-  return [("answer", _by_price(config, "answer", max))]
+    del rng
+    return [("answer", _by_price(config, "answer", max))]
 
 
 def _random(config, rng) -> Plan:
-  steps = []
-  for _ in range(int(rng.integers(0, 3))):
-    tool = ("search", "enhance_reasoning")[int(rng.integers(2))]
-    if tool in config.tools:
-      steps.append((tool, _random_alias(config, tool, rng)))
-  steps.append(("answer", _random_alias(config, "answer", rng)))
-  return steps
+    steps = []
+    for _ in range(int(rng.integers(0, 3))):
+        tool = ("search", "enhance_reasoning")[int(rng.integers(2))]
+        if tool in config.tools:
+            steps.append((tool, _random_alias(config, tool, rng)))
+    steps.append(("answer", _random_alias(config, "answer", rng)))
+    return steps
 
 
 ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
@@ -102,72 +110,76 @@ MIXTURE_SEPARATOR = "+"
 
 
 def is_router(name: str) -> bool:
-  """Whether `name` is a router or a "+" mixture of routers."""
-  return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
+    """Whether `name` is a router or a "+" mixture of routers."""
+    return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
 
 
 def router_parts(router: str) -> tuple[str, ...]:
-  """The routers that `router` names: one, or the parts of a "+" mixture."""
-  parts = tuple(router.split(MIXTURE_SEPARATOR))
-  unknown = [p for p in parts if p not in ROUTERS]
-  if unknown:
-    raise ValueError(f"unknown router {unknown[0]!r} in {router!r}; choose from "
-                     f"{sorted(ROUTERS)}, or join several with {MIXTURE_SEPARATOR!r}")
-  return parts
+    """The routers that `router` names: one, or the parts of a "+" mixture."""
+    parts = tuple(router.split(MIXTURE_SEPARATOR))
+    unknown = [p for p in parts if p not in ROUTERS]
+    if unknown:
+        raise ValueError(
+            f"unknown router {unknown[0]!r} in {router!r}; choose from "
+            f"{sorted(ROUTERS)}, or join several with {MIXTURE_SEPARATOR!r}"
+        )
+    return parts
 
 
 def make_plan(router: str, tool_config, seed: int) -> Plan:
-  """The plan of `router` for one episode (deterministic in `seed`)."""
-  parts = router_parts(router)
-  rng = np.random.default_rng(seed)
-  if len(parts) > 1:
-    router = parts[int(rng.integers(len(parts)))]
-  return ROUTERS[router](tool_config, rng)
+    """The plan of `router` for one episode (deterministic in `seed`)."""
+    parts = router_parts(router)
+    rng = np.random.default_rng(seed)
+    if len(parts) > 1:
+        router = parts[int(rng.integers(len(parts)))]
+    return ROUTERS[router](tool_config, rng)
 
 
 def parse_request_id(request_id: str) -> tuple[str, int, int]:
-  """`"<task id>/<group index>/<turn>"` as the agent loop writes it."""
-  task_id, group, turn = request_id.rsplit("/", 2)
-  return task_id, int(group), int(turn)
+    """`"<task id>/<group index>/<turn>"` as the agent loop writes it."""
+    task_id, group, turn = request_id.rsplit("/", 2)
+    return task_id, int(group), int(turn)
 
 
 class RouterEngine(ScriptedEngine):
-  """A `RolloutEngine` that plays each episode's router plan, one call a turn.
+    """A `RolloutEngine` that plays each episode's router plan, one call a turn.
 
-  Args:
-    router: a name in `ROUTERS`, or a "+" mixture of them.
-    tokenizer: the policy's tokenizer (calls are emitted as its token ids).
-    tool_configs: task id -> the ToolConfig that episode runs with.
-    seed: plans are drawn from (seed, task, group index).
-  """
+    Args:
+      router: a name in `ROUTERS`, or a "+" mixture of them.
+      tokenizer: the policy's tokenizer (calls are emitted as its token ids).
+      tool_configs: task id -> the ToolConfig that episode runs with.
+      seed: plans are drawn from (seed, task, group index).
+    """
 
-  def __init__(self, router: str, tokenizer, tool_configs: Mapping[str, Any], *,
-               seed: int = 0):
-    router_parts(router)  # Fails early on an unknown name.
-    self.router = router
-    self.tokenizer = tokenizer
-    self.tool_configs = dict(tool_configs)
-    self.seed = seed
-    self._plans: dict[tuple[str, int], Plan] = {}
-    super().__init__(self._next_call)
+    def __init__(self, router: str, tokenizer, tool_configs: Mapping[str, Any], *, seed: int = 0):
+        router_parts(router)  # Fails early on an unknown name.
+        self.router = router
+        self.tokenizer = tokenizer
+        self.tool_configs = dict(tool_configs)
+        self.seed = seed
+        self._plans: dict[tuple[str, int], Plan] = {}
+        super().__init__(self._next_call)
 
-  def plan_for(self, task_id: str, group_index: int) -> Plan:
-    key = (task_id, group_index)
-    if key not in self._plans:
-      config = self.tool_configs.get(task_id)
-      if config is None:
-        raise KeyError(f"RouterEngine has no ToolConfig for task {task_id!r}")
-      seed = int(np.random.SeedSequence(
-          [self.seed, group_index, *task_id.encode()]).generate_state(1)[0])
-      self._plans[key] = make_plan(self.router, config, seed)
-    return self._plans[key]
+    def plan_for(self, task_id: str, group_index: int) -> Plan:
+        key = (task_id, group_index)
+        if key not in self._plans:
+            config = self.tool_configs.get(task_id)
+            if config is None:
+                raise KeyError(f"RouterEngine has no ToolConfig for task {task_id!r}")
+            seed = int(
+                np.random.SeedSequence([self.seed, group_index, *task_id.encode()]).generate_state(
+                    1
+                )[0]
+            )
+            self._plans[key] = make_plan(self.router, config, seed)
+        return self._plans[key]
 
-  def _next_call(self, input_ids: Sequence[int], request: GenerateRequest) -> list[int]:
-    del input_ids
-    if request.request_id is None:
-      raise ValueError("RouterEngine needs request ids '<task>/<group>/<turn>'")
-    task_id, group, turn = parse_request_id(request.request_id)
-    plan = self.plan_for(task_id, group)
-    tool, alias = plan[min(turn, len(plan) - 1)]
-    text = tool_call_text(tool, {"model": alias})
-    return self.tokenizer.encode(text) + [self.tokenizer.im_end_id]
+    def _next_call(self, input_ids: Sequence[int], request: GenerateRequest) -> list[int]:
+        del input_ids
+        if request.request_id is None:
+            raise ValueError("RouterEngine needs request ids '<task>/<group>/<turn>'")
+        task_id, group, turn = parse_request_id(request.request_id)
+        plan = self.plan_for(task_id, group)
+        tool, alias = plan[min(turn, len(plan) - 1)]
+        text = tool_call_text(tool, {"model": alias})
+        return self.tokenizer.encode(text) + [self.tokenizer.im_end_id]

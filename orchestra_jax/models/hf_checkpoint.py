@@ -97,8 +97,10 @@ def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None
         variable.set_value(_set_layer(variable.get_value(), tensor, layer))
         del tensor
     unused = {
-        name for name in refs
-        if name not in used and not name.endswith(_IGNORED_SUFFIXES)
+        name
+        for name in refs
+        if name not in used
+        and not name.endswith(_IGNORED_SUFFIXES)
         and not (config.tie_word_embeddings and name == "lm_head.weight")
     }
     if unused:
@@ -106,8 +108,13 @@ def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None
     return nnx.merge(graphdef, nnx.from_flat_state(flat)), config
 
 
-def save_hf_checkpoint(model: Qwen3ForCausalLM, config: Qwen3Config, path, *,
-                       max_shard_size: int = DEFAULT_MAX_SHARD_SIZE) -> list[pathlib.Path]:
+def save_hf_checkpoint(
+    model: Qwen3ForCausalLM,
+    config: Qwen3Config,
+    path,
+    *,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+) -> list[pathlib.Path]:
     """Write config.json and safetensors (sharded + index past `max_shard_size` bytes).
 
     Tensors are written in the parameters' dtype (`config.param_dtype`). Returns the

@@ -105,8 +105,10 @@ class Qwen3Model(nnx.Module):
             return self.norm(x), None, None
         if self.config.scan_layers:
             graphdef, stacked = nnx.split(self.layers)
-            layers = [(graphdef, jax.tree.map(lambda p, i=i: p[i], stacked))
-                      for i in range(self.config.num_hidden_layers)]
+            layers = [
+                (graphdef, jax.tree.map(lambda p, i=i: p[i], stacked))
+                for i in range(self.config.num_hidden_layers)
+            ]
         else:
             layers = [nnx.split(layer) for layer in self.layers]
         new_k, new_v = [], []
@@ -134,24 +136,34 @@ class Qwen3ForCausalLM(nnx.Module):
     def init_cache(self, batch_size: int, max_len: int, dtype=None) -> KVCache:
         """A zeroed KVCache (see `qwen3_cache` for its layout; dtype: compute dtype)."""
         c = self.config
-        return KVCache.zeros(c.num_hidden_layers, batch_size, c.num_key_value_heads, max_len,
-                             c.head_dim, c.dtype if dtype is None else dtype)
+        return KVCache.zeros(
+            c.num_hidden_layers,
+            batch_size,
+            c.num_key_value_heads,
+            max_len,
+            c.head_dim,
+            c.dtype if dtype is None else dtype,
+        )
 
     def logits(self, hidden):
         """Float32 logits [..., V] from final hidden states [..., H] (the LM head)."""
         c = self.config
         if c.tie_word_embeddings:
             return self.model.embed_tokens.attend(hidden)
-        return jnp.dot(hidden.astype(c.dtype), self.lm_head.kernel[...].astype(c.dtype),
-                       preferred_element_type=jnp.float32)
+        return jnp.dot(
+            hidden.astype(c.dtype),
+            self.lm_head.kernel[...].astype(c.dtype),
+            preferred_element_type=jnp.float32,
+        )
 
     def rope_table(self, length: int) -> tuple[jax.Array, jax.Array]:
         """cos, sin [length, head_dim / 2] for positions 0 .. length - 1 (see `hidden_states`)."""
         c = self.config
         return rope_tables(jnp.arange(length, dtype=jnp.int32), c.head_dim, c.rope_theta)
 
-    def hidden_states(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None,
-                      rope_table=None):
+    def hidden_states(
+        self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None, rope_table=None
+    ):
         """Final normed hidden states [B, T, H]; with a cache, (hidden, new_cache).
 
         `logits(hidden_states(...))` is `__call__` (arguments as there); a learner
@@ -173,20 +185,25 @@ class Qwen3ForCausalLM(nnx.Module):
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
             seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-            x, _, _ = self.model(input_ids, cos, sin, segment_causal_mask(seg), None, None, None,
-                                 None)
+            x, _, _ = self.model(
+                input_ids, cos, sin, segment_causal_mask(seg), None, None, None, None
+            )
             return x
         kv_len = cache.max_len if kv_len is None else int(kv_len)
         if not 0 < kv_len <= cache.max_len:
             raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
         mask = cache_mask(positions, kv_len)
-        slots = positions if segment_ids is None else jnp.where(
-            segment_ids != 0, positions, cache.max_len)  # out of range: dropped.
+        slots = (
+            positions
+            if segment_ids is None
+            else jnp.where(segment_ids != 0, positions, cache.max_len)
+        )  # out of range: dropped.
         x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
         return x, KVCache(cache_k, cache_v)
 
-    def __call__(self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None,
-                 rope_table=None):
+    def __call__(
+        self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None, rope_table=None
+    ):
         """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
 
         Without a cache: `segment_ids` [B, T] (0 = padding) keeps packed sequences
@@ -198,8 +215,14 @@ class Qwen3ForCausalLM(nnx.Module):
         written, and packing is not supported. Returns (logits, new_cache) then.
         `rope_table`: see `hidden_states`.
         """
-        out = self.hidden_states(input_ids, positions, segment_ids=segment_ids, cache=cache,
-                                 kv_len=kv_len, rope_table=rope_table)
+        out = self.hidden_states(
+            input_ids,
+            positions,
+            segment_ids=segment_ids,
+            cache=cache,
+            kv_len=kv_len,
+            rope_table=rope_table,
+        )
         if cache is None:
             return self.logits(out)
         hidden, cache = out

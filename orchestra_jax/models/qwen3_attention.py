@@ -35,8 +35,9 @@ def cache_mask(positions: jax.Array, kv_len: int) -> jax.Array:
     return jnp.arange(kv_len)[None, None, :] <= positions[:, :, None]
 
 
-def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
-                      keys_transposed: bool = False) -> jax.Array:
+def grouped_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, keys_transposed: bool = False
+) -> jax.Array:
     """softmax(q k^T / sqrt(D) + mask) v for q [B, T, H, D], k/v [B, K, S, D], mask [B, T, S].
 
     With `keys_transposed`, k is [B, K, D, S] (the KV cache's key layout, see
@@ -49,16 +50,16 @@ def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     # [B, T, K, G, D] -> [B, K, G, T, D]: query groups share their kv head's matmul.
     qg = q.reshape(b, t, kv_heads, g, d).transpose(0, 2, 3, 1, 4)
     spec = "bkgtd,bkds->bkgts" if keys_transposed else "bkgtd,bksd->bkgts"
-    scores = jnp.einsum(spec, qg, k.astype(q.dtype),
-                        preferred_element_type=jnp.float32) * (d ** -0.5)
+    scores = jnp.einsum(spec, qg, k.astype(q.dtype), preferred_element_type=jnp.float32) * (d**-0.5)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     out = jnp.einsum("bkgts,bksd->bkgtd", probs, v.astype(q.dtype))
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
 
 
-def causal_blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
-                             block: int = 256) -> jax.Array:
+def causal_blocked_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, block: int = 256
+) -> jax.Array:
     """`grouped_attention` for a causal mask, skipping the key blocks no query sees.
 
     Queries are cut into blocks of `block` tokens; block i attends to keys
@@ -71,9 +72,15 @@ def causal_blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     t = q.shape[1]
     if t <= block or t % block:
         return grouped_attention(q, k, v, mask)
-    outs = [grouped_attention(q[:, i:i + block], k[:, :, :i + block], v[:, :, :i + block],
-                              mask[:, i:i + block, :i + block])
-            for i in range(0, t, block)]
+    outs = [
+        grouped_attention(
+            q[:, i : i + block],
+            k[:, :, : i + block],
+            v[:, :, : i + block],
+            mask[:, i : i + block, : i + block],
+        )
+        for i in range(0, t, block)
+    ]
     return jnp.concatenate(outs, axis=1)
 
 

@@ -39,12 +39,15 @@ class KVCache(NamedTuple):
     v: tuple[jax.Array, ...]
 
     @classmethod
-    def zeros(cls, num_layers: int, batch_size: int, num_kv_heads: int, max_len: int,
-              head_dim: int, dtype) -> "KVCache":
+    def zeros(
+        cls, num_layers: int, batch_size: int, num_kv_heads: int, max_len: int, head_dim: int, dtype
+    ) -> "KVCache":
         k_shape = (batch_size, num_kv_heads, head_dim, max_len)
         v_shape = (batch_size, num_kv_heads, max_len, head_dim)
-        return cls(tuple(jnp.zeros(k_shape, dtype) for _ in range(num_layers)),
-                   tuple(jnp.zeros(v_shape, dtype) for _ in range(num_layers)))
+        return cls(
+            tuple(jnp.zeros(k_shape, dtype) for _ in range(num_layers)),
+            tuple(jnp.zeros(v_shape, dtype) for _ in range(num_layers)),
+        )
 
     @property
     def num_layers(self) -> int:
@@ -59,8 +62,10 @@ class KVCache(NamedTuple):
         return self.v[0].shape[2]
 
     def _map(self, fn_k: Callable, fn_v: Callable, *others: "KVCache") -> "KVCache":
-        return KVCache(tuple(fn_k(*xs) for xs in zip(self.k, *(o.k for o in others))),
-                       tuple(fn_v(*xs) for xs in zip(self.v, *(o.v for o in others))))
+        return KVCache(
+            tuple(fn_k(*xs) for xs in zip(self.k, *(o.k for o in others))),
+            tuple(fn_v(*xs) for xs in zip(self.v, *(o.v for o in others))),
+        )
 
     def take_rows(self, rows: jax.Array) -> "KVCache":
         """The sub-cache of the given batch rows (int32 [R])."""
@@ -79,22 +84,28 @@ class KVCache(NamedTuple):
         keeps them unread until overwritten.
         """
         t = sub.max_len
-        return self._map(lambda x, s: x.at[rows, :, :, :t].set(s, mode="drop"),
-                         lambda x, s: x.at[rows, :, :t].set(s, mode="drop"), sub)
+        return self._map(
+            lambda x, s: x.at[rows, :, :, :t].set(s, mode="drop"),
+            lambda x, s: x.at[rows, :, :t].set(s, mode="drop"),
+            sub,
+        )
 
     def resized(self, length: int) -> "KVCache":
         """The cache with `length` slots per row: cut, or zero-padded at the end."""
+
         def fit(x, axis):
             if length <= x.shape[axis]:
                 return jax.lax.slice_in_dim(x, 0, length, axis=axis)
             pad = [(0, 0)] * x.ndim
             pad[axis] = (0, length - x.shape[axis])
             return jnp.pad(x, pad)
+
         return self._map(lambda x: fit(x, 3), lambda x: fit(x, 2))
 
 
-def write_layer(cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array,
-                slots: jax.Array) -> tuple[jax.Array, jax.Array]:
+def write_layer(
+    cache_k: jax.Array, cache_v: jax.Array, k: jax.Array, v: jax.Array, slots: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Write one layer's new keys/values [B, T, K, D] into slots [B, T] of its cache.
 
     One scatter index per (row, token), each writing a [K, D] window, so nothing is

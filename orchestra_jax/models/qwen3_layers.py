@@ -17,10 +17,11 @@ def normal_init(stddev: float):
 class Linear(nnx.Module):
     """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias."""
 
-    def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *,
-                 rngs: nnx.Rngs):
+    def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *, rngs: nnx.Rngs):
         init = normal_init(config.initializer_range)
-        self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), config.param_dtype))
+        self.kernel = nnx.Param(
+            init(rngs.params(), (in_features, out_features), config.param_dtype)
+        )
         self.dtype = config.dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -42,8 +43,9 @@ class Embed(nnx.Module):
     def attend(self, x: jax.Array) -> jax.Array:
         """Float32 logits x @ embedding^T, accumulated in float32."""
         table = self.embedding[...].astype(self.dtype)
-        return jnp.einsum("bte,ve->btv", x.astype(self.dtype), table,
-                          preferred_element_type=jnp.float32)
+        return jnp.einsum(
+            "bte,ve->btv", x.astype(self.dtype), table, preferred_element_type=jnp.float32
+        )
 
 
 class RMSNorm(nnx.Module):

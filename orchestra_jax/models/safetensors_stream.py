@@ -19,10 +19,16 @@ import ml_dtypes
 import numpy as np
 
 _DTYPES = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype(np.int64),
-    "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
-    "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
+    "F64": np.dtype(np.float64),
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32),
+    "I16": np.dtype(np.int16),
+    "I8": np.dtype(np.int8),
+    "U8": np.dtype(np.uint8),
+    "BOOL": np.dtype(np.bool_),
 }
 _CODES = {dtype: code for code, dtype in _DTYPES.items()}
 
@@ -62,8 +68,9 @@ def _read_header(file: pathlib.Path) -> dict[str, TensorRef]:
         if info["dtype"] not in _DTYPES:
             raise ValueError(f"{file}: tensor {name} has unsupported dtype {info['dtype']}")
         begin, end = info["data_offsets"]
-        refs[name] = TensorRef(file, _DTYPES[info["dtype"]], tuple(info["shape"]),
-                               8 + n + begin, 8 + n + end)
+        refs[name] = TensorRef(
+            file, _DTYPES[info["dtype"]], tuple(info["shape"]), 8 + n + begin, 8 + n + end
+        )
     return refs
 
 
@@ -102,8 +109,11 @@ def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, 
     header: dict = {"__metadata__": metadata}
     offset = 0
     for spec in specs:
-        header[spec.name] = {"dtype": _CODES[np.dtype(spec.dtype)], "shape": list(spec.shape),
-                             "data_offsets": [offset, offset + spec.nbytes]}
+        header[spec.name] = {
+            "dtype": _CODES[np.dtype(spec.dtype)],
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + spec.nbytes],
+        }
         offset += spec.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # keep tensor data 8-byte aligned, as the format advises.
@@ -118,8 +128,9 @@ def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, 
             del data
 
 
-def write_checkpoint(folder: str | pathlib.Path, specs: Iterable[TensorSpec],
-                     max_shard_size: int) -> list[pathlib.Path]:
+def write_checkpoint(
+    folder: str | pathlib.Path, specs: Iterable[TensorSpec], max_shard_size: int
+) -> list[pathlib.Path]:
     """Write model.safetensors, or shards + index when specs exceed max_shard_size bytes."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -84,8 +84,10 @@ def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh) -
     if rule is None:
         raise ValueError(f"no partition rule for parameter {'.'.join(names)}")
     rule = (None,) * (len(shape) - len(rule)) + rule  # leading layer axis when scanned.
-    fitted = [axis if axis is None or dim % mesh.shape[axis] == 0 else None
-              for axis, dim in zip(rule, shape)]
+    fitted = [
+        axis if axis is None or dim % mesh.shape[axis] == 0 else None
+        for axis, dim in zip(rule, shape)
+    ]
     return P(*fitted)
 
 

@@ -26,10 +26,15 @@ from typing import Mapping, Sequence
 import numpy as np
 
 
-def efficiency_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
-                       preference: Mapping[str, float] | None = None, *,
-                       cost_weight: float, latency_weight: float,
-                       floor: float = 0.0) -> np.ndarray:
+def efficiency_rewards(
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float] | None = None,
+    *,
+    cost_weight: float,
+    latency_weight: float,
+    floor: float = 0.0,
+) -> np.ndarray:
     """max(floor, 1 − α·cost − β·latency) for correct episodes, 0 for wrong ones.
 
     `preference` is accepted (and ignored) so that every registered reward has the
@@ -49,14 +54,23 @@ def efficiency_rewards(features: Sequence[Mapping[str, float]], correct: Sequenc
     return np.where(np.asarray(correct, dtype=bool), value, 0.0).astype(np.float32)
 
 
-def utility_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
-                    preference: Mapping[str, float], *, cost_scale: float,
-                    latency_scale: float) -> np.ndarray:
+def utility_rewards(
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float],
+    *,
+    cost_scale: float,
+    latency_scale: float,
+) -> np.ndarray:
     """max(0, 1 − P_cost·cost/cost_scale − P_latency·latency/latency_scale) for
     correct episodes, 0 for wrong ones (see the module docstring)."""
     if cost_scale <= 0 or latency_scale <= 0:
-        raise ValueError(f"scales must be positive, got cost_scale={cost_scale}, "
-                         f"latency_scale={latency_scale}")
-    return efficiency_rewards(features, correct,
-                              cost_weight=preference.get("cost", 0.0) / cost_scale,
-                              latency_weight=preference.get("latency", 0.0) / latency_scale)
+        raise ValueError(
+            f"scales must be positive, got cost_scale={cost_scale}, latency_scale={latency_scale}"
+        )
+    return efficiency_rewards(
+        features,
+        correct,
+        cost_weight=preference.get("cost", 0.0) / cost_scale,
+        latency_weight=preference.get("latency", 0.0) / latency_scale,
+    )

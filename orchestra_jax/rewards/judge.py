@@ -54,8 +54,7 @@ class JudgeVerdict:
 class Judge(Protocol):
     """Grades a free-form prediction against a reference answer."""
 
-    async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict:
-        ...
+    async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict: ...
 
 
 def parse_verdict(text: str) -> bool | None:
@@ -102,9 +101,17 @@ class LLMJudge:
         tokens, for the separately reported grading cost.
     """
 
-    def __init__(self, expert_client: Any, cache: MutableMapping[str, bool] | None = None, *,
-                 price_in: float = 0.0, price_out: float = 0.0, max_tokens: int = 512,
-                 temperature: float = 0.0, name: str = "judge"):
+    def __init__(
+        self,
+        expert_client: Any,
+        cache: MutableMapping[str, bool] | None = None,
+        *,
+        price_in: float = 0.0,
+        price_out: float = 0.0,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        name: str = "judge",
+    ):
         self.client = expert_client
         self.cache = cache
         self.price_in, self.price_out = price_in, price_out
@@ -124,12 +131,16 @@ class LLMJudge:
             self.num_cache_hits += 1
             return JudgeVerdict(correct=self.cache[key], cached=True)
         prompt = JUDGE_PROMPT.format(question=question, reference=reference, prediction=prediction)
-        reply = self.client.complete([{"role": "user", "content": prompt}],
-                                     max_tokens=self.max_tokens, temperature=self.temperature)
+        reply = self.client.complete(
+            [{"role": "user", "content": prompt}],
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
         if inspect.isawaitable(reply):
             reply = await reply
-        cost = token_cost(reply.prompt_tokens, reply.completion_tokens,
-                          self.price_in, self.price_out)
+        cost = token_cost(
+            reply.prompt_tokens, reply.completion_tokens, self.price_in, self.price_out
+        )
         self.num_calls += 1
         self.total_cost_usd += cost
         parsed = parse_verdict(reply.text)
@@ -137,18 +148,26 @@ class LLMJudge:
             self.num_parse_failures += 1
         elif self.cache is not None:  # a reply without a verdict is not worth remembering
             self.cache[key] = parsed
-        return JudgeVerdict(correct=bool(parsed), cost_usd=cost, latency_s=reply.latency_s,
-                            parse_failed=parsed is None)
+        return JudgeVerdict(
+            correct=bool(parsed),
+            cost_usd=cost,
+            latency_s=reply.latency_s,
+            parse_failed=parsed is None,
+        )
 
     def stats(self) -> dict[str, float]:
         """Grading overhead for metrics: calls, cache hits, parse failures, dollars."""
-        return {"judge/calls": self.num_calls, "judge/cache_hits": self.num_cache_hits,
-                "judge/parse_failures": self.num_parse_failures,
-                "judge/cost_usd": self.total_cost_usd}
+        return {
+            "judge/calls": self.num_calls,
+            "judge/cache_hits": self.num_cache_hits,
+            "judge/parse_failures": self.num_parse_failures,
+            "judge/cost_usd": self.total_cost_usd,
+        }
 
 
-async def grade(prediction: str | None, task: GradableTask, *,
-                judge: Judge | None = None) -> JudgeVerdict:
+async def grade(
+    prediction: str | None, task: GradableTask, *, judge: Judge | None = None
+) -> JudgeVerdict:
     """Grades any answer type: rule-based types locally, "judge" tasks with `judge`.
 
     Invalid answers (empty, > 500 words) are wrong without asking the judge.
@@ -158,6 +177,7 @@ async def grade(prediction: str | None, task: GradableTask, *,
     if not is_valid_answer(prediction):
         return JudgeVerdict(correct=False)
     if judge is None:
-        raise ValueError(f"task {getattr(task, 'id', '?')!r} has answer_type 'judge' "
-                         "but no judge was configured")
+        raise ValueError(
+            f"task {getattr(task, 'id', '?')!r} has answer_type 'judge' but no judge was configured"
+        )
     return await judge(task.question, prediction, str(task.answer))

@@ -80,8 +80,9 @@ def parse_number(text: str) -> float | None:
     return float(number) if number is not None else None
 
 
-def numeric_match(prediction: str, reference: str | float, *,
-                  rel_tol: float = 1e-4, abs_tol: float = 1e-8) -> bool:
+def numeric_match(
+    prediction: str, reference: str | float, *, rel_tol: float = 1e-4, abs_tol: float = 1e-8
+) -> bool:
     """The first numbers found agree: exactly when the reference is an integer (a
     count, or an exact computation: 27,512,346 is not 27,512,345, although the two
     are within any useful relative tolerance), else within
@@ -90,7 +91,8 @@ def numeric_match(prediction: str, reference: str | float, *,
     if pred is None:
         return False
     if isinstance(reference, str) and _INTEGER.fullmatch(
-            plain := _without_separators(reference.strip())):
+        plain := _without_separators(reference.strip())
+    ):
         reference = int(plain)
     if isinstance(reference, int):
         return _exact_number(pred) == reference
@@ -148,11 +150,15 @@ def is_correct(prediction: str | None, task: GradableTask) -> bool:
         return numeric_match(prediction, task.answer) or exact_match(prediction, task.answer)
     raise ValueError(
         f"task {getattr(task, 'id', '?')!r} has answer_type 'judge': it needs an LLM "
-        "judge; use `orchestra_jax.rewards.judge.grade(prediction, task, judge=...)`")
+        "judge; use `orchestra_jax.rewards.judge.grade(prediction, task, judge=...)`"
+    )
 
 
-def outcome_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
-                    preference: Mapping[str, float] | None = None) -> np.ndarray:
+def outcome_rewards(
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float] | None = None,
+) -> np.ndarray:
     """R_i = 1 if episode i is correct else 0 (the plain outcome reward, for ablations).
 
     Same group signature as the other registered rewards; features and preference

@@ -37,12 +37,14 @@ TOOL_PREFIX = "tool:"
 def check_feature_name(name: str) -> None:
     """Feature names are "accuracy", "cost", "latency" or "tool:<name>"."""
     if name not in PLAIN_FEATURES and not (name.startswith(TOOL_PREFIX) and len(name) > 5):
-        raise ValueError(f"unknown reward feature {name!r}: expected one of "
-                         f"{PLAIN_FEATURES} or 'tool:<name>'")
+        raise ValueError(
+            f"unknown reward feature {name!r}: expected one of {PLAIN_FEATURES} or 'tool:<name>'"
+        )
 
 
-def oriented_feature(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
-                     name: str) -> np.ndarray:
+def oriented_feature(
+    features: Sequence[Mapping[str, float]], correct: Sequence[bool], name: str
+) -> np.ndarray:
     """v_i = x_i,f ("more is better" orientation); −x for cost and latency.
 
     A tool an episode never called counts 0; a missing "accuracy" is taken from
@@ -70,8 +72,11 @@ def min_max_normalise(values: np.ndarray) -> np.ndarray | None:
     return (values - lo) / (hi - lo)
 
 
-def preference_rewards(features: Sequence[Mapping[str, float]], correct: Sequence[bool],
-                       preference: Mapping[str, float]) -> np.ndarray:
+def preference_rewards(
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float],
+) -> np.ndarray:
     """R_i = [correct_i] · Σ_f P_f · norm_i,f over one group (see module docstring).
 
     Args:

@@ -29,8 +29,9 @@ from orchestra_jax.rewards.outcome import outcome_rewards
 from orchestra_jax.rewards.preference import preference_rewards
 from orchestra_jax.rl.registry import Registry
 
-GroupReward = Callable[[Sequence[Mapping[str, float]], Sequence[bool], Mapping[str, float]],
-                       np.ndarray]
+GroupReward = Callable[
+    [Sequence[Mapping[str, float]], Sequence[bool], Mapping[str, float]], np.ndarray
+]
 
 REWARDS: Registry[Callable[..., GroupReward]] = Registry("reward")
 
@@ -42,14 +43,14 @@ def _preference() -> GroupReward:
 
 @REWARDS.register("efficiency")
 def _efficiency(*, cost_weight: float, latency_weight: float, floor: float = 0.0) -> GroupReward:
-    return functools.partial(efficiency_rewards, cost_weight=cost_weight,
-                             latency_weight=latency_weight, floor=floor)
+    return functools.partial(
+        efficiency_rewards, cost_weight=cost_weight, latency_weight=latency_weight, floor=floor
+    )
 
 
 @REWARDS.register("utility")
 def _utility(*, cost_scale: float, latency_scale: float) -> GroupReward:
-    return functools.partial(utility_rewards, cost_scale=cost_scale,
-                             latency_scale=latency_scale)
+    return functools.partial(utility_rewards, cost_scale=cost_scale, latency_scale=latency_scale)
 
 
 @REWARDS.register("outcome")
@@ -66,8 +67,9 @@ def make_reward(name: str, **weights: float) -> GroupReward:
         raise ValueError(f"bad weights {sorted(weights)} for reward {name!r}: {e}") from None
 
 
-def group_rewards(trajectories: Sequence[Any], group_size: int,
-                  reward_fn: GroupReward) -> np.ndarray:
+def group_rewards(
+    trajectories: Sequence[Any], group_size: int, reward_fn: GroupReward
+) -> np.ndarray:
     """Rewards for graded trajectories ordered group by group (G consecutive per task).
 
     Reads `features()`, `correct` and `preference` from each trajectory
@@ -75,17 +77,21 @@ def group_rewards(trajectories: Sequence[Any], group_size: int,
     so all G episodes must carry the same one.
     """
     if group_size < 1 or len(trajectories) % group_size:
-        raise ValueError(f"{len(trajectories)} trajectories do not split into groups of "
-                         f"{group_size}")
+        raise ValueError(
+            f"{len(trajectories)} trajectories do not split into groups of {group_size}"
+        )
     out = []
     for start in range(0, len(trajectories), group_size):
-        group = trajectories[start:start + group_size]
+        group = trajectories[start : start + group_size]
         if len({t.task_id for t in group}) != 1:
-            raise ValueError(f"group starting at {start} mixes tasks "
-                             f"{sorted({t.task_id for t in group})}; order trajectories by task")
+            raise ValueError(
+                f"group starting at {start} mixes tasks "
+                f"{sorted({t.task_id for t in group})}; order trajectories by task"
+            )
         preference = group[0].preference
         if any(t.preference != preference for t in group):
             raise ValueError(f"task {group[0].task_id!r}: episodes carry different preferences")
-        out.append(reward_fn([t.features() for t in group],
-                             [bool(t.correct) for t in group], preference))
+        out.append(
+            reward_fn([t.features() for t in group], [bool(t.correct) for t in group], preference)
+        )
     return np.concatenate(out).astype(np.float32)

@@ -29,8 +29,9 @@ def check_aggregation(agg: str) -> None:
         raise ValueError(f"unknown loss aggregation {agg!r}; expected one of {AGGREGATIONS}")
 
 
-def sequence_token_counts(loss_mask: jax.Array,
-                          segment_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def sequence_token_counts(
+    loss_mask: jax.Array, segment_ids: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """(n_s of each token's sequence [B, T], N = #sequences with at least one loss token).
 
     A sequence is a (row, segment id) pair; `segment_ids=None` means one per row.
@@ -48,8 +49,13 @@ def sequence_token_counts(loss_mask: jax.Array,
     return per_token, (counts > 0).sum().astype(jnp.float32)
 
 
-def loss_denominator(loss_mask: jax.Array, agg: str, *, segment_ids: jax.Array | None = None,
-                     norm_length: int | None = None) -> jax.Array:
+def loss_denominator(
+    loss_mask: jax.Array,
+    agg: str,
+    *,
+    segment_ids: jax.Array | None = None,
+    norm_length: int | None = None,
+) -> jax.Array:
     """Σ m (token-mean), N (seq-mean-token-mean) or N · L (seq-mean-token-sum-norm).
 
     L defaults to the padded length T. Compute it over the full batch when
@@ -64,8 +70,9 @@ def loss_denominator(loss_mask: jax.Array, agg: str, *, segment_ids: jax.Array |
     return num_seqs * float(norm_length if norm_length is not None else loss_mask.shape[1])
 
 
-def loss_sum(values: jax.Array, loss_mask: jax.Array, agg: str, *,
-             segment_ids: jax.Array | None = None) -> jax.Array:
+def loss_sum(
+    values: jax.Array, loss_mask: jax.Array, agg: str, *, segment_ids: jax.Array | None = None
+) -> jax.Array:
     """Σ m v (token-mean, seq-mean-token-sum-norm) or Σ m v / n_s (seq-mean-token-mean)."""
     check_aggregation(agg)
     weighted = values * loss_mask.astype(values.dtype)
@@ -75,17 +82,23 @@ def loss_sum(values: jax.Array, loss_mask: jax.Array, agg: str, *,
     return weighted.sum()
 
 
-def aggregate(values: jax.Array, loss_mask: jax.Array, agg: str = "token-mean", *,
-              segment_ids: jax.Array | None = None, norm_length: int | None = None,
-              denominator: jax.Array | float | None = None
-              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def aggregate(
+    values: jax.Array,
+    loss_mask: jax.Array,
+    agg: str = "token-mean",
+    *,
+    segment_ids: jax.Array | None = None,
+    norm_length: int | None = None,
+    denominator: jax.Array | float | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss, sum, denominator) with loss = sum / max(denominator, 1e-8) (0 when empty).
 
     Pass the full batch's `denominator` when `values` is one micro-batch.
     """
     total = loss_sum(values, loss_mask, agg, segment_ids=segment_ids)
     if denominator is None:
-        denominator = loss_denominator(loss_mask, agg, segment_ids=segment_ids,
-                                       norm_length=norm_length)
+        denominator = loss_denominator(
+            loss_mask, agg, segment_ids=segment_ids, norm_length=norm_length
+        )
     denominator = jnp.asarray(denominator, jnp.float32)
     return total / jnp.maximum(denominator, 1e-8), total, denominator

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-DEFAULT_SEQ_BUCKETS = tuple(2 ** k for k in range(7, 16))  # 128 … 32768
+DEFAULT_SEQ_BUCKETS = tuple(2**k for k in range(7, 16))  # 128 … 32768
 
 
 @jax.tree_util.register_dataclass
@@ -44,14 +44,14 @@ DEFAULT_SEQ_BUCKETS = tuple(2 ** k for k in range(7, 16))  # 128 … 32768
 class TrainBatch:
     """Fixed-shape [B, T] arrays for one learner step (see the module docstring)."""
 
-    input_ids: Any      # int32, token fed at position t
-    positions: Any      # int32, position within its sequence
-    segment_ids: Any    # int32, 1, 2, … per sequence in the row; 0 = padding
-    target_ids: Any     # int32, token predicted at position t
-    loss_mask: Any      # float32, 1 where target_ids[t] was sampled by the policy
-    advantages: Any     # float32, the sequence's advantage on loss tokens, else 0
-    old_logprobs: Any   # float32, rollout log-prob of target_ids[t] (0 off the mask)
-    loss_index: Any     # int32 [B, K], positions t with loss_mask 1, then -1 (see below)
+    input_ids: Any  # int32, token fed at position t
+    positions: Any  # int32, position within its sequence
+    segment_ids: Any  # int32, 1, 2, … per sequence in the row; 0 = padding
+    target_ids: Any  # int32, token predicted at position t
+    loss_mask: Any  # float32, 1 where target_ids[t] was sampled by the policy
+    advantages: Any  # float32, the sequence's advantage on loss tokens, else 0
+    old_logprobs: Any  # float32, rollout log-prob of target_ids[t] (0 off the mask)
+    loss_index: Any  # int32 [B, K], positions t with loss_mask 1, then -1 (see below)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,8 +82,10 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
     for bucket in buckets:
         if bucket >= length:
             return bucket
-    raise ValueError(f"a sequence of {length} positions exceeds the largest bucket "
-                     f"{buckets[-1]}; add a bigger bucket or cap the episode length")
+    raise ValueError(
+        f"a sequence of {length} positions exceeds the largest bucket "
+        f"{buckets[-1]}; add a bigger bucket or cap the episode length"
+    )
 
 
 def bucket_rows(num_rows: int, multiple: int) -> int:
@@ -97,16 +99,22 @@ def _shifted(traj: Any, advantage: float, index: int) -> dict[str, np.ndarray]:
     mask = np.asarray(traj.loss_mask, np.float32)
     logprobs = np.asarray(traj.rollout_logprobs, np.float32)
     if not len(ids) == len(mask) == len(logprobs):
-        raise ValueError(f"trajectory {index}: token_ids, loss_mask and rollout_logprobs differ "
-                         f"in length ({len(ids)}, {len(mask)}, {len(logprobs)})")
+        raise ValueError(
+            f"trajectory {index}: token_ids, loss_mask and rollout_logprobs differ "
+            f"in length ({len(ids)}, {len(mask)}, {len(logprobs)})"
+        )
     if len(ids) < 2:
         raise ValueError(f"trajectory {index} has {len(ids)} tokens; training needs at least 2")
     if not np.isfinite(advantage):
         raise ValueError(f"trajectory {index} has a non-finite advantage {advantage}")
     target_mask = mask[1:]
-    return {"input_ids": ids[:-1], "target_ids": ids[1:], "loss_mask": target_mask,
-            "old_logprobs": logprobs[1:] * target_mask,
-            "advantages": np.float32(advantage) * target_mask}
+    return {
+        "input_ids": ids[:-1],
+        "target_ids": ids[1:],
+        "loss_mask": target_mask,
+        "old_logprobs": logprobs[1:] * target_mask,
+        "advantages": np.float32(advantage) * target_mask,
+    }
 
 
 def _pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
@@ -125,8 +133,9 @@ def _pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def shifted_sequences(trajectories: Sequence[Any],
-                      advantages: Sequence[float] | None = None) -> list[dict[str, np.ndarray]]:
+def shifted_sequences(
+    trajectories: Sequence[Any], advantages: Sequence[float] | None = None
+) -> list[dict[str, np.ndarray]]:
     """Each trajectory's shifted arrays (module docstring), its advantage on its loss tokens.
 
     `advantages` defaults to each trajectory's own `advantage`.
@@ -136,15 +145,19 @@ def shifted_sequences(trajectories: Sequence[Any],
     if advantages is None:
         advantages = [t.advantage for t in trajectories]
         if any(a is None for a in advantages):
-            raise ValueError("trajectories carry no advantage; compute advantages first "
-                             "or pass them explicitly")
+            raise ValueError(
+                "trajectories carry no advantage; compute advantages first or pass them explicitly"
+            )
     if len(advantages) != len(trajectories):
         raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
     return [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
 
 
-def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] | None = None,
-                      config: BatchingConfig = BatchingConfig()) -> TrainBatch:
+def build_train_batch(
+    trajectories: Sequence[Any],
+    advantages: Sequence[float] | None = None,
+    config: BatchingConfig = BatchingConfig(),
+) -> TrainBatch:
     """Packs trajectories (anything with `token_ids`, `loss_mask`, `rollout_logprobs`,
     and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`."""
     seqs = shifted_sequences(trajectories, advantages)
@@ -153,10 +166,16 @@ def build_train_batch(trajectories: Sequence[Any], advantages: Sequence[float] |
     rows = _pack(lengths, seq_len) if config.pack else [[i] for i in range(len(seqs))]
     num_rows = bucket_rows(len(rows), config.row_multiple)
 
-    out = {name: np.zeros((num_rows, seq_len), np.int32)
-           for name in ("input_ids", "positions", "segment_ids", "target_ids")}
-    out.update({name: np.zeros((num_rows, seq_len), np.float32)
-                for name in ("loss_mask", "advantages", "old_logprobs")})
+    out = {
+        name: np.zeros((num_rows, seq_len), np.int32)
+        for name in ("input_ids", "positions", "segment_ids", "target_ids")
+    }
+    out.update(
+        {
+            name: np.zeros((num_rows, seq_len), np.float32)
+            for name in ("loss_mask", "advantages", "old_logprobs")
+        }
+    )
     for r, members in enumerate(rows):
         start = 0
         for segment, i in enumerate(members, start=1):

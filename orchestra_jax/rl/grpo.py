@@ -36,8 +36,14 @@ def _group_std(groups: jax.Array) -> jax.Array:
 
 
 @ADVANTAGES.register("grpo")
-def group_advantages(rewards, group_size: int, *, eps: float = 1e-6, scale_by_std: bool = True,
-                     clip: float | None = None) -> jax.Array:
+def group_advantages(
+    rewards,
+    group_size: int,
+    *,
+    eps: float = 1e-6,
+    scale_by_std: bool = True,
+    clip: float | None = None,
+) -> jax.Array:
     """A_i = clip((r_i − mean_g) / (std_g + eps), −clip, clip) within each group g.
 
     std_g is the sample standard deviation (ddof = 1); with `scale_by_std=False`
@@ -141,8 +147,9 @@ def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, kind: str = "mse") 
     return KL_PENALTIES.get(kind)(logprobs, ref_logprobs)
 
 
-def truncated_importance_weights(old_logprobs: jax.Array, rollout_logprobs: jax.Array,
-                                 cap: float) -> jax.Array:
+def truncated_importance_weights(
+    old_logprobs: jax.Array, rollout_logprobs: jax.Array, cap: float
+) -> jax.Array:
     """w = min(exp(log π_old − log π_rollout), C), no gradient.
 
     Corrects for the rollout engine sampling from a slightly different
@@ -154,9 +161,15 @@ def truncated_importance_weights(old_logprobs: jax.Array, rollout_logprobs: jax.
     return jax.lax.stop_gradient(w)
 
 
-def ppo_token_losses(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, *,
-                     clip_low: float = 0.2, clip_high: float = 0.28,
-                     dual_clip: float | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+def ppo_token_losses(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: float | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Per-token clipped surrogate and where each clip is active.
 
         ρ  = exp(log π − log π_old)
@@ -191,17 +204,30 @@ def ppo_token_losses(logprobs: jax.Array, old_logprobs: jax.Array, advantages: j
     return losses, {"ratio": ratio, **flags}
 
 
-METRIC_NAMES = {"ratio": "ratio_mean", "clipped_low": "pg_clip_frac_low",
-                "clipped_high": "pg_clip_frac_high", "dual_clipped": "dual_clip_frac"}
+METRIC_NAMES = {
+    "ratio": "ratio_mean",
+    "clipped_low": "pg_clip_frac_low",
+    "clipped_high": "pg_clip_frac_high",
+    "dual_clipped": "dual_clip_frac",
+}
 
 
 @POLICY_LOSSES.register("ppo_clip")
-def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-                loss_mask: jax.Array, *, clip_low: float = 0.2, clip_high: float = 0.28,
-                dual_clip: float | None = None, agg: str = "token-mean",
-                segment_ids: jax.Array | None = None, norm_length: int | None = None,
-                importance_weights: jax.Array | None = None,
-                denominator: jax.Array | float | None = None) -> tuple[jax.Array, dict]:
+def policy_loss(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    loss_mask: jax.Array,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+    segment_ids: jax.Array | None = None,
+    norm_length: int | None = None,
+    importance_weights: jax.Array | None = None,
+    denominator: jax.Array | float | None = None,
+) -> tuple[jax.Array, dict]:
     """PPO clipped surrogate (see `ppo_token_losses`), weighted and aggregated.
 
         loss = agg_sum(w ⊙ ℓ) / denominator
@@ -214,12 +240,24 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     token-means over loss tokens of the ratio and of the clip indicators
     ("pg_clip_frac_low", "pg_clip_frac_high", "dual_clip_frac").
     """
-    losses, flags = ppo_token_losses(logprobs, old_logprobs, advantages, clip_low=clip_low,
-                                     clip_high=clip_high, dual_clip=dual_clip)
+    losses, flags = ppo_token_losses(
+        logprobs,
+        old_logprobs,
+        advantages,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=dual_clip,
+    )
     if importance_weights is not None:
         losses = losses * importance_weights
-    loss, total, denom = aggregate(losses, loss_mask, agg, segment_ids=segment_ids,
-                                   norm_length=norm_length, denominator=denominator)
+    loss, total, denom = aggregate(
+        losses,
+        loss_mask,
+        agg,
+        segment_ids=segment_ids,
+        norm_length=norm_length,
+        denominator=denominator,
+    )
     mask = loss_mask.astype(jnp.float32)
     num_tokens = jnp.maximum(mask.sum(), 1.0)
     metrics = {"loss_sum": total, "loss_denominator": denom}

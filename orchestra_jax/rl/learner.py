@@ -36,8 +36,13 @@ from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, s
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import check_aggregation, loss_denominator
 from orchestra_jax.rl.batching import TrainBatch
-from orchestra_jax.rl.objectives import (OBJECTIVES, combine_stats, compute_logprobs,
-                                         empty_stats, finalize_stats)
+from orchestra_jax.rl.objectives import (
+    OBJECTIVES,
+    combine_stats,
+    compute_logprobs,
+    empty_stats,
+    finalize_stats,
+)
 from orchestra_jax.rl.shared_prompts import SharedPromptBatch, loss_rows
 
 Batch = TrainBatch | SharedPromptBatch  # rows: episodes, or groups sharing a prompt
@@ -53,25 +58,25 @@ class LearnerConfig:
 
     learning_rate: float = 1e-6
     weight_decay: float = 0.01
-    grad_clip: float = 1.0           # global-norm clip
-    schedule: str = "constant"       # "constant" | "cosine" | "linear" (decay to 0)
-    warmup_steps: int = 0            # linear warm-up from 0
-    total_steps: int | None = None   # warm-up included; needed by "cosine" / "linear"
+    grad_clip: float = 1.0  # global-norm clip
+    schedule: str = "constant"  # "constant" | "cosine" | "linear" (decay to 0)
+    warmup_steps: int = 0  # linear warm-up from 0
+    total_steps: int | None = None  # warm-up included; needed by "cosine" / "linear"
     adam_b1: float = 0.9
     adam_b2: float = 0.999
     adam_eps: float = 1e-8
     micro_batch_size: int | None = None  # rows per micro-batch; None = whole batch
-    loss: str = "ppo_clip"           # rl/grpo.py POLICY_LOSSES
+    loss: str = "ppo_clip"  # rl/grpo.py POLICY_LOSSES
     clip_low: float = 0.2
     clip_high: float = 0.28
     dual_clip: float | None = 10.0
-    agg: str = "token-mean"          # rl/aggregation.py AGGREGATIONS
-    norm_length: int | None = None   # L of "seq-mean-token-sum-norm"; None = padded T
-    kl_coef: float = 1e-4            # 0 disables the reference model entirely
-    kl_type: str = "mse"             # "k1" | "mse" | "k3"
+    agg: str = "token-mean"  # rl/aggregation.py AGGREGATIONS
+    norm_length: int | None = None  # L of "seq-mean-token-sum-norm"; None = padded T
+    kl_coef: float = 1e-4  # 0 disables the reference model entirely
+    kl_type: str = "mse"  # "k1" | "mse" | "k3"
     entropy_coef: float = 0.0
-    temperature: float = 1.0         # the rollout's sampling temperature
-    tis_cap: float | None = None     # truncated importance sampling cap C
+    temperature: float = 1.0  # the rollout's sampling temperature
+    tis_cap: float | None = None  # truncated importance sampling cap C
 
     def __post_init__(self):
         check_aggregation(self.agg)
@@ -96,8 +101,11 @@ def make_schedule(config: LearnerConfig) -> optax.Schedule:
         main = optax.constant_schedule(lr)
     else:
         decay_steps = config.total_steps - config.warmup_steps
-        main = (optax.cosine_decay_schedule(lr, decay_steps) if config.schedule == "cosine"
-                else optax.linear_schedule(lr, 0.0, decay_steps))
+        main = (
+            optax.cosine_decay_schedule(lr, decay_steps)
+            if config.schedule == "cosine"
+            else optax.linear_schedule(lr, 0.0, decay_steps)
+        )
     if not config.warmup_steps:
         return main
     warmup = optax.linear_schedule(0.0, lr, config.warmup_steps)
@@ -109,14 +117,23 @@ def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
     decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)  # noqa: E731
     return optax.chain(
         optax.clip_by_global_norm(config.grad_clip),
-        optax.adamw(make_schedule(config), b1=config.adam_b1, b2=config.adam_b2,
-                    eps=config.adam_eps, weight_decay=config.weight_decay, mask=decay_mask))
+        optax.adamw(
+            make_schedule(config),
+            b1=config.adam_b1,
+            b2=config.adam_b2,
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+            mask=decay_mask,
+        ),
+    )
 
 
 def _split_micro_batches(batch: Batch, num_micro: int) -> Batch:
     """[B, ...] -> [n, B / n, ...] with micro-batch i = rows i, n + i, 2n + i, …"""
+
     def split(x):
         return jnp.swapaxes(x.reshape(x.shape[0] // num_micro, num_micro, *x.shape[1:]), 0, 1)
+
     return jax.tree.map(split, batch)
 
 
@@ -138,8 +155,14 @@ class Learner:
     `reference_model`, or a frozen copy of the initial policy.
     """
 
-    def __init__(self, model: nnx.Module, config: LearnerConfig, *, mesh: Mesh | None = None,
-                 reference_model: nnx.Module | None = None):
+    def __init__(
+        self,
+        model: nnx.Module,
+        config: LearnerConfig,
+        *,
+        mesh: Mesh | None = None,
+        reference_model: nnx.Module | None = None,
+    ):
         self.config, self.model = config, model
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
         self.tx = make_optimizer(config)
@@ -150,15 +173,22 @@ class Learner:
         abstract_opt = jax.eval_shape(self.tx.init, self.params)
         self._replicated = NamedSharding(self.mesh, P())
         self._opt_shardings = optax.tree_map_params(
-            self.tx, lambda _, sharding: sharding, abstract_opt, self._param_shardings,
-            transform_non_params=lambda _: self._replicated)
+            self.tx,
+            lambda _, sharding: sharding,
+            abstract_opt,
+            self._param_shardings,
+            transform_non_params=lambda _: self._replicated,
+        )
         self.opt_state = self._fresh_opt_state()
         self.ref_params = None
         if reference_model is not None and not config.kl_coef:
             raise ValueError("a reference model was given but kl_coef == 0: it would be unused")
         if config.kl_coef:
-            source = (nnx.state(reference_model, nnx.Param) if reference_model is not None
-                      else jax.tree.map(jnp.copy, self.params))
+            source = (
+                nnx.state(reference_model, nnx.Param)
+                if reference_model is not None
+                else jax.tree.map(jnp.copy, self.params)
+            )
             self.ref_params = jax.device_put(source, self._param_shardings)
         self.step = 0
         self._compiled: dict[tuple[str, int], Any] = {}  # (objective, #micro-batches) -> step
@@ -171,8 +201,11 @@ class Learner:
         optimizer afresh. The KL reference is left alone (see `set_reference`).
         """
         self.params = jax.device_put(params, self._param_shardings)
-        self.opt_state = (jax.device_put(opt_state, self._opt_shardings)
-                          if opt_state is not None else self._fresh_opt_state())
+        self.opt_state = (
+            jax.device_put(opt_state, self._opt_shardings)
+            if opt_state is not None
+            else self._fresh_opt_state()
+        )
         self.step = int(step)
         nnx.update(self.model, self.params)
 
@@ -182,7 +215,8 @@ class Learner:
             raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
         # A copy: the train step donates `params`, which may be these very buffers.
         self.ref_params = jax.tree.map(
-            jnp.copy, jax.device_put(reference_params, self._param_shardings))
+            jnp.copy, jax.device_put(reference_params, self._param_shardings)
+        )
 
     def _fresh_opt_state(self) -> Any:
         return jax.device_put(self.tx.init(self.params), self._opt_shardings)
@@ -211,14 +245,16 @@ class Learner:
             raise ValueError(
                 f"batch of {rows} rows: micro_batch_size {micro} must divide it and be a "
                 f"multiple of the {self.num_batch_shards} batch shards of the mesh "
-                f"(build batches with row_multiple={self.row_multiple(rows)})")
+                f"(build batches with row_multiple={self.row_multiple(rows)})"
+            )
         key = (objective, rows // micro)
         if key not in self._compiled:
             self._compiled[key] = self._build_step(objective, rows // micro)
         batch = jax.device_put(jax.tree.map(np.asarray, batch), batch_sharding(self.mesh))
         ref_params = self.ref_params if objective == "grpo" else None
         self.params, self.opt_state, metrics = self._compiled[key](
-            self.params, self.opt_state, ref_params, batch)
+            self.params, self.opt_state, ref_params, batch
+        )
         nnx.update(self.model, self.params)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.step += int(not metrics["skipped"])
@@ -238,11 +274,15 @@ class Learner:
 
         def step(params, opt_state, ref_params, batch):
             rows = loss_rows(batch)
-            denominator = loss_denominator(rows.loss_mask, config.agg,
-                                           segment_ids=rows.segment_ids,
-                                           norm_length=config.norm_length)
+            denominator = loss_denominator(
+                rows.loss_mask,
+                config.agg,
+                segment_ids=rows.segment_ids,
+                norm_length=config.norm_length,
+            )
             micros = jax.lax.with_sharding_constraint(
-                _split_micro_batches(batch, num_micro), micro_sharding)
+                _split_micro_batches(batch, num_micro), micro_sharding
+            )
             grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
             def accumulate(carry, micro):
@@ -253,9 +293,11 @@ class Learner:
 
             first_micro = jax.tree.map(lambda x: x[0], micros)
             stats_shape = jax.eval_shape(
-                lambda: grad_fn(params, ref_params, first_micro, denominator)[0][1])
+                lambda: grad_fn(params, ref_params, first_micro, denominator)[0][1]
+            )
             zero_grads = jax.lax.with_sharding_constraint(  # accumulate in the params' layout
-                jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params), param_shardings)
+                jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params), param_shardings
+            )
             carry, _ = jax.lax.scan(accumulate, (zero_grads, empty_stats(stats_shape)), micros)
             grads, stats = carry
             metrics = finalize_stats(stats, rows.loss_mask.sum())
@@ -264,10 +306,14 @@ class Learner:
             updates, new_opt_state = tx.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
             keep = lambda new, old: jax.tree.map(  # noqa: E731
-                lambda n, o: jnp.where(finite, n, o), new, old)
-            metrics.update(grad_norm=grad_norm, skipped=1.0 - finite.astype(jnp.float32),
-                           num_loss_tokens=rows.loss_mask.sum(),
-                           learning_rate=schedule(_update_count(opt_state)))
+                lambda n, o: jnp.where(finite, n, o), new, old
+            )
+            metrics.update(
+                grad_norm=grad_norm,
+                skipped=1.0 - finite.astype(jnp.float32),
+                num_loss_tokens=rows.loss_mask.sum(),
+                learning_rate=schedule(_update_count(opt_state)),
+            )
             return keep(new_params, params), keep(new_opt_state, opt_state), metrics
 
         batch_sh = batch_sharding(self.mesh)
@@ -276,4 +322,5 @@ class Learner:
             step,
             in_shardings=(self._param_shardings, self._opt_shardings, ref_sh, batch_sh),
             out_shardings=(self._param_shardings, self._opt_shardings, self._replicated),
-            donate_argnums=(0, 1))
+            donate_argnums=(0, 1),
+        )

@@ -32,8 +32,9 @@ from orchestra_jax.rl.sft import sft_loss
 OBJECTIVES = Registry("learner objective")
 
 
-def model_logprobs(model: nnx.Module, batch: TrainBatch,
-                   temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+def model_logprobs(
+    model: nnx.Module, batch: TrainBatch, temperature: float = 1.0
+) -> tuple[jax.Array, jax.Array]:
     """(log softmax(logits / T)[target] [B, T], logits [B, T, V]) for a TrainBatch."""
     logits = model(batch.input_ids, batch.positions, segment_ids=batch.segment_ids)
     return grpo.token_logprobs(logits, batch.target_ids, temperature), logits
@@ -49,13 +50,19 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
     index = jnp.where(valid, batch.loss_index, 0)
     take = lambda x: jnp.take_along_axis(x, index, axis=1)  # noqa: E731
     return dataclasses.replace(
-        batch, target_ids=take(batch.target_ids), segment_ids=take(batch.segment_ids),
-        positions=take(batch.positions), loss_mask=take(batch.loss_mask) * valid,
-        advantages=take(batch.advantages) * valid, old_logprobs=take(batch.old_logprobs) * valid)
+        batch,
+        target_ids=take(batch.target_ids),
+        segment_ids=take(batch.segment_ids),
+        positions=take(batch.positions),
+        loss_mask=take(batch.loss_mask) * valid,
+        advantages=take(batch.advantages) * valid,
+        old_logprobs=take(batch.old_logprobs) * valid,
+    )
 
 
-def loss_position_logprobs(model: nnx.Module, batch: TrainBatch | SharedPromptBatch,
-                           temperature: float = 1.0) -> tuple[jax.Array, jax.Array, TrainBatch]:
+def loss_position_logprobs(
+    model: nnx.Module, batch: TrainBatch | SharedPromptBatch, temperature: float = 1.0
+) -> tuple[jax.Array, jax.Array, TrainBatch]:
     """(log-probs [B, K], logits [B, K, V], the loss rows at their loss positions).
 
     Runs the transformer over all T positions but the LM head only at the K
@@ -66,8 +73,9 @@ def loss_position_logprobs(model: nnx.Module, batch: TrainBatch | SharedPromptBa
     if isinstance(batch, SharedPromptBatch):
         hidden, batch = shared_prompt_hidden_states(model, batch)
     else:
-        hidden = model.hidden_states(batch.input_ids, batch.positions,
-                                     segment_ids=batch.segment_ids)
+        hidden = model.hidden_states(
+            batch.input_ids, batch.positions, segment_ids=batch.segment_ids
+        )
     index = jnp.where(batch.loss_index >= 0, batch.loss_index, 0)
     logits = model.logits(jnp.take_along_axis(hidden, index[..., None], axis=1))
     view = at_loss_positions(batch)
@@ -89,8 +97,13 @@ def _masked_extreme(values: jax.Array, mask: jax.Array, fn, fill: float) -> jax.
 
 
 @OBJECTIVES.register("grpo")
-def grpo_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: TrainBatch,
-                   denominator: jax.Array, config: Any) -> tuple[jax.Array, dict]:
+def grpo_objective(
+    model: nnx.Module,
+    ref_model: nnx.Module | None,
+    micro: TrainBatch,
+    denominator: jax.Array,
+    config: Any,
+) -> tuple[jax.Array, dict]:
     """loss = policy_loss + kl_coef · KL − entropy_coef · H, each aggregated by `config.agg`.
 
     Without `tis_cap` the PPO ratio is taken against the rollout log-probs
@@ -109,9 +122,18 @@ def grpo_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: Train
         old = jax.lax.stop_gradient(logp)
         weights = grpo.truncated_importance_weights(old, rollout, config.tis_cap)
     pg_loss, pg = grpo.POLICY_LOSSES.get(config.loss)(
-        logp, old, micro.advantages, mask, clip_low=config.clip_low, clip_high=config.clip_high,
-        dual_clip=config.dual_clip, agg=config.agg, importance_weights=weights,
-        denominator=denominator, **agg)
+        logp,
+        old,
+        micro.advantages,
+        mask,
+        clip_low=config.clip_low,
+        clip_high=config.clip_high,
+        dual_clip=config.dual_clip,
+        agg=config.agg,
+        importance_weights=weights,
+        denominator=denominator,
+        **agg,
+    )
     num_tokens = jnp.maximum(mask.sum(), 1.0)  # policy_loss's fractions are over this count
     ratio = jnp.exp(logp - old)
     entropy = grpo.entropy_from_logits(logits, config.temperature)
@@ -143,24 +165,37 @@ def grpo_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: Train
 
 
 @OBJECTIVES.register("sft")
-def sft_objective(model: nnx.Module, ref_model: nnx.Module | None, micro: TrainBatch,
-                  denominator: jax.Array, config: Any) -> tuple[jax.Array, dict]:
+def sft_objective(
+    model: nnx.Module,
+    ref_model: nnx.Module | None,
+    micro: TrainBatch,
+    denominator: jax.Array,
+    config: Any,
+) -> tuple[jax.Array, dict]:
     """loss = mean NLL of the loss-masked target tokens (aggregated by `config.agg`).
 
     Always at temperature 1: SFT fits the distribution itself, not a sampler of it.
     """
     del ref_model
     logp, _, micro = loss_position_logprobs(model, micro, 1.0)
-    loss, _ = sft_loss(logp, micro.loss_mask, agg=config.agg, segment_ids=micro.segment_ids,
-                       norm_length=config.norm_length, denominator=denominator)
+    loss, _ = sft_loss(
+        logp,
+        micro.loss_mask,
+        agg=config.agg,
+        segment_ids=micro.segment_ids,
+        norm_length=config.norm_length,
+        denominator=denominator,
+    )
     return loss, {"total/loss": loss, "token/nll": _masked_sum(-logp, micro.loss_mask)}
 
 
 def empty_stats(shapes: dict) -> dict:
     """The identity of `combine_stats`: 0 for sums, −inf for maxima, +inf for minima."""
     fill = {"max": -jnp.inf, "min": jnp.inf}
-    return {name: jnp.full(s.shape, fill.get(name.split("/")[0], 0.0), s.dtype)
-            for name, s in shapes.items()}
+    return {
+        name: jnp.full(s.shape, fill.get(name.split("/")[0], 0.0), s.dtype)
+        for name, s in shapes.items()
+    }
 
 
 def combine_stats(a: dict, b: dict) -> dict:

@@ -46,7 +46,8 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             raise ValueError(
-                f"unknown {self.kind} {name!r}; known: {sorted(self._entries)}") from None
+                f"unknown {self.kind} {name!r}; known: {sorted(self._entries)}"
+            ) from None
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -56,4 +57,3 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._entries))
-

@@ -36,8 +36,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from orchestra_jax.rl.batching import (BatchingConfig, TrainBatch, bucket_length, bucket_rows,
-                                       loss_positions, shifted_sequences)
+from orchestra_jax.rl.batching import (
+    BatchingConfig,
+    TrainBatch,
+    bucket_length,
+    bucket_rows,
+    loss_positions,
+    shifted_sequences,
+)
 
 
 @jax.tree_util.register_dataclass
@@ -45,8 +51,8 @@ from orchestra_jax.rl.batching import (BatchingConfig, TrainBatch, bucket_length
 class SharedPromptBatch:
     """A learner batch of g groups, each one prompt and m episodes continuing it."""
 
-    prompt_ids: Any          # int32 [g, P]
-    prompt_positions: Any    # int32 [g, P]: 0, 1, ... on the prompt, 0 on padding
+    prompt_ids: Any  # int32 [g, P]
+    prompt_positions: Any  # int32 [g, P]: 0, 1, ... on the prompt, 0 on padding
     prompt_segment_ids: Any  # int32 [g, P]: 1 on the prompt, 0 on padding
     completions: TrainBatch  # [g, m, C] arrays (module docstring)
 
@@ -80,14 +86,19 @@ def shared_prompt_hidden_states(model, batch: SharedPromptBatch) -> tuple[jax.Ar
     per_group = rows.input_ids.shape[0] // groups
     cache = model.init_cache(groups, prompt_len + rows.input_ids.shape[1])
     # Prompt padding has segment 0, so its keys are never written (see Qwen3ForCausalLM).
-    _, cache = model.hidden_states(batch.prompt_ids, batch.prompt_positions,
-                                   segment_ids=batch.prompt_segment_ids, cache=cache,
-                                   kv_len=prompt_len)
+    _, cache = model.hidden_states(
+        batch.prompt_ids,
+        batch.prompt_positions,
+        segment_ids=batch.prompt_segment_ids,
+        cache=cache,
+        kv_len=prompt_len,
+    )
     # Every episode reads a copy of its group's prompt cache; its own keys then
     # fill the slots from p_i on, which the prompt left empty.
     cache = cache.take_rows(jnp.repeat(jnp.arange(groups), per_group))
-    hidden, _ = model.hidden_states(rows.input_ids, rows.positions, segment_ids=rows.segment_ids,
-                                    cache=cache)
+    hidden, _ = model.hidden_states(
+        rows.input_ids, rows.positions, segment_ids=rows.segment_ids, cache=cache
+    )
     return hidden, rows
 
 
@@ -98,9 +109,11 @@ def _prompt_length(seq: dict[str, np.ndarray]) -> int:
     return min(int(loss[0]), last) if len(loss) else last
 
 
-def build_shared_prompt_batch(trajectories: Sequence[Any],
-                              advantages: Sequence[float] | None = None,
-                              config: BatchingConfig = BatchingConfig()) -> SharedPromptBatch:
+def build_shared_prompt_batch(
+    trajectories: Sequence[Any],
+    advantages: Sequence[float] | None = None,
+    config: BatchingConfig = BatchingConfig(),
+) -> SharedPromptBatch:
     """Groups trajectories by prompt into one bucketed `SharedPromptBatch`
     (arguments as for `build_train_batch`; `config.pack` does not apply)."""
     if config.pack:
@@ -116,17 +129,23 @@ def build_shared_prompt_batch(trajectories: Sequence[Any],
     prompt_len = bucket_length(max(max(prompts), 1), config.seq_buckets)
     completion_len = bucket_length(
         max(len(seqs[i]["input_ids"]) - p for p, run in zip(prompts, members) for i in run),
-        config.seq_buckets)
+        config.seq_buckets,
+    )
     num_groups = bucket_rows(len(members), config.row_multiple)
     per_group = bucket_rows(max(len(run) for run in members), 1)
 
-    prompt = {name: np.zeros((num_groups, prompt_len), np.int32)
-              for name in ("prompt_ids", "prompt_positions", "prompt_segment_ids")}
+    prompt = {
+        name: np.zeros((num_groups, prompt_len), np.int32)
+        for name in ("prompt_ids", "prompt_positions", "prompt_segment_ids")
+    }
     shape = (num_groups, per_group, completion_len)
-    out = {name: np.zeros(shape, np.int32)
-           for name in ("input_ids", "positions", "segment_ids", "target_ids")}
-    out.update({name: np.zeros(shape, np.float32)
-                for name in ("loss_mask", "advantages", "old_logprobs")})
+    out = {
+        name: np.zeros(shape, np.int32)
+        for name in ("input_ids", "positions", "segment_ids", "target_ids")
+    }
+    out.update(
+        {name: np.zeros(shape, np.float32) for name in ("loss_mask", "advantages", "old_logprobs")}
+    )
     for g, (p, run) in enumerate(zip(prompts, members)):
         prompt["prompt_ids"][g, :p] = seqs[run[0]]["input_ids"][:p]
         prompt["prompt_positions"][g, :p] = np.arange(p)

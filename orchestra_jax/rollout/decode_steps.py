@@ -49,8 +49,21 @@ class DecodeSteps:
         tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
         return cache, tokens, logp
 
-    def _prefill_cached_fn(self, state, cache, sources, targets, starts, ids, lengths,
-                           temperature, top_p, top_k, seed_hi, seed_lo):
+    def _prefill_cached_fn(
+        self,
+        state,
+        cache,
+        sources,
+        targets,
+        starts,
+        ids,
+        lengths,
+        temperature,
+        top_p,
+        top_k,
+        seed_hi,
+        seed_lo,
+    ):
         """Prefill prompt suffixes on top of prefixes already in the cache; first tokens.
 
         Row r continues the first starts[r] slots of cache row sources[r] with its
@@ -61,14 +74,16 @@ class DecodeSteps:
         suffix writes its own slots before attending, and later slots are masked.
         The first token is sampled as in `_prefill_fn` (same key, token index 0).
         """
-        self.compile_counts[f"prefill_cached(rows={ids.shape[0]}, len={ids.shape[1]}, "
-                            f"cache={cache.max_len})"] += 1
+        self.compile_counts[
+            f"prefill_cached(rows={ids.shape[0]}, len={ids.shape[1]}, cache={cache.max_len})"
+        ] += 1
         model = nnx.merge(self.graphdef, state)
         offsets = jnp.arange(ids.shape[1], dtype=jnp.int32)[None]
         positions = starts[:, None] + offsets
         segments = (offsets < lengths[:, None]).astype(jnp.int32)
-        hidden, rows = model.hidden_states(ids, positions, segment_ids=segments,
-                                           cache=cache.take_rows(sources))
+        hidden, rows = model.hidden_states(
+            ids, positions, segment_ids=segments, cache=cache.take_rows(sources)
+        )
         last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
         last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
         keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
@@ -82,8 +97,9 @@ class DecodeSteps:
         which no query reads before decode overwrites them (slot p is written
         before the query at p attends to it).
         """
-        self.compile_counts[f"insert(rows={rows.shape[0]}, len={prefilled.max_len}, "
-                            f"cache={cache.max_len})"] += 1
+        self.compile_counts[
+            f"insert(rows={rows.shape[0]}, len={prefilled.max_len}, cache={cache.max_len})"
+        ] += 1
         return cache.put_prefix(rows, prefilled)
 
     def _resize_fn(self, cache, *, length):
@@ -91,8 +107,24 @@ class DecodeSteps:
         self.compile_counts[f"resize({cache.max_len}->{length})"] += 1
         return cache.resized(length)
 
-    def _decode_fn(self, state, cache, tokens, positions, counts, done, max_new, stop_ids,
-                   temperature, top_p, top_k, seed_hi, seed_lo, *, num_steps):
+    def _decode_fn(
+        self,
+        state,
+        cache,
+        tokens,
+        positions,
+        counts,
+        done,
+        max_new,
+        stop_ids,
+        temperature,
+        top_p,
+        top_k,
+        seed_hi,
+        seed_lo,
+        *,
+        num_steps,
+    ):
         """Up to `num_steps` decode steps for every row; rows in `done` are frozen.
 
         Row b feeds tokens[b] at positions[b] (its counts[b]-th generated token) and
@@ -116,8 +148,13 @@ class DecodeSteps:
             i, cache, tok, pos, count, done, out_t, out_l = carry
             live = ~done
             # Done rows are fed as padding (segment 0): their cache rows are left alone.
-            logits, cache = model(tok[:, None], pos[:, None], cache=cache,
-                                  segment_ids=live[:, None].astype(jnp.int32), rope_table=rope)
+            logits, cache = model(
+                tok[:, None],
+                pos[:, None],
+                cache=cache,
+                segment_ids=live[:, None].astype(jnp.int32),
+                rope_table=rope,
+            )
             keys = sampling.row_keys(seed_hi, seed_lo, count)
             new, logp = sampling.sample_tokens(logits[:, 0], keys, temperature, top_p, top_k)
             out_t = out_t.at[:, i].set(jnp.where(live, new, -1))
@@ -131,5 +168,6 @@ class DecodeSteps:
 
         carry = (0, cache, tokens, positions, counts, done, out_tokens, out_logp)
         _, cache, tokens, positions, counts, done, out_tokens, out_logp = jax.lax.while_loop(
-            cond, body, carry)
+            cond, body, carry
+        )
         return cache, out_tokens, out_logp

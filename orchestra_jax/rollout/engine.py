@@ -104,10 +104,11 @@ class Completion:
 
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:
-            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
-        if len(self.logprobs) != len(self.output_ids):
             raise ValueError(
-                f"{len(self.output_ids)} output ids but {len(self.logprobs)} logprobs")
+                f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}"
+            )
+        if len(self.logprobs) != len(self.output_ids):
+            raise ValueError(f"{len(self.output_ids)} output ids but {len(self.logprobs)} logprobs")
 
 
 @runtime_checkable

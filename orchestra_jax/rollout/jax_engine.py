@@ -151,6 +151,7 @@ class _Slot:
 @dataclasses.dataclass
 class _Parked:
     """A finished row kept for its keys/values (slots 0 .. len(ids) - 1)."""
+
     ids: np.ndarray
     weights: int
     last_used: int
@@ -159,6 +160,7 @@ class _Parked:
 @dataclasses.dataclass(eq=False)
 class _Admission:
     """One admitted request's plan: where it goes and which cached prefix it continues."""
+
     job: _Pending
     ids: np.ndarray
     slot: int = -1
@@ -179,14 +181,27 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 class JaxEngine:
     """RolloutEngine running a Qwen3 NNX model in this process (see module docstring)."""
 
-    def __init__(self, model: nnx.Module, *, max_batch_size: int = 16, max_seq_len: int = 2048,
-                 steps_per_call: int = 16, max_stop_tokens: int = 8, min_prefill_len: int = 128,
-                 min_prefill_rows: int = 8,
-                 min_cache_len: int = 64, seed: int = 0, cache_dtype=None,
-                 prefix_cache: bool = True, min_cached_prefix: int = 16,
-                 min_cached_fraction: float = 0.25):
+    def __init__(
+        self,
+        model: nnx.Module,
+        *,
+        max_batch_size: int = 16,
+        max_seq_len: int = 2048,
+        steps_per_call: int = 16,
+        max_stop_tokens: int = 8,
+        min_prefill_len: int = 128,
+        min_prefill_rows: int = 8,
+        min_cache_len: int = 64,
+        seed: int = 0,
+        cache_dtype=None,
+        prefix_cache: bool = True,
+        min_cached_prefix: int = 16,
+        min_cached_fraction: float = 0.25,
+    ):
         if max_batch_size < 1 or max_seq_len < 2 or steps_per_call < 1:
-            raise ValueError("max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required")
+            raise ValueError(
+                "max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required"
+            )
         self.config = model.config
         self.vocab_size = model.config.vocab_size
         self.max_batch_size = max_batch_size
@@ -225,14 +240,18 @@ class JaxEngine:
     def _validate(self, request: GenerateRequest) -> None:
         n = len(request.input_ids)
         if n >= self.max_seq_len:
-            raise ValueError(f"prompt of {n} tokens does not fit max_seq_len={self.max_seq_len} "
-                             "(at least one slot must stay free for a new token)")
+            raise ValueError(
+                f"prompt of {n} tokens does not fit max_seq_len={self.max_seq_len} "
+                "(at least one slot must stay free for a new token)"
+            )
         bad = [t for t in request.input_ids if t >= self.vocab_size]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary ({self.vocab_size})")
         if len(request.sampling.stop_token_ids) > self.max_stop_tokens:
-            raise ValueError(f"at most {self.max_stop_tokens} stop_token_ids per request "
-                             f"(got {len(request.sampling.stop_token_ids)}); raise max_stop_tokens")
+            raise ValueError(
+                f"at most {self.max_stop_tokens} stop_token_ids per request "
+                f"(got {len(request.sampling.stop_token_ids)}); raise max_stop_tokens"
+            )
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         for r in requests:
@@ -262,8 +281,9 @@ class JaxEngine:
             raise ValueError("update_weights: the new state's tree differs from the engine's model")
         for old, new in zip(old_leaves, new_leaves):
             if old.shape != new.shape or old.dtype != new.dtype:
-                raise ValueError(f"update_weights: parameter {old.shape}/{old.dtype} got "
-                                 f"{new.shape}/{new.dtype}")
+                raise ValueError(
+                    f"update_weights: parameter {old.shape}/{old.dtype} got {new.shape}/{new.dtype}"
+                )
         # Same shardings as before, so the compiled functions are reused as they are.
         placed = [jax.device_put(new, old.sharding) for old, new in zip(old_leaves, new_leaves)]
         state = jax.tree.unflatten(old_tree, placed)
@@ -314,21 +334,33 @@ class JaxEngine:
 
     def _sampling_arrays(self, jobs: Sequence[_Pending | None]):
         """Per-row sampling settings as arrays (rows without a job get greedy defaults)."""
+
         def col(fn, default, dtype):
             return np.array([default if j is None else fn(j) for j in jobs], dtype)
+
         seeds = [sampling.split_seed(0 if j is None else j.seed) for j in jobs]
-        return (col(lambda j: j.request.sampling.temperature, 0.0, np.float32),
-                col(lambda j: j.request.sampling.top_p, 1.0, np.float32),
-                col(lambda j: j.request.sampling.top_k, -1, np.int32),
-                np.array([s[0] for s in seeds], np.uint32), np.array([s[1] for s in seeds], np.uint32))
+        return (
+            col(lambda j: j.request.sampling.temperature, 0.0, np.float32),
+            col(lambda j: j.request.sampling.top_p, 1.0, np.float32),
+            col(lambda j: j.request.sampling.top_k, -1, np.int32),
+            np.array([s[0] for s in seeds], np.uint32),
+            np.array([s[1] for s in seeds], np.uint32),
+        )
 
     def _admit(self, state, weights: int, jobs: list[_Pending]) -> None:
         """Prefill the admitted requests into slots (reusing cached prefixes, see the
         module docstring) and record their first token."""
         lengths = [len(job.request.input_ids) for job in jobs]
         # The from-scratch prefill writes a whole length bucket into its rows.
-        self._fit_cache(max([self._longest_live_row(), *lengths,
-                             cache_bucket(max(lengths), self.min_prefill_len, self.max_seq_len)]))
+        self._fit_cache(
+            max(
+                [
+                    self._longest_live_row(),
+                    *lengths,
+                    cache_bucket(max(lengths), self.min_prefill_len, self.max_seq_len),
+                ]
+            )
+        )
         plans = self._plan(weights, jobs)
         self._prefill_cached(state, weights, [p for p in plans if p.source is not None])
         self._prefill(state, weights, [p for p in plans if p.source is None and p.leader is None])
@@ -345,8 +377,11 @@ class JaxEngine:
             self.prefix_cache_stats["parked_invalidated"] += 1
         held: dict[int, np.ndarray] = {}  # cache row -> the tokens it holds
         if self.prefix_cache:
-            held = {i: s.written_ids() for i, s in enumerate(self._slots)
-                    if s is not None and s.weights == weights}
+            held = {
+                i: s.written_ids()
+                for i, s in enumerate(self._slots)
+                if s is not None and s.weights == weights
+            }
             held.update((i, p.ids) for i, p in self._parked.items())
         plans: list[_Admission] = []
         for job in jobs:
@@ -370,20 +405,28 @@ class JaxEngine:
             self._parked[row].last_used = self._tick()
         taken: set[int] = set()
         for p in plans:  # continue a parked row in place when the prompt extends all of it
-            if (p.source in self._parked and p.source not in taken
-                    and p.match == len(self._parked[p.source].ids)):
+            if (
+                p.source in self._parked
+                and p.source not in taken
+                and p.match == len(self._parked[p.source].ids)
+            ):
                 p.slot = p.source
                 taken.add(p.slot)
-        free = [i for i, s in enumerate(self._slots)
-                if s is None and i not in self._parked and i not in taken]
+        free = [
+            i
+            for i, s in enumerate(self._slots)
+            if s is None and i not in self._parked and i not in taken
+        ]
         for p in plans:
             if p.slot >= 0:
                 continue
             if free:
                 p.slot = free.pop(0)
             else:  # evict: least recently used, rows nobody here copies from first
-                p.slot = min((i for i in self._parked if i not in taken),
-                             key=lambda i: (i in sources, self._parked[i].last_used))
+                p.slot = min(
+                    (i for i in self._parked if i not in taken),
+                    key=lambda i: (i in sources, self._parked[i].last_used),
+                )
             taken.add(p.slot)
         # The targets' old rows are overwritten (sources are read before that).
         for row in taken & self._parked.keys():
@@ -411,7 +454,8 @@ class JaxEngine:
             ids[r, : len(p.ids)] = p.ids
             lengths[r] = len(p.ids)
         prefilled, tokens, logp = self._steps.prefill(
-            state, ids, lengths, *self._sampling_arrays(self._jobs(plans, rows_bucket)))
+            state, ids, lengths, *self._sampling_arrays(self._jobs(plans, rows_bucket))
+        )
         self._cache = self._steps.insert(self._cache, rows, prefilled)
         self._start(weights, plans, tokens, logp)
 
@@ -421,8 +465,9 @@ class JaxEngine:
             return
         n = len(plans)
         rows_bucket = bucket(n, self.min_prefill_rows, self.max_batch_size)
-        t = cache_bucket(max(len(p.ids) - p.reused for p in plans), self.min_prefill_len,
-                         self.max_seq_len)
+        t = cache_bucket(
+            max(len(p.ids) - p.reused for p in plans), self.min_prefill_len, self.max_seq_len
+        )
         sources = np.zeros(rows_bucket, np.int32)
         targets = np.full(rows_bucket, self.max_batch_size, np.int32)  # padding: dropped
         starts = np.zeros(rows_bucket, np.int32)
@@ -430,11 +475,18 @@ class JaxEngine:
         lengths = np.zeros(rows_bucket, np.int32)
         for r, p in enumerate(plans):
             sources[r], targets[r], starts[r] = p.source, p.slot, p.reused
-            ids[r, : len(p.ids) - p.reused] = p.ids[p.reused:]
+            ids[r, : len(p.ids) - p.reused] = p.ids[p.reused :]
             lengths[r] = len(p.ids) - p.reused
         self._cache, tokens, logp = self._steps.prefill_cached(
-            state, self._cache, sources, targets, starts, ids, lengths,
-            *self._sampling_arrays(self._jobs(plans, rows_bucket)))
+            state,
+            self._cache,
+            sources,
+            targets,
+            starts,
+            ids,
+            lengths,
+            *self._sampling_arrays(self._jobs(plans, rows_bucket)),
+        )
         self._start(weights, plans, tokens, logp)
 
     @staticmethod
@@ -445,8 +497,9 @@ class JaxEngine:
         """Give the prefilled requests their slots and first tokens."""
         tokens, logp = jax.device_get((tokens, logp))
         for r, p in enumerate(plans):
-            self._slots[p.slot] = _Slot(p.job, [int(tokens[r])], [float(logp[r])], weights,
-                                        p.reused)
+            self._slots[p.slot] = _Slot(
+                p.job, [int(tokens[r])], [float(logp[r])], weights, p.reused
+            )
             self._finish_if_done(p.slot)
 
     def _tick(self) -> int:
@@ -475,8 +528,17 @@ class JaxEngine:
             stop_ids[i, : len(sp.stop_token_ids)] = sp.stop_token_ids
         jobs = [None if s is None else s.job for s in self._slots]
         self._cache, out_tokens, out_logp = self._steps.decode(
-            state, self._cache, tokens, positions, counts, done, max_new, stop_ids,
-            *self._sampling_arrays(jobs), num_steps=self.steps_per_call)
+            state,
+            self._cache,
+            tokens,
+            positions,
+            counts,
+            done,
+            max_new,
+            stop_ids,
+            *self._sampling_arrays(jobs),
+            num_steps=self.steps_per_call,
+        )
         out_tokens, out_logp = jax.device_get((out_tokens, out_logp))
         for i, s in enumerate(self._slots):
             if s is None:
@@ -488,8 +550,10 @@ class JaxEngine:
 
     def _longest_live_row(self) -> int:
         """Tokens (prompt + generated) in the longest live row; 0 when none."""
-        return max((len(s.job.request.input_ids) + len(s.tokens)
-                    for s in self._slots if s is not None), default=0)
+        return max(
+            (len(s.job.request.input_ids) + len(s.tokens) for s in self._slots if s is not None),
+            default=0,
+        )
 
     def _fit_cache(self, needed: int) -> None:
         """Grow the cache to the bucket holding `needed` slots; shrink it once that is
@@ -516,12 +580,20 @@ class JaxEngine:
         self._slots[slot] = None
         if self.prefix_cache:
             self._parked[slot] = _Parked(s.written_ids(), s.weights, self._tick())
-        completion = Completion(s.tokens, s.logprobs, reason, prompt, len(s.tokens),
-                                time.perf_counter() - s.job.submitted, s.cached_tokens)
+        completion = Completion(
+            s.tokens,
+            s.logprobs,
+            reason,
+            prompt,
+            len(s.tokens),
+            time.perf_counter() - s.job.submitted,
+            s.cached_tokens,
+        )
         _resolve(s.job, completion)
 
-    def _fail_all(self, error: BaseException, *, waiting_too: bool = True,
-                  also: Sequence[_Pending] = ()) -> None:
+    def _fail_all(
+        self, error: BaseException, *, waiting_too: bool = True, also: Sequence[_Pending] = ()
+    ) -> None:
         """Fail the admitted requests (and the waiting ones) with `error`.
 
         After an engine error the cache may have been donated to the failed call,
@@ -549,6 +621,7 @@ def _resolve(job: _Pending, outcome: Completion | BaseException) -> None:
             job.future.set_exception(outcome)
         else:
             job.future.set_result(outcome)
+
     try:
         job.loop.call_soon_threadsafe(settle)
     except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more

@@ -21,8 +21,19 @@ from typing import Any
 from orchestra_jax.rollout.engine import GenerateRequest, RolloutEngine, SamplingParams
 
 _IGNORED = {"model", "user", "stream_options", "parallel_tool_calls", "tool_choice"}
-_SUPPORTED = {"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
-              "top_k", "seed", "n", "stream", "tools", "chat_template_kwargs"} | _IGNORED
+_SUPPORTED = {
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "n",
+    "stream",
+    "tools",
+    "chat_template_kwargs",
+} | _IGNORED
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -30,6 +41,7 @@ def _sampling(body: dict, stop_ids: tuple[int, ...]) -> SamplingParams:
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or DEFAULT_MAX_TOKENS
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
         raise ValueError(f"max_tokens must be an integer, got {max_tokens!r}")
+
     def field(name, default):  # OpenAI clients send null for "unset"
         value = body.get(name)
         return default if value is None else value
@@ -64,8 +76,9 @@ def _validate(body: Any) -> None:
             raise ValueError(f"messages[{i}].content must be a string")
 
 
-async def chat_completion(engine: RolloutEngine, tokenizer, body: Any, *,
-                          model_name: str) -> dict[str, Any]:
+async def chat_completion(
+    engine: RolloutEngine, tokenizer, body: Any, *, model_name: str
+) -> dict[str, Any]:
     """Answer one OpenAI chat-completions body; ValueError for a bad request."""
     from orchestra_jax.chat.template import render
 
@@ -73,12 +86,15 @@ async def chat_completion(engine: RolloutEngine, tokenizer, body: Any, *,
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict) or set(kwargs) - {"enable_thinking"}:
         raise ValueError("chat_template_kwargs supports only enable_thinking")
-    prompt = render(body["messages"], tools=body.get("tools"), add_generation_prompt=True,
-                    enable_thinking=bool(kwargs.get("enable_thinking", True)))
+    prompt = render(
+        body["messages"],
+        tools=body.get("tools"),
+        add_generation_prompt=True,
+        enable_thinking=bool(kwargs.get("enable_thinking", True)),
+    )
     prompt_ids = tokenizer.encode(prompt)
     stop_ids = tuple(sorted({tokenizer.im_end_id, tokenizer.eos_id}))
-    [completion] = await engine.generate(
-        [GenerateRequest(prompt_ids, _sampling(body, stop_ids))])
+    [completion] = await engine.generate([GenerateRequest(prompt_ids, _sampling(body, stop_ids))])
     ids = completion.output_ids
     if completion.finish_reason == "stop" and ids and ids[-1] in stop_ids:
         ids = ids[:-1]
@@ -87,11 +103,13 @@ async def chat_completion(engine: RolloutEngine, tokenizer, body: Any, *,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model_name,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": tokenizer.decode(ids)},
-            "finish_reason": "length" if completion.finish_reason == "length" else "stop",
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": tokenizer.decode(ids)},
+                "finish_reason": "length" if completion.finish_reason == "length" else "stop",
+            }
+        ],
         "usage": {
             "prompt_tokens": completion.prompt_tokens,
             "completion_tokens": completion.completion_tokens,

@@ -34,14 +34,16 @@ import jax.numpy as jnp
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
-def _threefry2x32(key0: jax.Array, key1: jax.Array, x0: jax.Array,
-                  x1: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _threefry2x32(
+    key0: jax.Array, key1: jax.Array, x0: jax.Array, x1: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """The Threefry-2x32 hash (20 rounds) of counters (x0, x1) under key (key0, key1), unrolled.
 
     The same function as JAX's threefry2x32 primitive, whose CPU lowering is a
     while loop (one runtime thunk per op and iteration); unrolled, XLA fuses it
     into a few loop kernels.
     """
+
     def rotate_left(v, r):
         return (v << jnp.uint32(r)) | (v >> jnp.uint32(32 - r))
 
@@ -63,8 +65,9 @@ def row_keys(seed_hi: jax.Array, seed_lo: jax.Array, step: jax.Array) -> jax.Arr
     `wrap_key_data([seed_hi, seed_lo])` (uint32 inputs).
     """
     zero = jnp.zeros_like(seed_hi, dtype=jnp.uint32)
-    k0, k1 = _threefry2x32(seed_hi.astype(jnp.uint32), seed_lo.astype(jnp.uint32), zero,
-                           step.astype(jnp.uint32))
+    k0, k1 = _threefry2x32(
+        seed_hi.astype(jnp.uint32), seed_lo.astype(jnp.uint32), zero, step.astype(jnp.uint32)
+    )
     return jnp.stack([k0, k1], axis=-1)
 
 
@@ -73,8 +76,12 @@ def row_uniforms(keys: jax.Array) -> jax.Array:
     zero = jnp.zeros(keys.shape[:-1], jnp.uint32)
     b0, b1 = _threefry2x32(keys[..., 0], keys[..., 1], zero, zero)
     # JAX's uniform: 23 random mantissa bits under exponent 0 give [1, 2), minus 1.
-    floats = jax.lax.bitcast_convert_type((b0 ^ b1) >> jnp.uint32(9) | jnp.uint32(0x3F800000),
-                                          jnp.float32) - 1.0
+    floats = (
+        jax.lax.bitcast_convert_type(
+            (b0 ^ b1) >> jnp.uint32(9) | jnp.uint32(0x3F800000), jnp.float32
+        )
+        - 1.0
+    )
     tiny = jnp.finfo(jnp.float32).tiny
     return jnp.maximum(tiny, floats * (1.0 - tiny) + tiny)
 
@@ -103,8 +110,9 @@ def _largest_threshold(logp: jax.Array, enough, iterations: int) -> jax.Array:
     return lo
 
 
-def truncation_mask(logp: jax.Array, top_p: jax.Array, top_k: jax.Array,
-                    iterations: int = 24) -> jax.Array:
+def truncation_mask(
+    logp: jax.Array, top_p: jax.Array, top_k: jax.Array, iterations: int = 24
+) -> jax.Array:
     """bool [B, V]: tokens kept by top-k, then top-p over the renormalised top-k.
 
     top-k keeps the k most likely tokens; top-p then keeps the smallest set of the
@@ -114,13 +122,15 @@ def truncation_mask(logp: jax.Array, top_p: jax.Array, top_k: jax.Array,
     """
     vocab = logp.shape[-1]
     k = jnp.where((top_k <= 0) | (top_k > vocab), vocab, top_k)[:, None]
-    tau_k = _largest_threshold(logp, lambda kept: jnp.sum(kept, -1, keepdims=True)[:, 0] >= k[:, 0],
-                               iterations)
+    tau_k = _largest_threshold(
+        logp, lambda kept: jnp.sum(kept, -1, keepdims=True)[:, 0] >= k[:, 0], iterations
+    )
     in_top_k = logp >= tau_k[:, None]
     probs = jnp.where(in_top_k, jnp.exp(logp - jnp.max(logp, axis=-1, keepdims=True)), 0.0)
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
     tau_p = _largest_threshold(
-        logp, lambda kept: jnp.sum(jnp.where(kept, probs, 0.0), -1) >= top_p, iterations)
+        logp, lambda kept: jnp.sum(jnp.where(kept, probs, 0.0), -1) >= top_p, iterations
+    )
     tau_p = jnp.where(top_p >= 1.0, -jnp.inf, tau_p)  # rounding must not drop the tail
     return logp >= jnp.maximum(tau_k, tau_p)[:, None]
 
@@ -144,12 +154,15 @@ def inverse_cdf_sample(weights: jax.Array, keep: jax.Array, u: jax.Array) -> jax
     blocks = -(-vocab // _CDF_BLOCK)
     probs = jnp.pad(probs, ((0, 0), (0, blocks * _CDF_BLOCK - vocab)))
     probs = probs.reshape(b, blocks, _CDF_BLOCK)
-    block_cdf = jnp.cumsum(jnp.sum(probs, axis=-1), axis=-1)               # [B, blocks]
+    block_cdf = jnp.cumsum(jnp.sum(probs, axis=-1), axis=-1)  # [B, blocks]
     target = u * block_cdf[:, -1]
     # The block holding the first cdf >= target has mass (cdf rises there).
     block = jnp.minimum(jnp.sum(block_cdf < target[:, None], axis=-1), blocks - 1)
-    before = jnp.where(block > 0, jnp.take_along_axis(
-        block_cdf, jnp.maximum(block - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+    before = jnp.where(
+        block > 0,
+        jnp.take_along_axis(block_cdf, jnp.maximum(block - 1, 0)[:, None], axis=-1)[:, 0],
+        0.0,
+    )
     inner = jnp.take_along_axis(probs, block[:, None, None], axis=1)[:, 0]  # [B, _CDF_BLOCK]
     inside = jnp.sum(before[:, None] + jnp.cumsum(inner, axis=-1) < target[:, None], axis=-1)
     # Rounding may put target above the block's own running sum: stay on a kept token.
@@ -158,8 +171,9 @@ def inverse_cdf_sample(weights: jax.Array, keep: jax.Array, u: jax.Array) -> jax
     return jnp.minimum(token, vocab - 1).astype(jnp.int32)
 
 
-def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
-                  top_p: jax.Array, top_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+def sample_tokens(
+    logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(tokens int32 [B], logprobs f32 [B]) for float logits [B, V]; see the module docstring.
 
     keys: `row_keys`. Each pass over [B, V] costs about a tenth of the LM head on
@@ -172,17 +186,21 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
     scale = jnp.where(greedy, 1.0, temperature)
     shifted = logits / scale[:, None]
     shifted = shifted - jnp.max(shifted, axis=-1, keepdims=True)
-    weights = jnp.exp(shifted)                                  # unnormalised, at most 1
+    weights = jnp.exp(shifted)  # unnormalised, at most 1
     log_total = jnp.log(jnp.sum(weights, axis=-1))
     vocab = logits.shape[-1]
     truncating = ~greedy & ((top_p < 1.0) | ((top_k > 0) & (top_k < vocab)))
     # The search behind top-p/top-k costs more than the rest of sampling: skip it
     # for batches where no row asks for truncation (a runtime branch, not a recompile).
-    keep = jax.lax.cond(jnp.any(truncating),
-                        lambda: truncation_mask(shifted - log_total[:, None],
-                                                jnp.where(truncating, top_p, 1.0),
-                                                jnp.where(truncating, top_k, -1)),
-                        lambda: jnp.ones_like(shifted, dtype=bool))
+    keep = jax.lax.cond(
+        jnp.any(truncating),
+        lambda: truncation_mask(
+            shifted - log_total[:, None],
+            jnp.where(truncating, top_p, 1.0),
+            jnp.where(truncating, top_k, -1),
+        ),
+        lambda: jnp.ones_like(shifted, dtype=bool),
+    )
     # Greedy rows (scale 1) hit 0 exactly at their logits' maxima: keeping only those
     # and aiming at the smallest positive mass gives the first maximum, jnp.argmax(logits).
     keep = keep & (~greedy[:, None] | (shifted == 0.0))

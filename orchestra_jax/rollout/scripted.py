@@ -35,8 +35,14 @@ Policy = Callable[[list[int], GenerateRequest], PolicyOutput]
 class ScriptedEngine:
     """A `RolloutEngine` whose outputs come from `policy` (a callable or a list)."""
 
-    def __init__(self, policy: Policy | Sequence[PolicyOutput], *, logprob: float = 0.0,
-                 latency_s: float = 0.0, healthy: bool = True):
+    def __init__(
+        self,
+        policy: Policy | Sequence[PolicyOutput],
+        *,
+        logprob: float = 0.0,
+        latency_s: float = 0.0,
+        healthy: bool = True,
+    ):
         if callable(policy):
             self._policy = policy
             self._script = None
@@ -55,7 +61,8 @@ class ScriptedEngine:
             return self._policy(list(request.input_ids), request)
         if not self._script:
             raise RuntimeError(
-                f"ScriptedEngine ran out of scripted outputs at request #{len(self.requests)}")
+                f"ScriptedEngine ran out of scripted outputs at request #{len(self.requests)}"
+            )
         return self._script.popleft()
 
     def _complete(self, request: GenerateRequest) -> Completion:
@@ -68,8 +75,9 @@ class ScriptedEngine:
         else:
             ids = list(output)
             logprobs = [self.logprob] * len(ids)
-        ids, finish = apply_stop_rules(ids, request.sampling.stop_token_ids,
-                                       request.sampling.max_new_tokens)
+        ids, finish = apply_stop_rules(
+            ids, request.sampling.stop_token_ids, request.sampling.max_new_tokens
+        )
         return Completion(
             output_ids=ids,
             logprobs=logprobs[: len(ids)],
@@ -94,8 +102,9 @@ class ScriptedEngine:
         return self.healthy
 
 
-def apply_stop_rules(ids: list[int], stop_token_ids: Sequence[int],
-                     max_new_tokens: int) -> tuple[list[int], str]:
+def apply_stop_rules(
+    ids: list[int], stop_token_ids: Sequence[int], max_new_tokens: int
+) -> tuple[list[int], str]:
     """Cut `ids` after the first stop token or at `max_new_tokens`.
 
     Returns the kept ids and the finish reason ("stop" or "length").

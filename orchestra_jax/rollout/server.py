@@ -42,8 +42,9 @@ class BadRequest(ValueError):
 
 
 def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}},
-                             status=status)
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status
+    )
 
 
 @web.middleware
@@ -70,9 +71,16 @@ async def _json_body(request: web.Request) -> Any:
 class RolloutServer:
     """The request handlers around one engine (and optionally a tokenizer)."""
 
-    def __init__(self, engine: RolloutEngine, *, model_path: str = "model", tokenizer=None,
-                 tokenizer_path: str | None = None, weight_loader: WeightLoader | None = None,
-                 weight_version: int = 0):
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        *,
+        model_path: str = "model",
+        tokenizer=None,
+        tokenizer_path: str | None = None,
+        weight_loader: WeightLoader | None = None,
+        weight_version: int = 0,
+    ):
         self.engine = engine
         self.model_path = model_path
         self.tokenizer = tokenizer
@@ -82,17 +90,19 @@ class RolloutServer:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_errors_as_json], client_max_size=256 * 2**20)
-        app.add_routes([
-            web.post("/generate", self.generate),
-            web.get("/health", self.health),
-            web.get("/health_generate", self.health_generate),
-            web.get("/get_model_info", self.model_info),
-            web.post("/flush_cache", self.flush_cache),
-            web.get("/flush_cache", self.flush_cache),
-            web.post("/update_weights_from_disk", self.update_weights_from_disk),
-            web.post("/v1/chat/completions", self.chat_completions),
-            web.get("/v1/models", self.models),
-        ])
+        app.add_routes(
+            [
+                web.post("/generate", self.generate),
+                web.get("/health", self.health),
+                web.get("/health_generate", self.health_generate),
+                web.get("/get_model_info", self.model_info),
+                web.post("/flush_cache", self.flush_cache),
+                web.get("/flush_cache", self.flush_cache),
+                web.post("/update_weights_from_disk", self.update_weights_from_disk),
+                web.post("/v1/chat/completions", self.chat_completions),
+                web.get("/v1/models", self.models),
+            ]
+        )
         return app
 
     def _text(self, ids: list[int]) -> str:
@@ -111,9 +121,12 @@ class RolloutServer:
             body = {**body, "input_ids": ids if isinstance(text, list) else ids[0]}
         requests, batched, return_logprob = proto.parse_generate_payload(body)
         completions = await self.engine.generate(requests)
-        out = [proto.completion_to_json(c, rid=r.request_id, text=self._text(c.output_ids),
-                                        return_logprob=return_logprob)
-               for r, c in zip(requests, completions)]
+        out = [
+            proto.completion_to_json(
+                c, rid=r.request_id, text=self._text(c.output_ids), return_logprob=return_logprob
+            )
+            for r, c in zip(requests, completions)
+        ]
         return web.json_response(out if batched else out[0])
 
     async def health(self, request: web.Request) -> web.Response:
@@ -122,13 +135,19 @@ class RolloutServer:
 
     async def health_generate(self, request: web.Request) -> web.Response:
         [completion] = await self.engine.generate(
-            [GenerateRequest([0], SamplingParams(temperature=0.0, max_new_tokens=1))])
+            [GenerateRequest([0], SamplingParams(temperature=0.0, max_new_tokens=1))]
+        )
         return web.Response(status=200 if completion.output_ids else 503)
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "model_path": self.model_path, "tokenizer_path": self.tokenizer_path,
-            "is_generation": True, "weight_version": str(self.weight_version)})
+        return web.json_response(
+            {
+                "model_path": self.model_path,
+                "tokenizer_path": self.tokenizer_path,
+                "is_generation": True,
+                "weight_version": str(self.weight_version),
+            }
+        )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         flush = getattr(self.engine, "flush_cache", None)
@@ -142,8 +161,10 @@ class RolloutServer:
         if not isinstance(path, str) or not path:
             raise BadRequest("model_path (a folder with HF safetensors) is required")
         if self.weight_loader is None:
-            return web.json_response({"success": False, "message":
-                                      "this server was started without a weight loader"}, status=400)
+            return web.json_response(
+                {"success": False, "message": "this server was started without a weight loader"},
+                status=400,
+            )
         version = body.get("weight_version")
         try:
             version = self.weight_version + 1 if version is None else int(version)
@@ -152,23 +173,35 @@ class RolloutServer:
         try:
             state = await asyncio.to_thread(self.weight_loader, path)
         except (OSError, ValueError, KeyError) as e:
-            return web.json_response({"success": False, "message":
-                                      f"could not load weights from {path}: {e}"}, status=400)
+            return web.json_response(
+                {"success": False, "message": f"could not load weights from {path}: {e}"},
+                status=400,
+            )
         await self.engine.update_weights(state, version=version)
         self.weight_version = version
-        return web.json_response({"success": True, "num_paused_requests": 0,
-                                  "message": f"loaded {path} as weight version {version}"})
+        return web.json_response(
+            {
+                "success": True,
+                "num_paused_requests": 0,
+                "message": f"loaded {path} as weight version {version}",
+            }
+        )
 
     async def chat_completions(self, request: web.Request) -> web.Response:
         if self.tokenizer is None:
             raise BadRequest("/v1/chat/completions needs a server started with --tokenizer")
         body = await _json_body(request)
         return web.json_response(
-            await chat_completion(self.engine, self.tokenizer, body, model_name=self.model_path))
+            await chat_completion(self.engine, self.tokenizer, body, model_name=self.model_path)
+        )
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model_path, "object": "model", "owned_by": "orchestra_jax"}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.model_path, "object": "model", "owned_by": "orchestra_jax"}],
+            }
+        )
 
 
 class ServerThread:
@@ -233,8 +266,9 @@ class ServerThread:
         self.stop()
 
 
-def serve_in_thread(engine: RolloutEngine, *, host: str = "127.0.0.1", port: int = 0,
-                    **server_kwargs) -> ServerThread:
+def serve_in_thread(
+    engine: RolloutEngine, *, host: str = "127.0.0.1", port: int = 0, **server_kwargs
+) -> ServerThread:
     """Start a rollout server for `engine` on a free port (port=0); for tests and notebooks."""
     return ServerThread(RolloutServer(engine, **server_kwargs), host=host, port=port)
 
@@ -255,8 +289,9 @@ def load_model(name_or_path: str, *, seed: int = 0, like=None):
         from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 
         # Parameter dtype and layer layout decide the state's tree; match the engine's.
-        runtime = {} if like is None else {"dtype": like.param_dtype,
-                                           "scan_layers": like.scan_layers}
+        runtime = (
+            {} if like is None else {"dtype": like.param_dtype, "scan_layers": like.scan_layers}
+        )
         model, _ = load_hf_checkpoint(name_or_path, **runtime)
         return model
     return Qwen3ForCausalLM(Qwen3Config.preset(name_or_path), rngs=nnx.Rngs(seed))
@@ -271,6 +306,7 @@ def _build_from_args(args) -> RolloutServer:
     tokenizer = None
     if args.tokenizer:
         from orchestra_jax.chat.tokenizer import load_tokenizer
+
         tokenizer = load_tokenizer(args.tokenizer)
 
     def weight_loader(path: str):
@@ -278,14 +314,22 @@ def _build_from_args(args) -> RolloutServer:
             raise FileNotFoundError(f"no checkpoint folder at {path}")
         return load_model(path, like=model.config)
 
-    return RolloutServer(engine, model_path=args.model, tokenizer=tokenizer,
-                         tokenizer_path=args.tokenizer, weight_loader=weight_loader)
+    return RolloutServer(
+        engine,
+        model_path=args.model,
+        tokenizer=tokenizer,
+        tokenizer_path=args.tokenizer,
+        weight_loader=weight_loader,
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="HF folder (config.json + safetensors) or a "
-                        "Qwen3Config preset name (random weights)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="HF folder (config.json + safetensors) or a Qwen3Config preset name (random weights)",
+    )
     parser.add_argument("--tokenizer", default=None, help='"demo" or a folder with tokenizer.json')
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)

@@ -45,13 +45,25 @@ class _ClientError(Exception):
 class SGLangClient:
     """RolloutEngine over one or more SGLang-protocol servers."""
 
-    def __init__(self, urls: str | Sequence[str] | None = None, *, router_url: str | None = None,
-                 timeout_s: float = 600.0, max_retries: int = 4, backoff_s: float = 0.5,
-                 max_batch_per_request: int = 64, weights_dir: str | None = None,
-                 model_config: Any = None):
+    def __init__(
+        self,
+        urls: str | Sequence[str] | None = None,
+        *,
+        router_url: str | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_batch_per_request: int = 64,
+        weights_dir: str | None = None,
+        model_config: Any = None,
+    ):
         if (urls is None) == (router_url is None):
             raise ValueError("give either urls (one or more servers) or router_url, not both")
-        urls = [router_url] if router_url is not None else ([urls] if isinstance(urls, str) else list(urls))
+        urls = (
+            [router_url]
+            if router_url is not None
+            else ([urls] if isinstance(urls, str) else list(urls))
+        )
         if not urls:
             raise ValueError("urls is empty")
         self.urls = [u.rstrip("/") for u in urls]
@@ -72,7 +84,8 @@ class SGLangClient:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
             self._session_loop = loop
         return self._session
 
@@ -80,8 +93,9 @@ class SGLangClient:
         if self._session is not None and not self._session.closed:
             await self._session.close()
 
-    async def _request(self, method: str, path: str, payload: Any = None, *,
-                       url: str | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, payload: Any = None, *, url: str | None = None
+    ) -> Any:
         """`method path` on one server (round robin unless `url`), with retries.
 
         Returns the decoded JSON (or text) body; raises RolloutServerError after
@@ -97,7 +111,8 @@ class SGLangClient:
                         raise _ClientError(f"{method} {base}{path} -> {resp.status}: {body[:500]}")
                     if resp.status >= 500:
                         raise aiohttp.ClientResponseError(
-                            resp.request_info, (), status=resp.status, message=body[:500])
+                            resp.request_info, (), status=resp.status, message=body[:500]
+                        )
                     ctype = resp.headers.get("Content-Type", "")
                     return await resp.json() if "json" in ctype else body
             except _ClientError as e:
@@ -106,12 +121,20 @@ class SGLangClient:
                 errors.append(f"{base}: {type(e).__name__}: {e}")
                 if attempt < self.max_retries:
                     delay = self.backoff_s * 2**attempt
-                    log.warning("%s %s failed (%s); retry %d/%d in %.1fs", method, path, e,
-                                attempt + 1, self.max_retries, delay)
+                    log.warning(
+                        "%s %s failed (%s); retry %d/%d in %.1fs",
+                        method,
+                        path,
+                        e,
+                        attempt + 1,
+                        self.max_retries,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
         raise RolloutServerError(
             f"{method} {path} failed after {self.max_retries + 1} attempts; "
-            f"servers {self.urls} unreachable or failing. Errors: " + " | ".join(errors))
+            f"servers {self.urls} unreachable or failing. Errors: " + " | ".join(errors)
+        )
 
     # -- RolloutEngine ----------------------------------------------------------------------
 
@@ -121,7 +144,8 @@ class SGLangClient:
         latency = time.perf_counter() - start
         if not isinstance(body, list) or len(body) != len(chunk):
             raise RolloutServerError(
-                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: {str(body)[:300]}")
+                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: {str(body)[:300]}"
+            )
         try:
             return [proto.completion_from_json(item, latency_s=latency) for item in body]
         except ValueError as e:
@@ -130,19 +154,22 @@ class SGLangClient:
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Completions in request order; raises RolloutServerError if any chunk fails."""
         n = self.max_batch_per_request
-        chunks = [requests[i:i + n] for i in range(0, len(requests), n)]
+        chunks = [requests[i : i + n] for i in range(0, len(requests), n)]
         results = await asyncio.gather(*(self._generate_chunk(c) for c in chunks))
         return [c for chunk in results for c in chunk]
 
     async def health(self) -> bool:
         """True when every server answers /health with 200."""
+
         async def one(url):
             try:
                 async with self._get_session().get(
-                        url + "/health", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    url + "/health", timeout=aiohttp.ClientTimeout(total=10)
+                ) as resp:
                     return resp.status == 200
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 return False
+
         return all(await asyncio.gather(*(one(u) for u in self.urls)))
 
     async def get_model_info(self) -> list[dict]:
@@ -155,9 +182,12 @@ class SGLangClient:
     async def update_weights_from_disk(self, model_path: str, *, version: int) -> None:
         """Point every server at HF weights in `model_path` and flush its cache."""
         for u in self.urls:
-            body = await self._request("POST", "/update_weights_from_disk",
-                                       {"model_path": model_path, "weight_version": str(version)},
-                                       url=u)
+            body = await self._request(
+                "POST",
+                "/update_weights_from_disk",
+                {"model_path": model_path, "weight_version": str(version)},
+                url=u,
+            )
             if not (isinstance(body, dict) and body.get("success")):
                 raise RolloutServerError(f"{u} refused weights from {model_path}: {body}")
         await self.flush_cache()
@@ -165,8 +195,9 @@ class SGLangClient:
     async def update_weights(self, model_state: Any, *, version: int) -> None:
         """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them."""
         if self.weights_dir is None:
-            raise ValueError("SGLangClient needs weights_dir (a folder the servers can read) "
-                             "to sync weights")
+            raise ValueError(
+                "SGLangClient needs weights_dir (a folder the servers can read) to sync weights"
+            )
         from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 
         model, config = _as_model(model_state, self.model_config)

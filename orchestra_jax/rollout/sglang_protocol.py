@@ -34,8 +34,14 @@ from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingPa
 # Fields we accept because they are what a token-in/token-out client sends anyway;
 # the values that change behaviour are checked in `sampling_from_json`.
 _KNOWN_NEUTRAL = {"skip_special_tokens", "no_stop_trim", "spaces_between_special_tokens"}
-_SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "max_new_tokens", "stop_token_ids",
-                    "sampling_seed"}
+_SAMPLING_FIELDS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+    "stop_token_ids",
+    "sampling_seed",
+}
 # SGLang spells "all tokens" as a huge top_k.
 _TOP_K_ALL = 1 << 30
 
@@ -66,7 +72,9 @@ def sampling_from_json(obj: Any) -> SamplingParams:
     if unknown:
         raise ValueError(f"unsupported sampling_params fields: {sorted(unknown)}")
     if obj.get("skip_special_tokens") is True or obj.get("no_stop_trim") is False:
-        raise ValueError("this server is token-out: send skip_special_tokens=false, no_stop_trim=true")
+        raise ValueError(
+            "this server is token-out: send skip_special_tokens=false, no_stop_trim=true"
+        )
 
     def number(name, default, kind):
         value = obj.get(name, default)
@@ -82,8 +90,9 @@ def sampling_from_json(obj: Any) -> SamplingParams:
 
     top_k = number("top_k", -1, int)
     stop = obj.get("stop_token_ids") or []
-    if not isinstance(stop, list) or not all(isinstance(t, int) and not isinstance(t, bool)
-                                             for t in stop):
+    if not isinstance(stop, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in stop
+    ):
         raise ValueError(f"sampling_params.stop_token_ids must be a list of ints, got {stop!r}")
     seed = obj.get("sampling_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -124,9 +133,14 @@ def parse_generate_payload(body: Any) -> tuple[list[GenerateRequest], bool, bool
     batched = isinstance(ids[0], list)
     prompts = ids if batched else [ids]
     for prompt in prompts:
-        if (not isinstance(prompt, list) or not prompt
-                or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)):
-            raise ValueError("every prompt in input_ids must be a non-empty list of non-negative ints")
+        if (
+            not isinstance(prompt, list)
+            or not prompt
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+        ):
+            raise ValueError(
+                "every prompt in input_ids must be a non-empty list of non-negative ints"
+            )
     sampling = body.get("sampling_params")
     if isinstance(sampling, list):
         if len(sampling) != len(prompts):
@@ -141,8 +155,10 @@ def parse_generate_payload(body: Any) -> tuple[list[GenerateRequest], bool, bool
         rids = [rids]
     if not isinstance(rids, list) or len(rids) != len(prompts):
         raise ValueError("rid must match input_ids (one id per prompt)")
-    requests = [GenerateRequest(p, s, None if r is None else str(r))
-                for p, s, r in zip(prompts, params, rids)]
+    requests = [
+        GenerateRequest(p, s, None if r is None else str(r))
+        for p, s, r in zip(prompts, params, rids)
+    ]
     return requests, batched, bool(body.get("return_logprob", False))
 
 
@@ -156,8 +172,9 @@ def finish_reason_json(completion: Completion) -> dict[str, Any]:
     return {"type": "abort", "message": "aborted by the engine"}
 
 
-def completion_to_json(completion: Completion, *, rid: str | None, text: str,
-                       return_logprob: bool) -> dict[str, Any]:
+def completion_to_json(
+    completion: Completion, *, rid: str | None, text: str, return_logprob: bool
+) -> dict[str, Any]:
     """A Completion -> one SGLang `/generate` response object."""
     meta = {
         "id": rid,
@@ -169,7 +186,8 @@ def completion_to_json(completion: Completion, *, rid: str | None, text: str,
     }
     if return_logprob:
         meta["output_token_logprobs"] = [
-            [lp, tok, None] for lp, tok in zip(completion.logprobs, completion.output_ids)]
+            [lp, tok, None] for lp, tok in zip(completion.logprobs, completion.output_ids)
+        ]
     return {"text": text, "output_ids": list(completion.output_ids), "meta_info": meta}
 
 

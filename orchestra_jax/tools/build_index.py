@@ -19,42 +19,56 @@ from orchestra_jax.tools import retrieval
 
 
 def build(documents, kind: str, embedder_spec: str):
-  """A retriever of `kind` over `documents` (not yet saved)."""
-  if kind == "bm25":
-    return retrieval.BM25Retriever(documents)
-  if kind == "dense":
-    from orchestra_jax.tools import dense_retrieval
-    return dense_retrieval.DenseRetriever(
-        documents, dense_retrieval.make_embedder(embedder_spec))
-  raise ValueError(f"--kind must be 'bm25' or 'dense', got {kind!r}")
+    """A retriever of `kind` over `documents` (not yet saved)."""
+    if kind == "bm25":
+        return retrieval.BM25Retriever(documents)
+    if kind == "dense":
+        from orchestra_jax.tools import dense_retrieval
+
+        return dense_retrieval.DenseRetriever(
+            documents, dense_retrieval.make_embedder(embedder_spec)
+        )
+    raise ValueError(f"--kind must be 'bm25' or 'dense', got {kind!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  source = parser.add_mutually_exclusive_group(required=True)
-  source.add_argument("--corpus", help="JSONL corpus (id, text[, title])")
-  source.add_argument("--synthetic-seed", type=int,
-                      help="index SyntheticOrchestrationEnv(seed).corpus()")
-  parser.add_argument("--num-entities", type=int, default=400,
-                      help="with --synthetic-seed: organisations generated")
-  parser.add_argument("--out", required=True, help="index folder to write")
-  parser.add_argument("--kind", default="bm25", choices=("bm25", "dense"))
-  parser.add_argument("--embedder", default="hashing:512",
-                      help="dense only: hashing[:DIM] | hf:PATH | hf-last:PATH")
-  args = parser.parse_args(argv)
-  if args.corpus:
-    documents = retrieval.read_documents(args.corpus)
-  else:
-    from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-    documents = SyntheticOrchestrationEnv(
-        args.synthetic_seed, num_entities=args.num_entities).corpus()
-  start = time.monotonic()
-  index = build(documents, args.kind, args.embedder)
-  index.save(args.out)
-  print(f"indexed {len(documents)} documents ({args.kind}) into {args.out} "
-        f"in {time.monotonic() - start:.1f}s")
-  return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", help="JSONL corpus (id, text[, title])")
+    source.add_argument(
+        "--synthetic-seed", type=int, help="index SyntheticOrchestrationEnv(seed).corpus()"
+    )
+    parser.add_argument(
+        "--num-entities",
+        type=int,
+        default=400,
+        help="with --synthetic-seed: organisations generated",
+    )
+    parser.add_argument("--out", required=True, help="index folder to write")
+    parser.add_argument("--kind", default="bm25", choices=("bm25", "dense"))
+    parser.add_argument(
+        "--embedder",
+        default="hashing:512",
+        help="dense only: hashing[:DIM] | hf:PATH | hf-last:PATH",
+    )
+    args = parser.parse_args(argv)
+    if args.corpus:
+        documents = retrieval.read_documents(args.corpus)
+    else:
+        from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
+
+        documents = SyntheticOrchestrationEnv(
+            args.synthetic_seed, num_entities=args.num_entities
+        ).corpus()
+    start = time.monotonic()
+    index = build(documents, args.kind, args.embedder)
+    index.save(args.out)
+    print(
+        f"indexed {len(documents)} documents ({args.kind}) into {args.out} "
+        f"in {time.monotonic() - start:.1f}s"
+    )
+    return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+    sys.exit(main())

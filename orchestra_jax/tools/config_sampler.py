@@ -24,152 +24,169 @@ from orchestra_jax.tools import config as config_lib
 
 @dataclasses.dataclass(frozen=True)
 class SamplerRanges:
-  """Ranges the sampler draws from (all inclusive).
+    """Ranges the sampler draws from (all inclusive).
 
-  Attributes:
-    price_scale: log-uniform factor on a profile's token prices.
-    latency_scale: log-uniform factor on a profile's latency.
-    keep_probability: chance each profile is offered.
-    shuffle_aliases: shuffle the kept profiles before numbering them, so an
-      alias number says nothing about the model (False keeps profile order).
-    cost_weight / latency_weight: uniform ranges of those preference weights.
-    efficiency_off_probability: chance both are 0 (accuracy only).
-    tool_preference_probability: chance one tool feature gets a weight.
-    tool_weight: uniform range of that weight (negative = avoid the tool).
-  """
+    Attributes:
+      price_scale: log-uniform factor on a profile's token prices.
+      latency_scale: log-uniform factor on a profile's latency.
+      keep_probability: chance each profile is offered.
+      shuffle_aliases: shuffle the kept profiles before numbering them, so an
+        alias number says nothing about the model (False keeps profile order).
+      cost_weight / latency_weight: uniform ranges of those preference weights.
+      efficiency_off_probability: chance both are 0 (accuracy only).
+      tool_preference_probability: chance one tool feature gets a weight.
+      tool_weight: uniform range of that weight (negative = avoid the tool).
+    """
 
-  price_scale: tuple[float, float] = (0.5, 2.0)
-  latency_scale: tuple[float, float] = (0.5, 2.0)
-  keep_probability: float = 0.75
-  shuffle_aliases: bool = True
-  cost_weight: tuple[float, float] = (0.0, 1.0)
-  latency_weight: tuple[float, float] = (0.0, 1.0)
-  efficiency_off_probability: float = 0.2
-  tool_preference_probability: float = 0.2
-  tool_weight: tuple[float, float] = (-1.0, 1.0)
+    price_scale: tuple[float, float] = (0.5, 2.0)
+    latency_scale: tuple[float, float] = (0.5, 2.0)
+    keep_probability: float = 0.75
+    shuffle_aliases: bool = True
+    cost_weight: tuple[float, float] = (0.0, 1.0)
+    latency_weight: tuple[float, float] = (0.0, 1.0)
+    efficiency_off_probability: float = 0.2
+    tool_preference_probability: float = 0.2
+    tool_weight: tuple[float, float] = (-1.0, 1.0)
 
-  def __post_init__(self):
-    for name in ("price_scale", "latency_scale"):
-      lo, hi = getattr(self, name)
-      if not 0 < lo <= hi:
-        raise ValueError(f"{name} must satisfy 0 < low <= high, got {lo, hi}")
-    for name in ("keep_probability", "efficiency_off_probability",
-                 "tool_preference_probability"):
-      if not 0 <= getattr(self, name) <= 1:
-        raise ValueError(f"{name} must be a probability")
+    def __post_init__(self):
+        for name in ("price_scale", "latency_scale"):
+            lo, hi = getattr(self, name)
+            if not 0 < lo <= hi:
+                raise ValueError(f"{name} must satisfy 0 < low <= high, got {lo, hi}")
+        for name in (
+            "keep_probability",
+            "efficiency_off_probability",
+            "tool_preference_probability",
+        ):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be a probability")
 
 
 def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
-  """exp(U(log lo, log hi))."""
-  return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    """exp(U(log lo, log hi))."""
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
 def task_seed(seed: int, task_id: str) -> int:
-  """A stable per-task seed: crc32 of the task id mixed with `seed`."""
-  return (zlib.crc32(task_id.encode()) * 1_000_003 + seed) % (2**63)
+    """A stable per-task seed: crc32 of the task id mixed with `seed`."""
+    return (zlib.crc32(task_id.encode()) * 1_000_003 + seed) % (2**63)
 
 
 class ToolConfigSampler:
-  """Draws a `ToolConfig` per task.
+    """Draws a `ToolConfig` per task.
 
-  Args:
-    profiles: the backend models that may be offered (see
-      `SyntheticOrchestrationEnv.model_profiles()` for the offline set).
-    ranges: the randomisation ranges.
-    tools: enabled tools (meta-tools need at least one profile each).
-    seed: base seed; `sample(task)` without an rng is a function of
-      (seed, task.id).
-    **config_fields: other `ToolConfig` fields (search_top_k, …).
-  """
+    Args:
+      profiles: the backend models that may be offered (see
+        `SyntheticOrchestrationEnv.model_profiles()` for the offline set).
+      ranges: the randomisation ranges.
+      tools: enabled tools (meta-tools need at least one profile each).
+      seed: base seed; `sample(task)` without an rng is a function of
+        (seed, task.id).
+      **config_fields: other `ToolConfig` fields (search_top_k, …).
+    """
 
-  def __init__(self, profiles: Sequence[config_lib.ModelProfile], *,
-               ranges: SamplerRanges = SamplerRanges(),
-               tools: Sequence[str] = config_lib.META_TOOLS, seed: int = 0,
-               **config_fields):
-    self.profiles = tuple(profiles)
-    self.ranges = ranges
-    self.tools = tuple(tools)
-    self.seed = seed
-    self.config_fields = config_fields
-    for tool in self.tools:
-      if tool in config_lib.META_TOOLS and not any(
-          p.tool == tool for p in self.profiles):
-        raise ValueError(f"no model profile for enabled meta-tool {tool!r}")
+    def __init__(
+        self,
+        profiles: Sequence[config_lib.ModelProfile],
+        *,
+        ranges: SamplerRanges = SamplerRanges(),
+        tools: Sequence[str] = config_lib.META_TOOLS,
+        seed: int = 0,
+        **config_fields,
+    ):
+        self.profiles = tuple(profiles)
+        self.ranges = ranges
+        self.tools = tuple(tools)
+        self.seed = seed
+        self.config_fields = config_fields
+        for tool in self.tools:
+            if tool in config_lib.META_TOOLS and not any(p.tool == tool for p in self.profiles):
+                raise ValueError(f"no model profile for enabled meta-tool {tool!r}")
 
-  def sample(self, task: Task,
-             rng_or_seed: np.random.Generator | int | None = None
-             ) -> config_lib.ToolConfig:
-    """A random configuration for `task` (same rng state -> same config)."""
-    if isinstance(rng_or_seed, np.random.Generator):
-      rng = rng_or_seed
-    else:
-      seed = task_seed(self.seed, task.id) if rng_or_seed is None else rng_or_seed
-      rng = np.random.default_rng(seed)
-    r = self.ranges
-    chosen = []
-    for tool in config_lib.META_TOOLS:
-      if tool not in self.tools:
-        continue
-      pool = [p for p in self.profiles if p.tool == tool]
-      keep = [p for p in pool if rng.random() < r.keep_probability]
-      if not keep:
-        keep = [pool[int(rng.integers(len(pool)))]]
-      if r.shuffle_aliases:
-        keep = [keep[i] for i in rng.permutation(len(keep))]
-      chosen += keep
-    aliases = config_lib.aliases_from_profiles(
-        chosen, [_log_uniform(rng, *r.price_scale) for _ in chosen],
-        [_log_uniform(rng, *r.latency_scale) for _ in chosen])
-    config = config_lib.ToolConfig(aliases=aliases, tools=self.tools,
-                                   name="sampled", **self.config_fields)
-    return dataclasses.replace(config,
-                               preference=self._preference(rng, config))
+    def sample(
+        self, task: Task, rng_or_seed: np.random.Generator | int | None = None
+    ) -> config_lib.ToolConfig:
+        """A random configuration for `task` (same rng state -> same config)."""
+        if isinstance(rng_or_seed, np.random.Generator):
+            rng = rng_or_seed
+        else:
+            seed = task_seed(self.seed, task.id) if rng_or_seed is None else rng_or_seed
+            rng = np.random.default_rng(seed)
+        r = self.ranges
+        chosen = []
+        for tool in config_lib.META_TOOLS:
+            if tool not in self.tools:
+                continue
+            pool = [p for p in self.profiles if p.tool == tool]
+            keep = [p for p in pool if rng.random() < r.keep_probability]
+            if not keep:
+                keep = [pool[int(rng.integers(len(pool)))]]
+            if r.shuffle_aliases:
+                keep = [keep[i] for i in rng.permutation(len(keep))]
+            chosen += keep
+        aliases = config_lib.aliases_from_profiles(
+            chosen,
+            [_log_uniform(rng, *r.price_scale) for _ in chosen],
+            [_log_uniform(rng, *r.latency_scale) for _ in chosen],
+        )
+        config = config_lib.ToolConfig(
+            aliases=aliases, tools=self.tools, name="sampled", **self.config_fields
+        )
+        return dataclasses.replace(config, preference=self._preference(rng, config))
 
-  def _preference(self, rng: np.random.Generator,
-                  config: config_lib.ToolConfig) -> dict[str, float]:
-    r = self.ranges
-    pref = {"accuracy": 1.0,
+    def _preference(
+        self, rng: np.random.Generator, config: config_lib.ToolConfig
+    ) -> dict[str, float]:
+        r = self.ranges
+        pref = {
+            "accuracy": 1.0,
             "cost": round(float(rng.uniform(*r.cost_weight)), 2),
-            "latency": round(float(rng.uniform(*r.latency_weight)), 2)}
-    if rng.random() < r.efficiency_off_probability:
-      pref["cost"] = pref["latency"] = 0.0
-    if rng.random() < r.tool_preference_probability:
-      tool_features = config.feature_names()[len(config_lib.BASE_FEATURES):]
-      feature = tool_features[int(rng.integers(len(tool_features)))]
-      pref[feature] = round(float(rng.uniform(*r.tool_weight)), 2)
-    return pref
+            "latency": round(float(rng.uniform(*r.latency_weight)), 2),
+        }
+        if rng.random() < r.efficiency_off_probability:
+            pref["cost"] = pref["latency"] = 0.0
+        if rng.random() < r.tool_preference_probability:
+            tool_features = config.feature_names()[len(config_lib.BASE_FEATURES) :]
+            feature = tool_features[int(rng.integers(len(tool_features)))]
+            pref[feature] = round(float(rng.uniform(*r.tool_weight)), 2)
+        return pref
 
 
-def fixed_eval_configs(profiles: Sequence[config_lib.ModelProfile], *,
-                       ranges: SamplerRanges = SamplerRanges(),
-                       tools: Sequence[str] = config_lib.META_TOOLS,
-                       preference: dict[str, float] | None = None,
-                       **config_fields) -> dict[str, config_lib.ToolConfig]:
-  """Held-out configurations whose prices lie outside `ranges.price_scale`.
+def fixed_eval_configs(
+    profiles: Sequence[config_lib.ModelProfile],
+    *,
+    ranges: SamplerRanges = SamplerRanges(),
+    tools: Sequence[str] = config_lib.META_TOOLS,
+    preference: dict[str, float] | None = None,
+    **config_fields,
+) -> dict[str, config_lib.ToolConfig]:
+    """Held-out configurations whose prices lie outside `ranges.price_scale`.
 
-  All profiles are offered in their given order. Returns:
-    "heldout_cheap": every price x (low / 2).
-    "heldout_expensive": every price x (high x 2).
-    "heldout_spread": per meta-tool, the priciest profile x (high x 2) and the
-      others x (low / 2): the price gaps are wider than in training.
-  """
-  preference = preference or {"accuracy": 1.0, "cost": 0.5, "latency": 0.0}
-  profiles = [p for p in profiles if p.tool in tools]
-  lo, hi = ranges.price_scale[0] / 2, ranges.price_scale[1] * 2
-  priciest = {}
-  for p in profiles:
-    if p.tool not in priciest or p.price_out > priciest[p.tool].price_out:
-      priciest[p.tool] = p
-  scales = {
-      "heldout_cheap": [lo] * len(profiles),
-      "heldout_expensive": [hi] * len(profiles),
-      "heldout_spread": [hi if priciest[p.tool] is p else lo for p in profiles],
-  }
-  return {
-      name: config_lib.ToolConfig(
-          aliases=config_lib.aliases_from_profiles(
-              profiles, s, [1.0] * len(profiles)),
-          tools=tuple(tools), preference=dict(preference), name=name,
-          **config_fields)
-      for name, s in scales.items()
-  }
+    All profiles are offered in their given order. Returns:
+      "heldout_cheap": every price x (low / 2).
+      "heldout_expensive": every price x (high x 2).
+      "heldout_spread": per meta-tool, the priciest profile x (high x 2) and the
+        others x (low / 2): the price gaps are wider than in training.
+    """
+    preference = preference or {"accuracy": 1.0, "cost": 0.5, "latency": 0.0}
+    profiles = [p for p in profiles if p.tool in tools]
+    lo, hi = ranges.price_scale[0] / 2, ranges.price_scale[1] * 2
+    priciest = {}
+    for p in profiles:
+        if p.tool not in priciest or p.price_out > priciest[p.tool].price_out:
+            priciest[p.tool] = p
+    scales = {
+        "heldout_cheap": [lo] * len(profiles),
+        "heldout_expensive": [hi] * len(profiles),
+        "heldout_spread": [hi if priciest[p.tool] is p else lo for p in profiles],
+    }
+    return {
+        name: config_lib.ToolConfig(
+            aliases=config_lib.aliases_from_profiles(profiles, s, [1.0] * len(profiles)),
+            tools=tuple(tools),
+            preference=dict(preference),
+            name=name,
+            **config_fields,
+        )
+        for name, s in scales.items()
+    }

@@ -16,105 +16,117 @@ import inspect
 from typing import Any, Callable
 
 from orchestra_jax.tools import pricing
-from orchestra_jax.tools.base import (ToolContext, ToolResult, error_result,
-                                      function_schema)
+from orchestra_jax.tools.base import ToolContext, ToolResult, error_result, function_schema
 
 MAX_OBSERVATION_CHARS = 4000
 
 
 def format_sandbox_result(result: Any) -> str:
-  """Sandbox output as an observation: stdout, stderr, and how it ended."""
-  parts = []
-  if result.stdout:
-    parts.append(result.stdout[-MAX_OBSERVATION_CHARS:].rstrip())
-  if result.stderr:
-    parts.append("stderr:\n" + result.stderr[-MAX_OBSERVATION_CHARS:].rstrip())
-  if result.timed_out:
-    parts.append("(stopped: wall-time limit reached)")
-  elif result.exit_code != 0:
-    parts.append(f"(exit code {result.exit_code})")
-  if result.output_truncated:
-    parts.append("(output truncated)")
-  return "\n".join(parts) if parts else "(no output)"
+    """Sandbox output as an observation: stdout, stderr, and how it ended."""
+    parts = []
+    if result.stdout:
+        parts.append(result.stdout[-MAX_OBSERVATION_CHARS:].rstrip())
+    if result.stderr:
+        parts.append("stderr:\n" + result.stderr[-MAX_OBSERVATION_CHARS:].rstrip())
+    if result.timed_out:
+        parts.append("(stopped: wall-time limit reached)")
+    elif result.exit_code != 0:
+        parts.append(f"(exit code {result.exit_code})")
+    if result.output_truncated:
+        parts.append("(output truncated)")
+    return "\n".join(parts) if parts else "(no output)"
 
 
 class FunctionTool:
-  """A Python function (sync or async) behind the `Tool` protocol."""
+    """A Python function (sync or async) behind the `Tool` protocol."""
 
-  def __init__(self, name: str, description: str,
-               parameters: dict[str, Any], fn: Callable[..., Any],
-               required: list[str] | None = None):
-    self.name = name
-    self._schema = function_schema(name, description, parameters,
-                                   list(parameters) if required is None
-                                   else required)
-    self.fn = fn
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        fn: Callable[..., Any],
+        required: list[str] | None = None,
+    ):
+        self.name = name
+        self._schema = function_schema(
+            name, description, parameters, list(parameters) if required is None else required
+        )
+        self.fn = fn
 
-  def schema(self) -> dict[str, Any]:
-    return self._schema
+    def schema(self) -> dict[str, Any]:
+        return self._schema
 
-  async def __call__(self, arguments: dict[str, Any],
-                     ctx: ToolContext) -> ToolResult:
-    params = self._schema["function"]["parameters"]
-    missing = [r for r in params["required"] if r not in arguments]
-    unknown = [a for a in arguments if a not in params["properties"]]
-    if missing or unknown:
-      return error_result(f"{self.name}: missing arguments {missing}, "
-                          f"unknown arguments {unknown}", tool=self.name)
-    try:
-      if inspect.iscoroutinefunction(self.fn):
-        out = await self.fn(**arguments)
-      else:
-        out = await asyncio.to_thread(self.fn, **arguments)
-    except Exception as e:  # a failing tool is an observation, not a crash
-      return error_result(f"{self.name} failed: {type(e).__name__}: {e}",
-                          tool=self.name)
-    return out if isinstance(out, ToolResult) else ToolResult(
-        text=str(out), metadata={"tool": self.name})
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        params = self._schema["function"]["parameters"]
+        missing = [r for r in params["required"] if r not in arguments]
+        unknown = [a for a in arguments if a not in params["properties"]]
+        if missing or unknown:
+            return error_result(
+                f"{self.name}: missing arguments {missing}, unknown arguments {unknown}",
+                tool=self.name,
+            )
+        try:
+            if inspect.iscoroutinefunction(self.fn):
+                out = await self.fn(**arguments)
+            else:
+                out = await asyncio.to_thread(self.fn, **arguments)
+        except Exception as e:  # a failing tool is an observation, not a crash
+            return error_result(f"{self.name} failed: {type(e).__name__}: {e}", tool=self.name)
+        return (
+            out
+            if isinstance(out, ToolResult)
+            else ToolResult(text=str(out), metadata={"tool": self.name})
+        )
 
 
 class PythonTool:
-  """`python(code)`: runs orchestrator-written code in the sandbox.
+    """`python(code)`: runs orchestrator-written code in the sandbox.
 
-  cost = duration_s * code_price_per_s; latency = duration_s (measured;
-  both 0 where `Backends.charge_measured_time` is off).
-  The output is also appended to ctx.notes.
-  """
+    cost = duration_s * code_price_per_s; latency = duration_s (measured;
+    both 0 where `Backends.charge_measured_time` is off).
+    The output is also appended to ctx.notes.
+    """
 
-  name = "python"
+    name = "python"
 
-  def __init__(self, tool_config: Any, backends: Any):
-    self.config, self.backends = tool_config, backends
+    def __init__(self, tool_config: Any, backends: Any):
+        self.config, self.backends = tool_config, backends
 
-  def schema(self) -> dict[str, Any]:
-    return python_schema()
+    def schema(self) -> dict[str, Any]:
+        return python_schema()
 
-  async def __call__(self, arguments: dict[str, Any],
-                     ctx: ToolContext) -> ToolResult:
-    code = arguments.get("code")
-    if not isinstance(code, str) or not code.strip():
-      return error_result("python needs a non-empty string argument 'code'",
-                          tool=self.name)
-    result = await asyncio.to_thread(self.backends.run_code, code,
-                                     timeout_s=self.config.code_timeout_s)
-    text = format_sandbox_result(result)
-    ctx.notes.append(text)
-    seconds = self.backends.charged_seconds(result.duration_s)
-    return ToolResult(
-        text=text,
-        cost_usd=pricing.code_cost(seconds, self.config.code_price_per_s),
-        latency_s=seconds,
-        metadata={"tool": self.name, "exit_code": result.exit_code,
-                  "timed_out": result.timed_out})
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        code = arguments.get("code")
+        if not isinstance(code, str) or not code.strip():
+            return error_result("python needs a non-empty string argument 'code'", tool=self.name)
+        result = await asyncio.to_thread(
+            self.backends.run_code, code, timeout_s=self.config.code_timeout_s
+        )
+        text = format_sandbox_result(result)
+        ctx.notes.append(text)
+        seconds = self.backends.charged_seconds(result.duration_s)
+        return ToolResult(
+            text=text,
+            cost_usd=pricing.code_cost(seconds, self.config.code_price_per_s),
+            latency_s=seconds,
+            metadata={
+                "tool": self.name,
+                "exit_code": result.exit_code,
+                "timed_out": result.timed_out,
+            },
+        )
 
 
 def python_schema() -> dict[str, Any]:
-  return function_schema(
-      "python", "Run Python code in a sandbox (no network, no files outside a "
-      "scratch folder; standard library, numpy and sympy) and return what it "
-      "prints. Billed per second of execution.",
-      {"code": {"type": "string", "description": "The program to run."}},
-      ["code"])
+    return function_schema(
+        "python",
+        "Run Python code in a sandbox (no network, no files outside a "
+        "scratch folder; standard library, numpy and sympy) and return what it "
+        "prints. Billed per second of execution.",
+        {"code": {"type": "string", "description": "The program to run."}},
+        ["code"],
+    )
 
 
 # name -> (schema builder, factory(tool_config, backends) -> Tool)
@@ -123,29 +135,33 @@ _PLAIN_TOOLS: dict[str, tuple[Callable[[], dict], Callable[[Any, Any], Any]]] = 
 }
 
 
-def register_function_tool(name: str, description: str,
-                           parameters: dict[str, Any], fn: Callable[..., Any],
-                           required: list[str] | None = None) -> None:
-  """Makes `name` usable in `ToolConfig.tools` (raises if the name is taken)."""
-  if name in _PLAIN_TOOLS or name in ("search", "enhance_reasoning", "answer"):
-    raise ValueError(f"tool name {name!r} is already registered")
-  tool = FunctionTool(name, description, parameters, fn, required)
-  _PLAIN_TOOLS[name] = (tool.schema, lambda config, backends: tool)
+def register_function_tool(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    fn: Callable[..., Any],
+    required: list[str] | None = None,
+) -> None:
+    """Makes `name` usable in `ToolConfig.tools` (raises if the name is taken)."""
+    if name in _PLAIN_TOOLS or name in ("search", "enhance_reasoning", "answer"):
+        raise ValueError(f"tool name {name!r} is already registered")
+    tool = FunctionTool(name, description, parameters, fn, required)
+    _PLAIN_TOOLS[name] = (tool.schema, lambda config, backends: tool)
 
 
 def is_plain_tool(name: str) -> bool:
-  return name in _PLAIN_TOOLS
+    return name in _PLAIN_TOOLS
 
 
 def plain_tool_names() -> list[str]:
-  return sorted(_PLAIN_TOOLS)
+    return sorted(_PLAIN_TOOLS)
 
 
 def plain_tool_schema(name: str) -> dict[str, Any]:
-  return _PLAIN_TOOLS[name][0]()
+    return _PLAIN_TOOLS[name][0]()
 
 
 def make_plain_tool(name: str, tool_config: Any, backends: Any) -> Any:
-  if name not in _PLAIN_TOOLS:
-    raise KeyError(f"unknown plain tool {name!r}; known: {plain_tool_names()}")
-  return _PLAIN_TOOLS[name][1](tool_config, backends)
+    if name not in _PLAIN_TOOLS:
+        raise KeyError(f"unknown plain tool {name!r}; known: {plain_tool_names()}")
+    return _PLAIN_TOOLS[name][1](tool_config, backends)

@@ -41,123 +41,159 @@ CONTEXT_CHARS = 2000
 
 
 def conversation_context(messages: list[dict[str, Any]]) -> str:
-  """The orchestrator's own words so far (its assistant turns), last
-  CONTEXT_CHARS characters: what it has reasoned about the task."""
-  said = [str(m.get("content") or "") for m in messages
-          if m.get("role") == "assistant"]
-  return "\n".join(s for s in said if s.strip())[-CONTEXT_CHARS:]
+    """The orchestrator's own words so far (its assistant turns), last
+    CONTEXT_CHARS characters: what it has reasoned about the task."""
+    said = [str(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
+    return "\n".join(s for s in said if s.strip())[-CONTEXT_CHARS:]
 
 
 class MetaTool:
-  """Shared alias resolution and expert calling; subclasses set `name`/`role`."""
+    """Shared alias resolution and expert calling; subclasses set `name`/`role`."""
 
-  name = ""
-  role = ""
+    name = ""
+    role = ""
 
-  def __init__(self, tool_config: Any, backends: Any):
-    self.config, self.backends = tool_config, backends
+    def __init__(self, tool_config: Any, backends: Any):
+        self.config, self.backends = tool_config, backends
 
-  def schema(self) -> dict[str, Any]:
-    return descriptions.meta_tool_schema(self.name,
-                                         self.config.aliases_for(self.name))
+    def schema(self) -> dict[str, Any]:
+        return descriptions.meta_tool_schema(self.name, self.config.aliases_for(self.name))
 
-  async def __call__(self, arguments: dict[str, Any],
-                     ctx: ToolContext) -> ToolResult:
-    alias = arguments.get("model")
-    choices = [a.alias for a in self.config.aliases_for(self.name)]
-    if alias not in choices:
-      return error_result(f"{self.name}: argument 'model' must be one of "
-                          f"{choices}, got {alias!r}", tool=self.name)
-    spec = self.config.alias(alias)
-    expert = self.backends.experts.get(spec.backend)
-    if expert is None:
-      return error_result(f"{self.name}: no backend {spec.backend!r} for "
-                          f"{alias}", tool=self.name, model=alias)
-    messages = prompts.role_messages(
-        self.role, ctx.task.question, ctx.documents, ctx.notes,
-        conversation_context(ctx.messages))
-    try:
-      reply = await expert.complete(
-          messages, max_tokens=self.backends.expert_max_tokens,
-          temperature=self.backends.expert_temperature, ctx=ctx)
-    except ExpertError as e:
-      return error_result(str(e), tool=self.name, model=alias)
-    meta = {"tool": self.name, "model": alias, "backend": spec.backend,
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        alias = arguments.get("model")
+        choices = [a.alias for a in self.config.aliases_for(self.name)]
+        if alias not in choices:
+            return error_result(
+                f"{self.name}: argument 'model' must be one of {choices}, got {alias!r}",
+                tool=self.name,
+            )
+        spec = self.config.alias(alias)
+        expert = self.backends.experts.get(spec.backend)
+        if expert is None:
+            return error_result(
+                f"{self.name}: no backend {spec.backend!r} for {alias}", tool=self.name, model=alias
+            )
+        messages = prompts.role_messages(
+            self.role,
+            ctx.task.question,
+            ctx.documents,
+            ctx.notes,
+            conversation_context(ctx.messages),
+        )
+        try:
+            reply = await expert.complete(
+                messages,
+                max_tokens=self.backends.expert_max_tokens,
+                temperature=self.backends.expert_temperature,
+                ctx=ctx,
+            )
+        except ExpertError as e:
+            return error_result(str(e), tool=self.name, model=alias)
+        meta = {
+            "tool": self.name,
+            "model": alias,
+            "backend": spec.backend,
             "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens}
-    cost = pricing.token_cost(reply.prompt_tokens, reply.completion_tokens,
-                              spec.price_in, spec.price_out)
-    try:
-      return await self.finish(reply, ctx, cost, meta)
-    except Exception as e:  # a failing backend is an observation
-      return ToolResult(text=f"Error: {self.name} failed: {e}",
-                        error=f"{type(e).__name__}: {e}", cost_usd=cost,
-                        latency_s=reply.latency_s, metadata=meta)
+            "completion_tokens": reply.completion_tokens,
+        }
+        cost = pricing.token_cost(
+            reply.prompt_tokens, reply.completion_tokens, spec.price_in, spec.price_out
+        )
+        try:
+            return await self.finish(reply, ctx, cost, meta)
+        except Exception as e:  # a failing backend is an observation
+            return ToolResult(
+                text=f"Error: {self.name} failed: {e}",
+                error=f"{type(e).__name__}: {e}",
+                cost_usd=cost,
+                latency_s=reply.latency_s,
+                metadata=meta,
+            )
 
-  async def finish(self, reply: ExpertReply, ctx: ToolContext, cost: float,
-                   meta: dict[str, Any]) -> ToolResult:
-    raise NotImplementedError
+    async def finish(
+        self, reply: ExpertReply, ctx: ToolContext, cost: float, meta: dict[str, Any]
+    ) -> ToolResult:
+        raise NotImplementedError
 
 
 class SearchTool(MetaTool):
-  name, role = "search", "query"
+    name, role = "search", "query"
 
-  async def finish(self, reply, ctx, cost, meta):
-    if self.backends.retriever is None:
-      raise RuntimeError("no retriever configured")
-    query = prompts.extract_query(reply.text)
-    start = time.monotonic()
-    docs = await asyncio.to_thread(
-        self.backends.retriever.search, query, self.config.search_top_k,
-        ctx.task.metadata.get("allowed_doc_ids"))
-    retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
-    for d in docs:
-      if d.render() not in ctx.documents:
-        ctx.documents.append(d.render())
-    lines = [f"Query: {query}"] + [f"[{i + 1}] {d.render()}"
-                                   for i, d in enumerate(docs)]
-    if not docs:
-      lines.append("No documents found.")
-    meta.update(query=query, doc_ids=[d.id for d in docs])
-    return ToolResult(
-        text="\n".join(lines),
-        cost_usd=cost + pricing.search_cost(
-            len(docs), self.config.search_price_per_query,
-            self.config.search_price_per_document),
-        latency_s=reply.latency_s + retrieval_s, metadata=meta)
+    async def finish(self, reply, ctx, cost, meta):
+        if self.backends.retriever is None:
+            raise RuntimeError("no retriever configured")
+        query = prompts.extract_query(reply.text)
+        start = time.monotonic()
+        docs = await asyncio.to_thread(
+            self.backends.retriever.search,
+            query,
+            self.config.search_top_k,
+            ctx.task.metadata.get("allowed_doc_ids"),
+        )
+        retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
+        for d in docs:
+            if d.render() not in ctx.documents:
+                ctx.documents.append(d.render())
+        lines = [f"Query: {query}"] + [f"[{i + 1}] {d.render()}" for i, d in enumerate(docs)]
+        if not docs:
+            lines.append("No documents found.")
+        meta.update(query=query, doc_ids=[d.id for d in docs])
+        return ToolResult(
+            text="\n".join(lines),
+            cost_usd=cost
+            + pricing.search_cost(
+                len(docs), self.config.search_price_per_query, self.config.search_price_per_document
+            ),
+            latency_s=reply.latency_s + retrieval_s,
+            metadata=meta,
+        )
 
 
 class EnhanceReasoningTool(MetaTool):
-  name, role = "enhance_reasoning", "code"
+    name, role = "enhance_reasoning", "code"
 
-  async def finish(self, reply, ctx, cost, meta):
-    code = prompts.extract_code(reply.text)
-    result = await asyncio.to_thread(self.backends.run_code, code,
-                                     timeout_s=self.config.code_timeout_s)
-    output = format_sandbox_result(result)
-    ctx.notes.append(output)
-    meta.update(code=code, exit_code=result.exit_code,
-                timed_out=result.timed_out, code_seconds=result.duration_s)
-    seconds = self.backends.charged_seconds(result.duration_s)
-    return ToolResult(
-        text=f"```python\n{code.strip()}\n```\nOutput:\n{output}",
-        cost_usd=cost + pricing.code_cost(seconds, self.config.code_price_per_s),
-        latency_s=reply.latency_s + seconds, metadata=meta)
+    async def finish(self, reply, ctx, cost, meta):
+        code = prompts.extract_code(reply.text)
+        result = await asyncio.to_thread(
+            self.backends.run_code, code, timeout_s=self.config.code_timeout_s
+        )
+        output = format_sandbox_result(result)
+        ctx.notes.append(output)
+        meta.update(
+            code=code,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            code_seconds=result.duration_s,
+        )
+        seconds = self.backends.charged_seconds(result.duration_s)
+        return ToolResult(
+            text=f"```python\n{code.strip()}\n```\nOutput:\n{output}",
+            cost_usd=cost + pricing.code_cost(seconds, self.config.code_price_per_s),
+            latency_s=reply.latency_s + seconds,
+            metadata=meta,
+        )
 
 
 class AnswerTool(MetaTool):
-  name, role = "answer", "answer"
+    name, role = "answer", "answer"
 
-  async def finish(self, reply, ctx, cost, meta):
-    final = prompts.extract_final_answer(reply.text)
-    if not final:
-      return ToolResult(text="Error: the answer model gave no answer",
-                        error="empty answer", cost_usd=cost,
-                        latency_s=reply.latency_s, metadata=meta)
-    return ToolResult(text=reply.text, cost_usd=cost,
-                      latency_s=reply.latency_s, metadata=meta,
-                      final_answer=final)
+    async def finish(self, reply, ctx, cost, meta):
+        final = prompts.extract_final_answer(reply.text)
+        if not final:
+            return ToolResult(
+                text="Error: the answer model gave no answer",
+                error="empty answer",
+                cost_usd=cost,
+                latency_s=reply.latency_s,
+                metadata=meta,
+            )
+        return ToolResult(
+            text=reply.text,
+            cost_usd=cost,
+            latency_s=reply.latency_s,
+            metadata=meta,
+            final_answer=final,
+        )
 
 
-META_TOOL_CLASSES = {cls.name: cls for cls in
-                     (SearchTool, EnhanceReasoningTool, AnswerTool)}
+META_TOOL_CLASSES = {cls.name: cls for cls in (SearchTool, EnhanceReasoningTool, AnswerTool)}

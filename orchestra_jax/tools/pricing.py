@@ -17,22 +17,22 @@ SEARCH_PRICE_PER_DOCUMENT = 0.002
 QWEN3_8B_PRICE_PER_MILLION = 0.2
 
 
-def token_cost(prompt_tokens: int, completion_tokens: int,
-               price_in: float, price_out: float) -> float:
-  """cost = (prompt_tokens * price_in + completion_tokens * price_out) / 1e6."""
-  if prompt_tokens < 0 or completion_tokens < 0:
-    raise ValueError("token counts must be non-negative, got "
-                     f"{prompt_tokens}, {completion_tokens}")
-  return (prompt_tokens * price_in
-          + completion_tokens * price_out) / TOKENS_PER_PRICE_UNIT
+def token_cost(
+    prompt_tokens: int, completion_tokens: int, price_in: float, price_out: float
+) -> float:
+    """cost = (prompt_tokens * price_in + completion_tokens * price_out) / 1e6."""
+    if prompt_tokens < 0 or completion_tokens < 0:
+        raise ValueError(
+            f"token counts must be non-negative, got {prompt_tokens}, {completion_tokens}"
+        )
+    return (prompt_tokens * price_in + completion_tokens * price_out) / TOKENS_PER_PRICE_UNIT
 
 
 def code_cost(seconds: float, price_per_second: float) -> float:
-  """cost = seconds * price_per_second (wall seconds of sandboxed execution)."""
-  return max(seconds, 0.0) * price_per_second
+    """cost = seconds * price_per_second (wall seconds of sandboxed execution)."""
+    return max(seconds, 0.0) * price_per_second
 
 
-def search_cost(num_documents: int, price_per_query: float,
-                price_per_document: float) -> float:
-  """cost = price_per_query + num_documents * price_per_document (one query)."""
-  return price_per_query + num_documents * price_per_document
+def search_cost(num_documents: int, price_per_query: float, price_per_document: float) -> float:
+    """cost = price_per_query + num_documents * price_per_document (one query)."""
+    return price_per_query + num_documents * price_per_document

@@ -14,78 +14,90 @@ import re
 from typing import Any, Sequence
 
 ROLE_PROMPTS = {
-    "query": ("You write search queries. Read the task and the context, decide "
-              "what information is missing, and reply with a single concise "
-              "search query on one line and nothing else."),
-    "code": ("You write Python code. Read the task and the context, and reply "
-             "with one Python program in a ```python code block that prints "
-             "the intermediate results needed to answer. Only the standard "
-             "library, numpy and sympy are available; there is no network."),
-    "answer": ("You answer questions. Read the task, the documents and the "
-               "intermediate results, reason briefly, and end your reply with "
-               "a last line of the form `Final answer: <answer>` giving only "
-               "the answer."),
+    "query": (
+        "You write search queries. Read the task and the context, decide "
+        "what information is missing, and reply with a single concise "
+        "search query on one line and nothing else."
+    ),
+    "code": (
+        "You write Python code. Read the task and the context, and reply "
+        "with one Python program in a ```python code block that prints "
+        "the intermediate results needed to answer. Only the standard "
+        "library, numpy and sympy are available; there is no network."
+    ),
+    "answer": (
+        "You answer questions. Read the task, the documents and the "
+        "intermediate results, reason briefly, and end your reply with "
+        "a last line of the form `Final answer: <answer>` giving only "
+        "the answer."
+    ),
 }
 FINAL_ANSWER_RE = re.compile(r"final answer\s*:\s*(.+)", re.IGNORECASE)
 BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 CODE_BLOCK_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
-def role_messages(role: str, question: str, documents: Sequence[str] = (),
-                  notes: Sequence[str] = (),
-                  context: str = "") -> list[dict[str, Any]]:
-  """Chat messages asking an expert to act in `role` on `question`.
+def role_messages(
+    role: str,
+    question: str,
+    documents: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    context: str = "",
+) -> list[dict[str, Any]]:
+    """Chat messages asking an expert to act in `role` on `question`.
 
-  The user message holds the question, then the documents and intermediate
-  results gathered so far (numbered), then optional extra context.
-  """
-  if role not in ROLE_PROMPTS:
-    raise ValueError(f"unknown expert role {role!r}; known: {sorted(ROLE_PROMPTS)}")
-  parts = [f"Task: {question}"]
-  if documents:
-    parts.append("Documents:\n" + "\n".join(
-        f"[{i + 1}] {d}" for i, d in enumerate(documents)))
-  if notes:
-    parts.append("Intermediate results:\n" + "\n".join(
-        f"({i + 1}) {n}" for i, n in enumerate(notes)))
-  if context:
-    parts.append(f"Context:\n{context}")
-  return [{"role": "system", "content": ROLE_PROMPTS[role]},
-          {"role": "user", "content": "\n\n".join(parts)}]
+    The user message holds the question, then the documents and intermediate
+    results gathered so far (numbered), then optional extra context.
+    """
+    if role not in ROLE_PROMPTS:
+        raise ValueError(f"unknown expert role {role!r}; known: {sorted(ROLE_PROMPTS)}")
+    parts = [f"Task: {question}"]
+    if documents:
+        parts.append("Documents:\n" + "\n".join(f"[{i + 1}] {d}" for i, d in enumerate(documents)))
+    if notes:
+        parts.append(
+            "Intermediate results:\n" + "\n".join(f"({i + 1}) {n}" for i, n in enumerate(notes))
+        )
+    if context:
+        parts.append(f"Context:\n{context}")
+    return [
+        {"role": "system", "content": ROLE_PROMPTS[role]},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
 
 
 def role_of(messages: Sequence[dict[str, Any]]) -> str | None:
-  """The role whose system prompt opens `messages`, or None."""
-  if messages and messages[0].get("role") == "system":
-    for role, prompt in ROLE_PROMPTS.items():
-      if messages[0].get("content") == prompt:
-        return role
-  return None
+    """The role whose system prompt opens `messages`, or None."""
+    if messages and messages[0].get("role") == "system":
+        for role, prompt in ROLE_PROMPTS.items():
+            if messages[0].get("content") == prompt:
+                return role
+    return None
 
 
 def extract_final_answer(text: str) -> str:
-  """The answer in `text`: the last `Final answer:` line, else the last
-  `\\boxed{}`, else the last non-empty line."""
-  finals = FINAL_ANSWER_RE.findall(text)
-  if finals:
-    return finals[-1].strip().strip("`").strip()
-  boxed = BOXED_RE.findall(text)
-  if boxed:
-    return boxed[-1].strip()
-  lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
-  return lines[-1] if lines else ""
+    """The answer in `text`: the last `Final answer:` line, else the last
+    `\\boxed{}`, else the last non-empty line."""
+    finals = FINAL_ANSWER_RE.findall(text)
+    if finals:
+        return finals[-1].strip().strip("`").strip()
+    boxed = BOXED_RE.findall(text)
+    if boxed:
+        return boxed[-1].strip()
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else ""
 
 
 def extract_code(text: str) -> str:
-  """The last ```python block of `text`, else the whole text."""
-  blocks = CODE_BLOCK_RE.findall(text)
-  return blocks[-1] if blocks else text
+    """The last ```python block of `text`, else the whole text."""
+    blocks = CODE_BLOCK_RE.findall(text)
+    return blocks[-1] if blocks else text
 
 
 def extract_query(text: str) -> str:
-  """The first non-empty line, without quotes or a `Query:` prefix."""
-  for line in text.strip().splitlines():
-    line = line.strip().strip('"').strip()
-    if line:
-      return re.sub(r"^(search )?query\s*:\s*", "", line, flags=re.IGNORECASE)
-  return ""
+    """The first non-empty line, without quotes or a `Query:` prefix."""
+    for line in text.strip().splitlines():
+        line = line.strip().strip('"').strip()
+        if line:
+            return re.sub(r"^(search )?query\s*:\s*", "", line, flags=re.IGNORECASE)
+    return ""

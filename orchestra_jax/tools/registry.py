@@ -22,56 +22,57 @@ from orchestra_jax.tools.retrieval import Retriever
 
 @dataclasses.dataclass
 class Backends:
-  """Run-time services behind the tools.
+    """Run-time services behind the tools.
 
-  Attributes:
-    experts: backend name (`ModelAlias.backend`) -> expert client.
-    retriever: serves `search`; None disables it (calls return an error).
-    run_code: `(code, *, timeout_s) -> SandboxResult`, the sandbox.
-    expert_max_tokens / expert_temperature: sampling for expert calls.
-    experts_for_config: optional `(tool_config) -> experts`; when set,
-      `make_tools` uses its experts for that task instead of `experts`
-      (simulated experts take their latencies from the task's config).
-    charge_measured_time: True charges the wall time the sandbox and the
-      retriever really took (code cost and latency). False charges nothing for
-      it: with simulated experts, cost and latency are then functions of the
-      seed alone, not of machine load, so offline rewards repeat exactly
-      (a resumed run retraces an uninterrupted one).
-  """
+    Attributes:
+      experts: backend name (`ModelAlias.backend`) -> expert client.
+      retriever: serves `search`; None disables it (calls return an error).
+      run_code: `(code, *, timeout_s) -> SandboxResult`, the sandbox.
+      expert_max_tokens / expert_temperature: sampling for expert calls.
+      experts_for_config: optional `(tool_config) -> experts`; when set,
+        `make_tools` uses its experts for that task instead of `experts`
+        (simulated experts take their latencies from the task's config).
+      charge_measured_time: True charges the wall time the sandbox and the
+        retriever really took (code cost and latency). False charges nothing for
+        it: with simulated experts, cost and latency are then functions of the
+        seed alone, not of machine load, so offline rewards repeat exactly
+        (a resumed run retraces an uninterrupted one).
+    """
 
-  experts: dict[str, ExpertClient]
-  retriever: Retriever | None = None
-  run_code: Callable[..., Any] = run_python
-  expert_max_tokens: int = 2048
-  expert_temperature: float = 0.0
-  experts_for_config: Callable[[Any], dict[str, ExpertClient]] | None = None
-  charge_measured_time: bool = True
+    experts: dict[str, ExpertClient]
+    retriever: Retriever | None = None
+    run_code: Callable[..., Any] = run_python
+    expert_max_tokens: int = 2048
+    expert_temperature: float = 0.0
+    experts_for_config: Callable[[Any], dict[str, ExpertClient]] | None = None
+    charge_measured_time: bool = True
 
-  def charged_seconds(self, measured_s: float) -> float:
-    """The part of a measured wall time that is charged (see the attribute)."""
-    return float(measured_s) if self.charge_measured_time else 0.0
+    def charged_seconds(self, measured_s: float) -> float:
+        """The part of a measured wall time that is charged (see the attribute)."""
+        return float(measured_s) if self.charge_measured_time else 0.0
 
 
-def make_tools(tool_config: config_lib.ToolConfig,
-               backends: Backends) -> dict[str, Tool]:
-  """{tool name: Tool} for every tool enabled in `tool_config`.
+def make_tools(tool_config: config_lib.ToolConfig, backends: Backends) -> dict[str, Tool]:
+    """{tool name: Tool} for every tool enabled in `tool_config`.
 
-  Raises ValueError when an alias names a backend that `backends` lacks, so a
-  misconfigured run fails at start-up rather than mid-episode.
-  """
-  if backends.experts_for_config is not None:
-    backends = dataclasses.replace(
-        backends, experts=backends.experts_for_config(tool_config))
-  missing = sorted({a.backend for a in tool_config.aliases
-                    if a.tool in tool_config.tools}
-                   - set(backends.experts))
-  if missing:
-    raise ValueError(f"ToolConfig aliases use backends {missing} that are not "
-                     f"in Backends.experts {sorted(backends.experts)}")
-  tools = {}
-  for name in tool_config.tools:
-    if name in META_TOOL_CLASSES:
-      tools[name] = META_TOOL_CLASSES[name](tool_config, backends)
-    else:
-      tools[name] = function_tools.make_plain_tool(name, tool_config, backends)
-  return tools
+    Raises ValueError when an alias names a backend that `backends` lacks, so a
+    misconfigured run fails at start-up rather than mid-episode.
+    """
+    if backends.experts_for_config is not None:
+        backends = dataclasses.replace(backends, experts=backends.experts_for_config(tool_config))
+    missing = sorted(
+        {a.backend for a in tool_config.aliases if a.tool in tool_config.tools}
+        - set(backends.experts)
+    )
+    if missing:
+        raise ValueError(
+            f"ToolConfig aliases use backends {missing} that are not "
+            f"in Backends.experts {sorted(backends.experts)}"
+        )
+    tools = {}
+    for name in tool_config.tools:
+        if name in META_TOOL_CLASSES:
+            tools[name] = META_TOOL_CLASSES[name](tool_config, backends)
+        else:
+            tools[name] = function_tools.make_plain_tool(name, tool_config, backends)
+    return tools

@@ -22,157 +22,165 @@ TOKEN_RE = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
     "a an and are as at be by for from has have in is it its of on or that the "
     "this to was were what when where which who whom whose why how with does "
-    "did do".split())
+    "did do".split()
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-  """A retrievable text. `score` is filled in by a search (higher = better)."""
+    """A retrievable text. `score` is filled in by a search (higher = better)."""
 
-  id: str
-  text: str
-  title: str = ""
-  metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
-  score: float = 0.0
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    score: float = 0.0
 
-  def render(self) -> str:
-    """How the orchestrator and experts see it: `title: text`."""
-    return f"{self.title}: {self.text}" if self.title else self.text
+    def render(self) -> str:
+        """How the orchestrator and experts see it: `title: text`."""
+        return f"{self.title}: {self.text}" if self.title else self.text
 
 
 @runtime_checkable
 class Retriever(Protocol):
-  """`search(query, k, allowed_ids=None) -> list[Document]`, best first.
+    """`search(query, k, allowed_ids=None) -> list[Document]`, best first.
 
-  `allowed_ids` restricts results to those document ids (per-task corpora).
-  """
+    `allowed_ids` restricts results to those document ids (per-task corpora).
+    """
 
-  def search(self, query: str, k: int,
-             allowed_ids: Collection[str] | None = None) -> list[Document]:
-    ...
+    def search(
+        self, query: str, k: int, allowed_ids: Collection[str] | None = None
+    ) -> list[Document]: ...
 
 
 def tokenize(text: str) -> list[str]:
-  """Lower-cased alphanumeric words without English stopwords."""
-  return [t for t in TOKEN_RE.findall(text.lower()) if t not in STOPWORDS]
+    """Lower-cased alphanumeric words without English stopwords."""
+    return [t for t in TOKEN_RE.findall(text.lower()) if t not in STOPWORDS]
 
 
-def top_k_indices(scores: np.ndarray, k: int,
-                  allowed: np.ndarray | None = None) -> np.ndarray:
-  """Indices of the k highest scores (ties: lower index first), optionally
-  only among `allowed` (bool mask); scores <= 0 never match."""
-  scores = np.asarray(scores, dtype=np.float64)
-  valid = scores > 0
-  if allowed is not None:
-    valid &= allowed
-  candidates = np.flatnonzero(valid)
-  order = np.lexsort((candidates, -scores[candidates]))
-  return candidates[order[:k]]
+def top_k_indices(scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the k highest scores (ties: lower index first), optionally
+    only among `allowed` (bool mask); scores <= 0 never match."""
+    scores = np.asarray(scores, dtype=np.float64)
+    valid = scores > 0
+    if allowed is not None:
+        valid &= allowed
+    candidates = np.flatnonzero(valid)
+    order = np.lexsort((candidates, -scores[candidates]))
+    return candidates[order[:k]]
 
 
-def allowed_mask(ids: Sequence[str],
-                 allowed_ids: Collection[str] | None) -> np.ndarray | None:
-  if allowed_ids is None:
-    return None
-  allowed = set(allowed_ids)
-  return np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))
+def allowed_mask(ids: Sequence[str], allowed_ids: Collection[str] | None) -> np.ndarray | None:
+    if allowed_ids is None:
+        return None
+    allowed = set(allowed_ids)
+    return np.fromiter((i in allowed for i in ids), dtype=bool, count=len(ids))
 
 
 def write_documents(folder: str, documents: Iterable[Document]) -> None:
-  with open(os.path.join(folder, DOCUMENTS), "w", encoding="utf-8") as f:
-    for d in documents:
-      row = dataclasses.asdict(d)
-      row.pop("score")
-      f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    with open(os.path.join(folder, DOCUMENTS), "w", encoding="utf-8") as f:
+        for d in documents:
+            row = dataclasses.asdict(d)
+            row.pop("score")
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def read_documents(path: str) -> list[Document]:
-  """Reads a JSONL corpus: `id`, `text`, optional `title`, `metadata`."""
-  docs = []
-  with open(path, encoding="utf-8") as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      row = json.loads(line)
-      if "id" not in row or "text" not in row:
-        raise ValueError(f"{path}:{n}: each document needs 'id' and 'text'")
-      docs.append(Document(id=str(row["id"]), text=row["text"],
-                           title=row.get("title", ""),
-                           metadata=row.get("metadata", {})))
-  return docs
+    """Reads a JSONL corpus: `id`, `text`, optional `title`, `metadata`."""
+    docs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "id" not in row or "text" not in row:
+                raise ValueError(f"{path}:{n}: each document needs 'id' and 'text'")
+            docs.append(
+                Document(
+                    id=str(row["id"]),
+                    text=row["text"],
+                    title=row.get("title", ""),
+                    metadata=row.get("metadata", {}),
+                )
+            )
+    return docs
 
 
 def check_unique_ids(documents: Sequence[Document]) -> None:
-  seen = set()
-  for d in documents:
-    if d.id in seen:
-      raise ValueError(f"duplicate document id {d.id!r}")
-    seen.add(d.id)
+    seen = set()
+    for d in documents:
+        if d.id in seen:
+            raise ValueError(f"duplicate document id {d.id!r}")
+        seen.add(d.id)
 
 
 class BM25Retriever:
-  """Okapi BM25 (bm25s) over `title + text`, scored exactly over all documents.
+    """Okapi BM25 (bm25s) over `title + text`, scored exactly over all documents.
 
-  score(q, d) = sum_{t in q} idf(t) * tf(t, d) * (k1 + 1)
-                / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl)),
-  with bm25s's defaults (k1 = 1.5, b = 0.75, Lucene idf).
-  """
+    score(q, d) = sum_{t in q} idf(t) * tf(t, d) * (k1 + 1)
+                  / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl)),
+    with bm25s's defaults (k1 = 1.5, b = 0.75, Lucene idf).
+    """
 
-  kind = "bm25"
+    kind = "bm25"
 
-  def __init__(self, documents: Sequence[Document], _index=None):
-    import bm25s  # heavy import, only when BM25 is used
-    self.documents = list(documents)
-    check_unique_ids(self.documents)
-    self.ids = [d.id for d in self.documents]
-    if _index is None:
-      _index = bm25s.BM25()
-      _index.index([tokenize(d.render()) for d in self.documents],
-                   show_progress=False)
-    self._index = _index
+    def __init__(self, documents: Sequence[Document], _index=None):
+        import bm25s  # heavy import, only when BM25 is used
 
-  def search(self, query: str, k: int,
-             allowed_ids: Collection[str] | None = None) -> list[Document]:
-    if k < 1:
-      raise ValueError(f"k must be >= 1, got {k}")
-    terms = tokenize(query)
-    if not terms or not self.documents:
-      return []
-    scores = self._index.get_scores(terms)
-    hits = top_k_indices(scores, k, allowed_mask(self.ids, allowed_ids))
-    return [dataclasses.replace(self.documents[i], score=float(scores[i]))
-            for i in hits]
+        self.documents = list(documents)
+        check_unique_ids(self.documents)
+        self.ids = [d.id for d in self.documents]
+        if _index is None:
+            _index = bm25s.BM25()
+            _index.index([tokenize(d.render()) for d in self.documents], show_progress=False)
+        self._index = _index
 
-  def save(self, folder: str) -> None:
-    os.makedirs(folder, exist_ok=True)
-    self._index.save(os.path.join(folder, "bm25"), show_progress=False)
-    write_documents(folder, self.documents)
-    with open(os.path.join(folder, MANIFEST), "w") as f:
-      json.dump({"kind": self.kind, "num_documents": len(self.documents)}, f)
+    def search(
+        self, query: str, k: int, allowed_ids: Collection[str] | None = None
+    ) -> list[Document]:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        terms = tokenize(query)
+        if not terms or not self.documents:
+            return []
+        scores = self._index.get_scores(terms)
+        hits = top_k_indices(scores, k, allowed_mask(self.ids, allowed_ids))
+        return [dataclasses.replace(self.documents[i], score=float(scores[i])) for i in hits]
 
-  @classmethod
-  def load(cls, folder: str) -> "BM25Retriever":
-    import bm25s
-    index = bm25s.BM25.load(os.path.join(folder, "bm25"), show_progress=False)
-    return cls(read_documents(os.path.join(folder, DOCUMENTS)), _index=index)
+    def save(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self._index.save(os.path.join(folder, "bm25"), show_progress=False)
+        write_documents(folder, self.documents)
+        with open(os.path.join(folder, MANIFEST), "w") as f:
+            json.dump({"kind": self.kind, "num_documents": len(self.documents)}, f)
+
+    @classmethod
+    def load(cls, folder: str) -> "BM25Retriever":
+        import bm25s
+
+        index = bm25s.BM25.load(os.path.join(folder, "bm25"), show_progress=False)
+        return cls(read_documents(os.path.join(folder, DOCUMENTS)), _index=index)
 
 
 def load_retriever(folder: str, **kwargs) -> Retriever:
-  """Opens an index folder written by `build_index` (kind from the manifest).
+    """Opens an index folder written by `build_index` (kind from the manifest).
 
-  kwargs go to the kind's loader (dense indexes take `embedder=` to override
-  the embedding model recorded in the manifest).
-  """
-  path = os.path.join(folder, MANIFEST)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{folder} is not an index folder (no {MANIFEST}); "
-                            "build one with python -m "
-                            "orchestra_jax.tools.build_index")
-  with open(path) as f:
-    kind = json.load(f).get("kind")
-  if kind == "bm25":
-    return BM25Retriever.load(folder, **kwargs)
-  if kind == "dense":
-    from orchestra_jax.tools.dense_retrieval import DenseRetriever
-    return DenseRetriever.load(folder, **kwargs)
-  raise ValueError(f"{path}: unknown index kind {kind!r}")
+    kwargs go to the kind's loader (dense indexes take `embedder=` to override
+    the embedding model recorded in the manifest).
+    """
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{folder} is not an index folder (no {MANIFEST}); "
+            "build one with python -m "
+            "orchestra_jax.tools.build_index"
+        )
+    with open(path) as f:
+        kind = json.load(f).get("kind")
+    if kind == "bm25":
+        return BM25Retriever.load(folder, **kwargs)
+    if kind == "dense":
+        from orchestra_jax.tools.dense_retrieval import DenseRetriever
+
+        return DenseRetriever.load(folder, **kwargs)
+    raise ValueError(f"{path}: unknown index kind {kind!r}")

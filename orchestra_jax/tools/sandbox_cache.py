@@ -21,35 +21,35 @@ from typing import Any, Callable
 
 
 class MemoizedSandbox:
-  """`run_code(code, *, timeout_s, **limits)` with results kept per argument set.
+    """`run_code(code, *, timeout_s, **limits)` with results kept per argument set.
 
-  Thread-safe (tools call the sandbox from worker threads). Two first calls of
-  one program that overlap may both run it; the results agree for pure programs.
-  At most `max_entries` results are kept, least recently used dropped first.
-  """
+    Thread-safe (tools call the sandbox from worker threads). Two first calls of
+    one program that overlap may both run it; the results agree for pure programs.
+    At most `max_entries` results are kept, least recently used dropped first.
+    """
 
-  def __init__(self, run_code: Callable[..., Any], *, max_entries: int = 65536):
-    if max_entries < 1:
-      raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-    self._run_code = run_code
-    self._max_entries = max_entries
-    self._results: collections.OrderedDict[Any, Any] = collections.OrderedDict()
-    self._lock = threading.Lock()
-    self.hits = 0
-    self.misses = 0
+    def __init__(self, run_code: Callable[..., Any], *, max_entries: int = 65536):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self._run_code = run_code
+        self._max_entries = max_entries
+        self._results: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
 
-  def __call__(self, code: str, **limits: Any) -> Any:
-    key = (code, tuple(sorted(limits.items())))
-    with self._lock:
-      if key in self._results:
-        self._results.move_to_end(key)
-        self.hits += 1
-        return self._results[key]
-      self.misses += 1
-    result = self._run_code(code, **limits)
-    if not getattr(result, "timed_out", False):
-      with self._lock:
-        self._results[key] = result
-        while len(self._results) > self._max_entries:
-          self._results.popitem(last=False)
-    return result
+    def __call__(self, code: str, **limits: Any) -> Any:
+        key = (code, tuple(sorted(limits.items())))
+        with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
+                self.hits += 1
+                return self._results[key]
+            self.misses += 1
+        result = self._run_code(code, **limits)
+        if not getattr(result, "timed_out", False):
+            with self._lock:
+                self._results[key] = result
+                while len(self._results) > self._max_entries:
+                    self._results.popitem(last=False)
+        return result

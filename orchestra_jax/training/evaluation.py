@@ -36,61 +36,91 @@ EVAL_PREFERENCES = (
 )
 
 
-def eval_tool_configs(env, tasks: Sequence[Any], *, seed: int = 0,
-                      **config_fields) -> dict[str, Any]:
-  """task id -> a held-out ToolConfig with a stated preference (see module docstring).
+def eval_tool_configs(
+    env, tasks: Sequence[Any], *, seed: int = 0, **config_fields
+) -> dict[str, Any]:
+    """task id -> a held-out ToolConfig with a stated preference (see module docstring).
 
-  `config_fields` are further ToolConfig fields (e.g. description_style).
-  """
-  base = list(env.eval_tool_configs(**config_fields).values())
-  rng = np.random.default_rng([seed, 11])
-  out = {}
-  for i, task in enumerate(tasks):
-    config = base[i % len(base)]
-    preference = dict(EVAL_PREFERENCES[i % len(EVAL_PREFERENCES)])
-    if preference.pop("tool", None):
-      tool_features = [f for f in config.feature_names() if f.startswith("tool:")]
-      preference[tool_features[int(rng.integers(len(tool_features)))]] = 1.0
-    out[task.id] = dataclasses.replace(config, preference=preference,
-                                       preference_text=None)
-  return out
+    `config_fields` are further ToolConfig fields (e.g. description_style).
+    """
+    base = list(env.eval_tool_configs(**config_fields).values())
+    rng = np.random.default_rng([seed, 11])
+    out = {}
+    for i, task in enumerate(tasks):
+        config = base[i % len(base)]
+        preference = dict(EVAL_PREFERENCES[i % len(EVAL_PREFERENCES)])
+        if preference.pop("tool", None):
+            tool_features = [f for f in config.feature_names() if f.startswith("tool:")]
+            preference[tool_features[int(rng.integers(len(tool_features)))]] = 1.0
+        out[task.id] = dataclasses.replace(config, preference=preference, preference_text=None)
+    return out
 
 
 def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) -> np.ndarray:
-  """The module docstring's R for each graded episode (`rewards.efficiency.
-  utility_rewards` under the episode's own preference)."""
-  if not trajectories:
-    return np.zeros(0, np.float32)
-  return np.concatenate([
-      utility_rewards([t.features()], [bool(t.correct)], t.preference,
-                      cost_scale=cost_scale, latency_scale=latency_scale)
-      for t in trajectories]).astype(np.float32)
+    """The module docstring's R for each graded episode (`rewards.efficiency.
+    utility_rewards` under the episode's own preference)."""
+    if not trajectories:
+        return np.zeros(0, np.float32)
+    return np.concatenate(
+        [
+            utility_rewards(
+                [t.features()],
+                [bool(t.correct)],
+                t.preference,
+                cost_scale=cost_scale,
+                latency_scale=latency_scale,
+            )
+            for t in trajectories
+        ]
+    ).astype(np.float32)
 
 
-async def evaluate_policy(name: str, engine, *, tasks: Sequence[Any],
-                          tool_configs: Mapping[str, Any], env, tokenizer, sampling,
-                          loop_kwargs: dict, workdir: str, seed: int,
-                          cost_scale: float, latency_scale: float,
-                          backend_seed: int = 0, extra: Mapping[str, Any] | None = None
-                          ) -> dict[str, Any]:
-  """Runs `engine` on `tasks` (one episode each), writes and returns its summary."""
-  configs = [tool_configs[t.id] for t in tasks]
-  trajectories = await run_graded_episodes(
-      tasks, configs, engine=engine, tokenizer=tokenizer,
-      backends_for=lambda c: env.build_backends(c, seed=backend_seed),
-      group_size=1, seed=seed, sampling=sampling, loop_kwargs=loop_kwargs)
-  rewards = heldout_rewards(trajectories, cost_scale=cost_scale, latency_scale=latency_scale)
-  for traj, r in zip(trajectories, rewards):
-    traj.reward = float(r)
-  summary = {"policy": name, **summarize(trajectories, tool_configs=tool_configs),
-             "heldout_reward": float(rewards.mean()),
-             "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
-                                      if len(rewards) > 1 else 0.0,
-             "reward_definition": "correct * max(0, 1 - P_cost*cost/%g - P_latency*latency/%g)"
-                                  % (cost_scale, latency_scale),
-             **(extra or {})}
-  os.makedirs(workdir, exist_ok=True)
-  write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
-  with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
-  return summary
+async def evaluate_policy(
+    name: str,
+    engine,
+    *,
+    tasks: Sequence[Any],
+    tool_configs: Mapping[str, Any],
+    env,
+    tokenizer,
+    sampling,
+    loop_kwargs: dict,
+    workdir: str,
+    seed: int,
+    cost_scale: float,
+    latency_scale: float,
+    backend_seed: int = 0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Runs `engine` on `tasks` (one episode each), writes and returns its summary."""
+    configs = [tool_configs[t.id] for t in tasks]
+    trajectories = await run_graded_episodes(
+        tasks,
+        configs,
+        engine=engine,
+        tokenizer=tokenizer,
+        backends_for=lambda c: env.build_backends(c, seed=backend_seed),
+        group_size=1,
+        seed=seed,
+        sampling=sampling,
+        loop_kwargs=loop_kwargs,
+    )
+    rewards = heldout_rewards(trajectories, cost_scale=cost_scale, latency_scale=latency_scale)
+    for traj, r in zip(trajectories, rewards):
+        traj.reward = float(r)
+    summary = {
+        "policy": name,
+        **summarize(trajectories, tool_configs=tool_configs),
+        "heldout_reward": float(rewards.mean()),
+        "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+        if len(rewards) > 1
+        else 0.0,
+        "reward_definition": "correct * max(0, 1 - P_cost*cost/%g - P_latency*latency/%g)"
+        % (cost_scale, latency_scale),
+        **(extra or {}),
+    }
+    os.makedirs(workdir, exist_ok=True)
+    write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+    with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
+        json.dump(summary, f, indent=2, sort_keys=True)
+    return summary

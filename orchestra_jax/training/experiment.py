@@ -36,178 +36,274 @@ log = logging.getLogger(__name__)
 
 MAX_DEMO_ROUNDS = 8
 
-CURVES = ("reward", "accuracy", "cost_usd", "learner/loss", "learner/pg_clip_frac",
-          "learner/grad_norm")
+CURVES = (
+    "reward",
+    "accuracy",
+    "cost_usd",
+    "learner/loss",
+    "learner/pg_clip_frac",
+    "learner/grad_norm",
+)
 
 
 def eval_tasks(config):
-  specs = builders.source_specs(config, config.data.eval_split,
-                                num_synthetic=config.eval.num_tasks)
-  sources, _ = load_sources(specs)
-  return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
+    specs = builders.source_specs(
+        config, config.data.eval_split, num_synthetic=config.eval.num_tasks
+    )
+    sources, _ = load_sources(specs)
+    return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
 
 
 def heldout_tool_configs(config, env, tasks) -> dict:
-  """task id -> its held-out tool configuration, drawn from `eval.seed`."""
-  return eval_tool_configs(env, tasks, seed=config.eval.seed,
-                           description_style=config.tools.description_style)
+    """task id -> its held-out tool configuration, drawn from `eval.seed`."""
+    return eval_tool_configs(
+        env, tasks, seed=config.eval.seed, description_style=config.tools.description_style
+    )
 
 
 def baseline_router(config, router: str, tokenizer, tool_configs) -> RouterEngine:
-  """Baseline `router` playing `tool_configs`, its draws from `eval.seed`."""
-  return RouterEngine(router, tokenizer, tool_configs, seed=config.eval.seed)
+    """Baseline `router` playing `tool_configs`, its draws from `eval.seed`."""
+    return RouterEngine(router, tokenizer, tool_configs, seed=config.eval.seed)
 
 
 def _eval_sampling(config) -> SamplingParams:
-  return SamplingParams(temperature=config.eval.temperature, top_p=1.0, top_k=-1,
-                        max_new_tokens=config.agent.max_new_tokens_per_turn)
+    return SamplingParams(
+        temperature=config.eval.temperature,
+        top_p=1.0,
+        top_k=-1,
+        max_new_tokens=config.agent.max_new_tokens_per_turn,
+    )
 
 
-EVAL_METRICS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s",
-                "preference_score")
+EVAL_METRICS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s", "preference_score")
 
 
-def evaluate(config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None,
-             workdir=None):
-  summary = run_sync(evaluate_policy(
-      name, engine, tasks=tasks, tool_configs=tool_configs, env=env, tokenizer=tokenizer,
-      sampling=_eval_sampling(config), loop_kwargs=builders.loop_kwargs(config),
-      workdir=workdir or grpo_loop.workdir_of(config), seed=derive_seed(config.eval.seed, 99),
-      cost_scale=config.eval.cost_scale_usd, latency_scale=config.eval.latency_scale_s,
-      extra=extra))
-  log.info("eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
-           name, summary["accuracy"], summary["mean_cost_usd"], summary["mean_latency_s"],
-           summary["heldout_reward"])
-  return summary
+def evaluate(
+    config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None, workdir=None
+):
+    summary = run_sync(
+        evaluate_policy(
+            name,
+            engine,
+            tasks=tasks,
+            tool_configs=tool_configs,
+            env=env,
+            tokenizer=tokenizer,
+            sampling=_eval_sampling(config),
+            loop_kwargs=builders.loop_kwargs(config),
+            workdir=workdir or grpo_loop.workdir_of(config),
+            seed=derive_seed(config.eval.seed, 99),
+            cost_scale=config.eval.cost_scale_usd,
+            latency_scale=config.eval.latency_scale_s,
+            extra=extra,
+        )
+    )
+    log.info(
+        "eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
+        name,
+        summary["accuracy"],
+        summary["mean_cost_usd"],
+        summary["mean_latency_s"],
+        summary["heldout_reward"],
+    )
+    return summary
 
 
 def run_warm_start(config, run) -> None:
-  """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
-  on the demonstrations `config.sft.demo_filter` keeps."""
-  demos = collect_demonstrations(config, run)
-  from orchestra_jax.rl.learner import Learner
-  learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
-  batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
+    """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
+    on the demonstrations `config.sft.demo_filter` keeps."""
+    demos = collect_demonstrations(config, run)
+    from orchestra_jax.rl.learner import Learner
 
-  def report(step, metrics):
-    if step % 10 == 0 or step == config.sft.steps:
-      log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
-  warm_start.run_sft(learner, demos, batch_size=config.sft.batch_size,
-                     steps=config.sft.steps, seed=config.seed, batching=batching,
-                     on_step=report, ema_decay=config.sft.ema_decay)
-  # The GRPO learner and engine were built on the same model object: refresh both.
-  run.learner.load_state(learner.params, run.learner.opt_state, step=0)
-  run_sync(grpo_loop.sync_weights(run, 0))
-  if config.rl.kl_coef:
-    # The warm-start policy is GRPO's KL reference (the paper's is its initial
-    # policy); saved so that a resumed run gets the same reference back.
-    save_params(warm_start_dir(config), learner.params)
-    run.learner.set_reference(learner.params)
+    learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
+    batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
+
+    def report(step, metrics):
+        if step % 10 == 0 or step == config.sft.steps:
+            log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
+
+    warm_start.run_sft(
+        learner,
+        demos,
+        batch_size=config.sft.batch_size,
+        steps=config.sft.steps,
+        seed=config.seed,
+        batching=batching,
+        on_step=report,
+        ema_decay=config.sft.ema_decay,
+    )
+    # The GRPO learner and engine were built on the same model object: refresh both.
+    run.learner.load_state(learner.params, run.learner.opt_state, step=0)
+    run_sync(grpo_loop.sync_weights(run, 0))
+    if config.rl.kl_coef:
+        # The warm-start policy is GRPO's KL reference (the paper's is its initial
+        # policy); saved so that a resumed run gets the same reference back.
+        save_params(warm_start_dir(config), learner.params)
+        run.learner.set_reference(learner.params)
 
 
 def collect_demonstrations(config, run) -> list:
-  """`config.sft.num_demos` demonstrations that pass `config.sft.demo_filter`.
+    """`config.sft.num_demos` demonstrations that pass `config.sft.demo_filter`.
 
-  Rounds of `num_demos` training tasks are played by the demonstrator until
-  enough pass (at most `MAX_DEMO_ROUNDS` rounds); each round has its own tool
-  configurations and seeds, so the result is deterministic in `config.seed`.
-  With the "best" filter every task is played `sft.demo_best_of` times and the
-  held-out reward's utility (the task's own cost and latency preferences)
-  picks the episode kept.
-  """
-  tasks = grpo_loop.train_task_iterator(config)
-  best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
-  utility = functools.partial(heldout_rewards, cost_scale=config.eval.cost_scale_usd,
-                              latency_scale=config.eval.latency_scale_s)
-  want, kept, played = config.sft.num_demos, [], 0
-  for round_index in range(MAX_DEMO_ROUNDS):
-    demo_tasks = []
-    while len(demo_tasks) < want:
-      demo_tasks.extend(next(tasks))
-    demo_tasks = demo_tasks[:want]
-    configs = [run.sampler.sample(t, derive_seed(config.seed, 7, round_index * want + i))
-               for i, t in enumerate(demo_tasks)]
-    # Round 0 keeps the seeds demonstrations had before rounds existed, so runs
-    # without a filter (one round) play exactly the recorded demonstrations.
-    round_seed = derive_seed(config.seed, 8, round_index) if round_index else derive_seed(
-        config.seed, 8)
-    demos = run_sync(warm_start.router_demonstrations(
-        config.sft.demo_policy, demo_tasks, configs, env=run.env, tokenizer=run.tokenizer,
-        loop_kwargs=builders.loop_kwargs(config), seed=round_seed, group_size=best_of))
-    played += len(demos)
-    kept.extend(warm_start.keep_demonstrations(demos, config.sft.demo_filter,
-                                               group_size=best_of, utility=utility))
-    if len(kept) >= want:
-      break
-  if not kept:
-    raise RuntimeError(f"no {config.sft.demo_policy} demonstration of {played} passed "
-                       f"sft.demo_filter={config.sft.demo_filter!r}")
-  if len(kept) < want:
-    log.warning("only %d of %d demonstrations passed sft.demo_filter=%r after %d episodes",
-                len(kept), want, config.sft.demo_filter, played)
-  log.info("warm start: %d demonstrations kept of %d played", min(len(kept), want), played)
-  return kept[:want]
+    Rounds of `num_demos` training tasks are played by the demonstrator until
+    enough pass (at most `MAX_DEMO_ROUNDS` rounds); each round has its own tool
+    configurations and seeds, so the result is deterministic in `config.seed`.
+    With the "best" filter every task is played `sft.demo_best_of` times and the
+    held-out reward's utility (the task's own cost and latency preferences)
+    picks the episode kept.
+    """
+    tasks = grpo_loop.train_task_iterator(config)
+    best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
+    utility = functools.partial(
+        heldout_rewards,
+        cost_scale=config.eval.cost_scale_usd,
+        latency_scale=config.eval.latency_scale_s,
+    )
+    want, kept, played = config.sft.num_demos, [], 0
+    for round_index in range(MAX_DEMO_ROUNDS):
+        demo_tasks = []
+        while len(demo_tasks) < want:
+            demo_tasks.extend(next(tasks))
+        demo_tasks = demo_tasks[:want]
+        configs = [
+            run.sampler.sample(t, derive_seed(config.seed, 7, round_index * want + i))
+            for i, t in enumerate(demo_tasks)
+        ]
+        # Round 0 keeps the seeds demonstrations had before rounds existed, so runs
+        # without a filter (one round) play exactly the recorded demonstrations.
+        round_seed = (
+            derive_seed(config.seed, 8, round_index) if round_index else derive_seed(config.seed, 8)
+        )
+        demos = run_sync(
+            warm_start.router_demonstrations(
+                config.sft.demo_policy,
+                demo_tasks,
+                configs,
+                env=run.env,
+                tokenizer=run.tokenizer,
+                loop_kwargs=builders.loop_kwargs(config),
+                seed=round_seed,
+                group_size=best_of,
+            )
+        )
+        played += len(demos)
+        kept.extend(
+            warm_start.keep_demonstrations(
+                demos, config.sft.demo_filter, group_size=best_of, utility=utility
+            )
+        )
+        if len(kept) >= want:
+            break
+    if not kept:
+        raise RuntimeError(
+            f"no {config.sft.demo_policy} demonstration of {played} passed "
+            f"sft.demo_filter={config.sft.demo_filter!r}"
+        )
+    if len(kept) < want:
+        log.warning(
+            "only %d of %d demonstrations passed sft.demo_filter=%r after %d episodes",
+            len(kept),
+            want,
+            config.sft.demo_filter,
+            played,
+        )
+    log.info("warm start: %d demonstrations kept of %d played", min(len(kept), want), played)
+    return kept[:want]
 
 
 def warm_start_dir(config) -> str:
-  return os.path.join(grpo_loop.workdir_of(config), "warm_start_params")
+    return os.path.join(grpo_loop.workdir_of(config), "warm_start_params")
 
 
 def restore_reference(config, run) -> None:
-  """On resume after a warm start: the KL reference is the saved warm-start policy."""
-  path = warm_start_dir(config)
-  if not os.path.isdir(path):
-    raise FileNotFoundError(
-        f"{path} is missing: a run with a warm start and rl.kl_coef > 0 cannot resume "
-        "without its KL reference (the warm-start policy)")
-  run.learner.set_reference(restore_params(path, run.learner.params))
+    """On resume after a warm start: the KL reference is the saved warm-start policy."""
+    path = warm_start_dir(config)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{path} is missing: a run with a warm start and rl.kl_coef > 0 cannot resume "
+            "without its KL reference (the warm-start policy)"
+        )
+    run.learner.set_reference(restore_params(path, run.learner.params))
 
 
 def run_experiment(config) -> dict:
-  """Runs every stage of the module docstring; returns the evaluation summaries."""
-  workdir = grpo_loop.workdir_of(config)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  run = grpo_loop.setup_run(config)
-  tasks = eval_tasks(config)
-  tool_configs = heldout_tool_configs(config, run.env, tasks)
-  summaries = {}
-  fresh = run.checkpointer.latest_step() is None
-  if fresh and config.sft.steps:
-    log.info("warm start: %d steps on %d %s demonstrations", config.sft.steps,
-             config.sft.num_demos, config.sft.demo_policy)
-    run_warm_start(config, run)
-  elif config.sft.steps and config.rl.kl_coef:
-    restore_reference(config, run)
-  if fresh and config.eval.num_tasks:
-    summaries["warm_start"] = evaluate(config, "warm_start", run.engine, env=run.env,
-                                       tokenizer=run.tokenizer, tasks=tasks,
-                                       tool_configs=tool_configs)
-  def evaluate_during_training(step):
-    # Kept apart from the final evaluations, which eval_report.md compares.
-    summary = evaluate(config, f"step_{step:06d}", run.engine, env=run.env,
-                       tokenizer=run.tokenizer, tasks=tasks, tool_configs=tool_configs,
-                       extra={"steps": step}, workdir=os.path.join(workdir, "eval_steps"))
-    return {f"eval/{k}": summary[k] for k in EVAL_METRICS if summary.get(k) is not None}
+    """Runs every stage of the module docstring; returns the evaluation summaries."""
+    workdir = grpo_loop.workdir_of(config)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    run = grpo_loop.setup_run(config)
+    tasks = eval_tasks(config)
+    tool_configs = heldout_tool_configs(config, run.env, tasks)
+    summaries = {}
+    fresh = run.checkpointer.latest_step() is None
+    if fresh and config.sft.steps:
+        log.info(
+            "warm start: %d steps on %d %s demonstrations",
+            config.sft.steps,
+            config.sft.num_demos,
+            config.sft.demo_policy,
+        )
+        run_warm_start(config, run)
+    elif config.sft.steps and config.rl.kl_coef:
+        restore_reference(config, run)
+    if fresh and config.eval.num_tasks:
+        summaries["warm_start"] = evaluate(
+            config,
+            "warm_start",
+            run.engine,
+            env=run.env,
+            tokenizer=run.tokenizer,
+            tasks=tasks,
+            tool_configs=tool_configs,
+        )
 
-  grpo_loop.grpo_train(run, evaluate=evaluate_during_training if config.eval.num_tasks else None)
-  if config.eval.num_tasks:
-    summaries["grpo"] = evaluate(config, "grpo", run.engine, env=run.env,
-                                 tokenizer=run.tokenizer, tasks=tasks,
-                                 tool_configs=tool_configs, extra={"steps": config.num_steps})
-    for router in split_list(config.eval.baselines):
-      engine = baseline_router(config, router, run.tokenizer, tool_configs)
-      summaries[router] = evaluate(config, router, engine, env=run.env,
-                                   tokenizer=run.tokenizer, tasks=tasks,
-                                   tool_configs=tool_configs, extra={"baseline": True})
-    md, png = write_report(workdir)
-    log.info("evaluation report: %s, %s", md, png)
-  metrics_file = os.path.join(workdir, "metrics.jsonl")
-  if os.path.exists(metrics_file):
-    plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
-  if hasattr(run.engine, "close"):
-    run.engine.close()
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summaries, f, indent=2, sort_keys=True)
-  return summaries
+    def evaluate_during_training(step):
+        # Kept apart from the final evaluations, which eval_report.md compares.
+        summary = evaluate(
+            config,
+            f"step_{step:06d}",
+            run.engine,
+            env=run.env,
+            tokenizer=run.tokenizer,
+            tasks=tasks,
+            tool_configs=tool_configs,
+            extra={"steps": step},
+            workdir=os.path.join(workdir, "eval_steps"),
+        )
+        return {f"eval/{k}": summary[k] for k in EVAL_METRICS if summary.get(k) is not None}
+
+    grpo_loop.grpo_train(run, evaluate=evaluate_during_training if config.eval.num_tasks else None)
+    if config.eval.num_tasks:
+        summaries["grpo"] = evaluate(
+            config,
+            "grpo",
+            run.engine,
+            env=run.env,
+            tokenizer=run.tokenizer,
+            tasks=tasks,
+            tool_configs=tool_configs,
+            extra={"steps": config.num_steps},
+        )
+        for router in split_list(config.eval.baselines):
+            engine = baseline_router(config, router, run.tokenizer, tool_configs)
+            summaries[router] = evaluate(
+                config,
+                router,
+                engine,
+                env=run.env,
+                tokenizer=run.tokenizer,
+                tasks=tasks,
+                tool_configs=tool_configs,
+                extra={"baseline": True},
+            )
+        md, png = write_report(workdir)
+        log.info("evaluation report: %s, %s", md, png)
+    metrics_file = os.path.join(workdir, "metrics.jsonl")
+    if os.path.exists(metrics_file):
+        plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
+    if hasattr(run.engine, "close"):
+        run.engine.close()
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(summaries, f, indent=2, sort_keys=True)
+    return summaries

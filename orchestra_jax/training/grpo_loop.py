@@ -43,172 +43,241 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Run:
-  """Everything a GRPO run holds between steps (built by `setup_run`)."""
+    """Everything a GRPO run holds between steps (built by `setup_run`)."""
 
-  config: Any
-  workdir: str
-  tokenizer: Any
-  mesh: Any
-  model: Any
-  model_config: Any
-  env: Any
-  sampler: Any
-  reward_fn: Any
-  learner: Learner
-  engine: Any
-  batching: Any
-  checkpointer: Checkpointer
+    config: Any
+    workdir: str
+    tokenizer: Any
+    mesh: Any
+    model: Any
+    model_config: Any
+    env: Any
+    sampler: Any
+    reward_fn: Any
+    learner: Learner
+    engine: Any
+    batching: Any
+    checkpointer: Checkpointer
 
 
 def workdir_of(config) -> str:
-  return config.workdir or os.path.join("runs", config.variant or "run")
+    return config.workdir or os.path.join("runs", config.variant or "run")
 
 
 def make_reward_fn(config):
-  if config.reward.type == "efficiency":
-    return make_reward("efficiency", cost_weight=config.reward.efficiency_alpha,
-                       latency_weight=config.reward.efficiency_beta,
-                       floor=config.reward.efficiency_floor)
-  if config.reward.type == "utility":  # The held-out evaluation's own utility.
-    return make_reward("utility", cost_scale=config.eval.cost_scale_usd,
-                       latency_scale=config.eval.latency_scale_s)
-  return make_reward(config.reward.type)
+    if config.reward.type == "efficiency":
+        return make_reward(
+            "efficiency",
+            cost_weight=config.reward.efficiency_alpha,
+            latency_weight=config.reward.efficiency_beta,
+            floor=config.reward.efficiency_floor,
+        )
+    if config.reward.type == "utility":  # The held-out evaluation's own utility.
+        return make_reward(
+            "utility",
+            cost_scale=config.eval.cost_scale_usd,
+            latency_scale=config.eval.latency_scale_s,
+        )
+    return make_reward(config.reward.type)
 
 
 def setup_run(config, *, model=None, model_config=None) -> Run:
-  """Builds the parts; `model` may come from a warm start."""
-  workdir = workdir_of(config)
-  tokenizer = builders.build_tokenizer(config)
-  mesh = builders.build_mesh(config)
-  if model is None:
-    model, model_config = builders.build_model(config, mesh, tokenizer)
-  env = builders.build_env(config)
-  sampler = env.tool_config_sampler(seed=config.seed, ranges=builders.sampler_ranges(config),
-                                    description_style=config.tools.description_style)
-  learner = Learner(model, builders.build_learner_config(config, total_steps=config.num_steps),
-                    mesh=mesh)
-  engine = builders.build_engine(config, model, model_config, tokenizer)
-  batching = builders.build_batching(config, learner.row_multiple())
-  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"),
-                              max_to_keep=config.checkpoint.keep,
-                              save_interval_steps=max(1, config.checkpoint.every_steps))
-  return Run(config, workdir, tokenizer, mesh, model, model_config, env, sampler,
-             make_reward_fn(config), learner, engine, batching, checkpointer)
+    """Builds the parts; `model` may come from a warm start."""
+    workdir = workdir_of(config)
+    tokenizer = builders.build_tokenizer(config)
+    mesh = builders.build_mesh(config)
+    if model is None:
+        model, model_config = builders.build_model(config, mesh, tokenizer)
+    env = builders.build_env(config)
+    sampler = env.tool_config_sampler(
+        seed=config.seed,
+        ranges=builders.sampler_ranges(config),
+        description_style=config.tools.description_style,
+    )
+    learner = Learner(
+        model, builders.build_learner_config(config, total_steps=config.num_steps), mesh=mesh
+    )
+    engine = builders.build_engine(config, model, model_config, tokenizer)
+    batching = builders.build_batching(config, learner.row_multiple())
+    checkpointer = Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        max_to_keep=config.checkpoint.keep,
+        save_interval_steps=max(1, config.checkpoint.every_steps),
+    )
+    return Run(
+        config,
+        workdir,
+        tokenizer,
+        mesh,
+        model,
+        model_config,
+        env,
+        sampler,
+        make_reward_fn(config),
+        learner,
+        engine,
+        batching,
+        checkpointer,
+    )
 
 
 def train_task_iterator(config):
-  specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
-  sources, _ = load_sources(specs)
-  return task_iterator(sources, tasks_per_step=config.rl.tasks_per_step, seed=config.seed,
-                       stratify_by=config.data.stratify_by or None,
-                       stratum_weights=config_checks.stratum_weights(config))
+    specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
+    sources, _ = load_sources(specs)
+    return task_iterator(
+        sources,
+        tasks_per_step=config.rl.tasks_per_step,
+        seed=config.seed,
+        stratify_by=config.data.stratify_by or None,
+        stratum_weights=config_checks.stratum_weights(config),
+    )
 
 
 def restore(run: Run, iterator) -> int:
-  """Restores the last checkpoint into the learner, the rollout engine and the
-  iterator; returns its step (0 where there is no checkpoint).
+    """Restores the last checkpoint into the learner, the rollout engine and the
+    iterator; returns its step (0 where there is no checkpoint).
 
-  The engine samples from its own copy of the weights, so it is synced here:
-  a caller that only evaluates (experiments/evaluate.py) gets the checkpoint's
-  policy, not the freshly initialised one the engine was built with.
-  """
-  step = run.checkpointer.latest_step()
-  if step is None:
-    return 0
-  restored = run.checkpointer.restore(step, params=run.learner.params,
-                                      opt_state=run.learner.opt_state,
-                                      rng=jax.random.key(run.config.seed))
-  run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
-  run_sync(sync_weights(run, restored.step))
-  if iterator is not None and restored.data_state is not None:
-    iterator.set_state(restored.data_state)
-  log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
-  return restored.step
+    The engine samples from its own copy of the weights, so it is synced here:
+    a caller that only evaluates (experiments/evaluate.py) gets the checkpoint's
+    policy, not the freshly initialised one the engine was built with.
+    """
+    step = run.checkpointer.latest_step()
+    if step is None:
+        return 0
+    restored = run.checkpointer.restore(
+        step,
+        params=run.learner.params,
+        opt_state=run.learner.opt_state,
+        rng=jax.random.key(run.config.seed),
+    )
+    run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
+    run_sync(sync_weights(run, restored.step))
+    if iterator is not None and restored.data_state is not None:
+        iterator.set_state(restored.data_state)
+    log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
+    return restored.step
 
 
 async def collect_experience(run: Run, tasks, step: int):
-  """Rollouts of one step, graded and scored (see `training/rollouts.py`)."""
-  config = run.config
-  tool_configs = [run.sampler.sample(task, derive_seed(config.seed, step, i))
-                  for i, task in enumerate(tasks)]
-  backend_seed = derive_seed(config.seed, step, 1 << 20)
-  trajectories = await run_graded_episodes(
-      tasks, tool_configs, engine=run.engine, tokenizer=run.tokenizer,
-      backends_for=lambda c: run.env.build_backends(c, seed=backend_seed,
-                                                    sleep_scale=config.tools.sleep_scale),
-      group_size=config.rl.group_size, seed=derive_seed(config.seed, step),
-      sampling=builders.sampling_params(config), loop_kwargs=builders.loop_kwargs(config))
-  return score_groups(trajectories, group_size=config.rl.group_size,
-                      reward_fn=run.reward_fn, adv_clip=config.rl.adv_clip,
-                      filter_reward_std=config.rl.filter_reward_std,
-                      format_filter=config.rl.format_filter,
-                      format_penalty=config.rl.format_penalty,
-                      filter_no_answer=config.rl.filter_no_answer,
-                      advantage=config.rl.advantage)
+    """Rollouts of one step, graded and scored (see `training/rollouts.py`)."""
+    config = run.config
+    tool_configs = [
+        run.sampler.sample(task, derive_seed(config.seed, step, i)) for i, task in enumerate(tasks)
+    ]
+    backend_seed = derive_seed(config.seed, step, 1 << 20)
+    trajectories = await run_graded_episodes(
+        tasks,
+        tool_configs,
+        engine=run.engine,
+        tokenizer=run.tokenizer,
+        backends_for=lambda c: run.env.build_backends(
+            c, seed=backend_seed, sleep_scale=config.tools.sleep_scale
+        ),
+        group_size=config.rl.group_size,
+        seed=derive_seed(config.seed, step),
+        sampling=builders.sampling_params(config),
+        loop_kwargs=builders.loop_kwargs(config),
+    )
+    return score_groups(
+        trajectories,
+        group_size=config.rl.group_size,
+        reward_fn=run.reward_fn,
+        adv_clip=config.rl.adv_clip,
+        filter_reward_std=config.rl.filter_reward_std,
+        format_filter=config.rl.format_filter,
+        format_penalty=config.rl.format_penalty,
+        filter_no_answer=config.rl.filter_no_answer,
+        advantage=config.rl.advantage,
+    )
 
 
 def train_step(run: Run, experience) -> dict[str, float]:
-  """One learner update on the kept episodes (skipped, and said so, when none are kept)."""
-  kept = experience.kept
-  if not kept:
-    return {"learner/skipped_no_signal": 1.0}
-  build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
-  batch = build(kept, config=run.batching)
-  metrics = run.learner.train_step(batch)
-  out = {f"learner/{k}": v for k, v in metrics.items()}
-  out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
-  return out
+    """One learner update on the kept episodes (skipped, and said so, when none are kept)."""
+    kept = experience.kept
+    if not kept:
+        return {"learner/skipped_no_signal": 1.0}
+    build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
+    batch = build(kept, config=run.batching)
+    metrics = run.learner.train_step(batch)
+    out = {f"learner/{k}": v for k, v in metrics.items()}
+    out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
+    return out
 
 
 async def sync_weights(run: Run, version: int) -> None:
-  await run.engine.update_weights(run.learner.params, version=version)
+    await run.engine.update_weights(run.learner.params, version=version)
 
 
 def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
-  """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step.
+    """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step.
 
-  `evaluate(step)`, when given, runs after every `config.eval.every_steps`-th
-  step but the last (which the caller evaluates in full) and returns metrics
-  logged with that step, e.g. the current policy's held-out reward.
-  """
-  config = run.config
-  iterator = train_task_iterator(config)
-  start = restore(run, iterator)
-  writer = MetricsWriter(run.workdir, total_steps=config.num_steps,
-                         use_tensorboard=config.log.tensorboard, resume_step=start)
-  timer = Timer()
-  try:
-    for step in range(start, config.num_steps):
-      with timer("data"):
-        tasks = next(iterator)
-      with timer("rollout"):
-        experience = run_sync(collect_experience(run, tasks, step))
-      with timer("learner"):
-        learner_metrics = train_step(run, experience)
-      with timer("weight_sync"):
-        run_sync(sync_weights(run, step + 1))
-      if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
-        write_jsonl(os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
-                    experience.trajectories)
-      with timer("checkpoint"):
-        run.checkpointer.save(step + 1, params=run.learner.params,
-                              opt_state=run.learner.opt_state,
-                              rng=jax.random.key(config.seed),
-                              data_state=iterator.get_state(), config=config,
-                              force=step + 1 == config.num_steps)
-      eval_metrics = {}
-      every = config.eval.every_steps
-      if evaluate is not None and every and (step + 1) % every == 0 \
-          and step + 1 < config.num_steps:
-        with timer("eval"):
-          eval_metrics = evaluate(step + 1)
-      tool_time = float(np.mean([sum(turn.tool_latency_s for turn in t.turns)
-                                 for t in experience.trajectories]))
-      writer.write(step + 1, {**experience.metrics, **learner_metrics, **eval_metrics,
-                              **timer.pop(), "episode_tool_latency_s": tool_time})
-      if progress is not None:
-        progress(step + 1, experience.metrics)
-  finally:
-    run.checkpointer.wait_until_finished()
-    writer.close()
-  return config.num_steps
+    `evaluate(step)`, when given, runs after every `config.eval.every_steps`-th
+    step but the last (which the caller evaluates in full) and returns metrics
+    logged with that step, e.g. the current policy's held-out reward.
+    """
+    config = run.config
+    iterator = train_task_iterator(config)
+    start = restore(run, iterator)
+    writer = MetricsWriter(
+        run.workdir,
+        total_steps=config.num_steps,
+        use_tensorboard=config.log.tensorboard,
+        resume_step=start,
+    )
+    timer = Timer()
+    try:
+        for step in range(start, config.num_steps):
+            with timer("data"):
+                tasks = next(iterator)
+            with timer("rollout"):
+                experience = run_sync(collect_experience(run, tasks, step))
+            with timer("learner"):
+                learner_metrics = train_step(run, experience)
+            with timer("weight_sync"):
+                run_sync(sync_weights(run, step + 1))
+            if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
+                write_jsonl(
+                    os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
+                    experience.trajectories,
+                )
+            with timer("checkpoint"):
+                run.checkpointer.save(
+                    step + 1,
+                    params=run.learner.params,
+                    opt_state=run.learner.opt_state,
+                    rng=jax.random.key(config.seed),
+                    data_state=iterator.get_state(),
+                    config=config,
+                    force=step + 1 == config.num_steps,
+                )
+            eval_metrics = {}
+            every = config.eval.every_steps
+            if (
+                evaluate is not None
+                and every
+                and (step + 1) % every == 0
+                and step + 1 < config.num_steps
+            ):
+                with timer("eval"):
+                    eval_metrics = evaluate(step + 1)
+            tool_time = float(
+                np.mean(
+                    [sum(turn.tool_latency_s for turn in t.turns) for t in experience.trajectories]
+                )
+            )
+            writer.write(
+                step + 1,
+                {
+                    **experience.metrics,
+                    **learner_metrics,
+                    **eval_metrics,
+                    **timer.pop(),
+                    "episode_tool_latency_s": tool_time,
+                },
+            )
+            if progress is not None:
+                progress(step + 1, experience.metrics)
+    finally:
+        run.checkpointer.wait_until_finished()
+        writer.close()
+    return config.num_steps

@@ -28,188 +28,189 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 def flatten_scalars(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-  """Nested mapping → flat `{"a/b": float}`; non-numeric leaves raise TypeError."""
-  flat: dict[str, float] = {}
-  for key, value in metrics.items():
-    name = f"{prefix}{key}"
-    if isinstance(value, Mapping):
-      flat.update(flatten_scalars(value, prefix=f"{name}/"))
-      continue
-    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-      value = value.item()  # numpy / JAX scalars
-    if not isinstance(value, numbers.Real):
-      raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__}")
-    flat[name] = float(value)
-  return flat
+    """Nested mapping → flat `{"a/b": float}`; non-numeric leaves raise TypeError."""
+    flat: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_scalars(value, prefix=f"{name}/"))
+            continue
+        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+            value = value.item()  # numpy / JAX scalars
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__}")
+        flat[name] = float(value)
+    return flat
 
 
 def truncate_jsonl(path: str | os.PathLike, max_step: int) -> int:
-  """Drops lines of `path` whose `step` > `max_step` (and unreadable lines:
-  a half-written last line from a killed run). Returns how many were dropped."""
-  path = pathlib.Path(path)
-  if not path.exists():
-    return 0
-  kept, dropped = [], 0
-  for line in path.read_text(encoding="utf-8").splitlines():
-    try:
-      step = json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-      dropped += 1
-      continue
-    if step > max_step:
-      dropped += 1
-    else:
-      kept.append(line)
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-  os.replace(tmp, path)  # atomic: a crash here leaves the old or the new file
-  return dropped
+    """Drops lines of `path` whose `step` > `max_step` (and unreadable lines:
+    a half-written last line from a killed run). Returns how many were dropped."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            dropped += 1
+            continue
+        if step > max_step:
+            dropped += 1
+        else:
+            kept.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a crash here leaves the old or the new file
+    return dropped
 
 
 def format_eta(seconds: float) -> str:
-  """`3725.0` → `"1:02:05"`; unknown (nan/inf) → `"?"`."""
-  if not math.isfinite(seconds):
-    return "?"
-  seconds = int(round(max(seconds, 0.0)))
-  hours, rest = divmod(seconds, 3600)
-  minutes, secs = divmod(rest, 60)
-  return f"{hours}:{minutes:02d}:{secs:02d}"
+    """`3725.0` → `"1:02:05"`; unknown (nan/inf) → `"?"`."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(max(seconds, 0.0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 class MetricsWriter:
-  """Writes each step's metrics to jsonl, TensorBoard and the console.
+    """Writes each step's metrics to jsonl, TensorBoard and the console.
 
-  ETA = (total_steps − step) × mean seconds per step over the steps logged by
-  this process (so time spent before a resume does not skew it).
-  """
+    ETA = (total_steps − step) × mean seconds per step over the steps logged by
+    this process (so time spent before a resume does not skew it).
+    """
 
-  def __init__(
-      self,
-      workdir: str | os.PathLike,
-      *,
-      total_steps: int,
-      use_tensorboard: bool = True,
-      resume_step: int | None = None,
-      console: bool = True,
-      console_keys: Sequence[str] = ("reward", "accuracy", "cost_usd", "kl"),
-  ):
-    if total_steps < 1:
-      raise ValueError(f"total_steps must be >= 1, got {total_steps}")
-    self.workdir = pathlib.Path(workdir)
-    self.workdir.mkdir(parents=True, exist_ok=True)
-    self.path = self.workdir / METRICS_FILE
-    self.total_steps = total_steps
-    self.console_keys = tuple(console_keys)
-    if resume_step is not None:
-      truncate_jsonl(self.path, resume_step)
-    self._file = self.path.open("a", encoding="utf-8")
-    self._tb = None
-    if use_tensorboard:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    def __init__(
+        self,
+        workdir: str | os.PathLike,
+        *,
+        total_steps: int,
+        use_tensorboard: bool = True,
+        resume_step: int | None = None,
+        console: bool = True,
+        console_keys: Sequence[str] = ("reward", "accuracy", "cost_usd", "kl"),
+    ):
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self.workdir = pathlib.Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.path = self.workdir / METRICS_FILE
+        self.total_steps = total_steps
+        self.console_keys = tuple(console_keys)
+        if resume_step is not None:
+            truncate_jsonl(self.path, resume_step)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._tb = None
+        if use_tensorboard:
+            from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-      self._tb = SummaryWriter(logdir=str(self.workdir / TENSORBOARD_DIR))
-    self._console = None
-    if console:
-      from rich.console import Console  # pylint: disable=g-import-not-at-top
+            self._tb = SummaryWriter(logdir=str(self.workdir / TENSORBOARD_DIR))
+        self._console = None
+        if console:
+            from rich.console import Console  # pylint: disable=g-import-not-at-top
 
-      self._console = Console(stderr=True)
-    self._start_time = time.monotonic()
-    self._first_step: int | None = None
+            self._console = Console(stderr=True)
+        self._start_time = time.monotonic()
+        self._first_step: int | None = None
 
-  def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
-    """Logs one step; returns the flattened scalars written."""
-    flat = flatten_scalars(metrics)
-    reserved = {"step", "time"} & flat.keys()
-    if reserved:
-      raise ValueError(f"metric names {sorted(reserved)} are reserved for the record itself")
-    # Strict JSON has no NaN/Infinity: non-finite values are written as null.
-    finite = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
-    record = {"step": int(step), "time": time.time(), **finite}
-    self._file.write(json.dumps(record) + "\n")
-    self._file.flush()  # one line per step survives a SIGKILL
-    if self._tb is not None:
-      for name, value in flat.items():
-        self._tb.add_scalar(name, value, global_step=step)
-    if self._console is not None:
-      self._console.print(
-          self.progress_line(step, flat), highlight=False, markup=False, soft_wrap=True)
-    return flat
+    def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """Logs one step; returns the flattened scalars written."""
+        flat = flatten_scalars(metrics)
+        reserved = {"step", "time"} & flat.keys()
+        if reserved:
+            raise ValueError(f"metric names {sorted(reserved)} are reserved for the record itself")
+        # Strict JSON has no NaN/Infinity: non-finite values are written as null.
+        finite = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
+        record = {"step": int(step), "time": time.time(), **finite}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()  # one line per step survives a SIGKILL
+        if self._tb is not None:
+            for name, value in flat.items():
+                self._tb.add_scalar(name, value, global_step=step)
+        if self._console is not None:
+            self._console.print(
+                self.progress_line(step, flat), highlight=False, markup=False, soft_wrap=True
+            )
+        return flat
 
-  def progress_line(self, step: int, flat: Mapping[str, float]) -> str:
-    """`step 12/100 (12%) eta 0:01:40 | reward 0.412 | …` for the console."""
-    if self._first_step is None:
-      self._first_step = step
-      self._start_time = time.monotonic()
-      per_step = math.nan
-    else:
-      done = step - self._first_step
-      per_step = (time.monotonic() - self._start_time) / done if done > 0 else math.nan
-    eta = format_eta((self.total_steps - step) * per_step)
-    parts = [f"step {step}/{self.total_steps} ({100 * step / self.total_steps:.0f}%) eta {eta}"]
-    parts += [f"{key} {flat[key]:.4g}" for key in self.console_keys if key in flat]
-    return " | ".join(parts)
+    def progress_line(self, step: int, flat: Mapping[str, float]) -> str:
+        """`step 12/100 (12%) eta 0:01:40 | reward 0.412 | …` for the console."""
+        if self._first_step is None:
+            self._first_step = step
+            self._start_time = time.monotonic()
+            per_step = math.nan
+        else:
+            done = step - self._first_step
+            per_step = (time.monotonic() - self._start_time) / done if done > 0 else math.nan
+        eta = format_eta((self.total_steps - step) * per_step)
+        parts = [f"step {step}/{self.total_steps} ({100 * step / self.total_steps:.0f}%) eta {eta}"]
+        parts += [f"{key} {flat[key]:.4g}" for key in self.console_keys if key in flat]
+        return " | ".join(parts)
 
-  def truncate_after(self, step: int) -> int:
-    """Drops already-written records with step > `step` (resume decided late)."""
-    self._file.close()
-    dropped = truncate_jsonl(self.path, step)
-    self._file = self.path.open("a", encoding="utf-8")
-    return dropped
+    def truncate_after(self, step: int) -> int:
+        """Drops already-written records with step > `step` (resume decided late)."""
+        self._file.close()
+        dropped = truncate_jsonl(self.path, step)
+        self._file = self.path.open("a", encoding="utf-8")
+        return dropped
 
-  def flush(self) -> None:
-    self._file.flush()
-    if self._tb is not None:
-      self._tb.flush()
+    def flush(self) -> None:
+        self._file.flush()
+        if self._tb is not None:
+            self._tb.flush()
 
-  def close(self) -> None:
-    self._file.close()
-    if self._tb is not None:
-      self._tb.close()
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
 
-  def __enter__(self) -> "MetricsWriter":
-    return self
+    def __enter__(self) -> "MetricsWriter":
+        return self
 
-  def __exit__(self, *exc) -> None:
-    self.close()
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-  """All records of a metrics.jsonl, skipping a torn last line."""
-  records = []
-  for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
-    try:
-      records.append(json.loads(line))
-    except json.JSONDecodeError:
-      continue
-  return records
+    """All records of a metrics.jsonl, skipping a torn last line."""
+    records = []
+    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
 
 
 def plot_metrics(
     metrics_jsonl: str | os.PathLike, out_png: str | os.PathLike, keys: Sequence[str]
 ) -> pathlib.Path:
-  """One curve per key (value against step), stacked vertically, saved as PNG."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+    """One curve per key (value against step), stacked vertically, saved as PNG."""
+    import matplotlib  # pylint: disable=g-import-not-at-top
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  if not keys:
-    raise ValueError("plot_metrics needs at least one key")
-  records = read_metrics(metrics_jsonl)
-  fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.2 * len(keys)), sharex=True, squeeze=False)
-  for ax, key in zip(axes[:, 0], keys):
-    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-    if points:
-      steps, values = zip(*points)
-      ax.plot(steps, values, marker="." if len(points) < 50 else None)
-    else:
-      ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
-    ax.set_ylabel(key)
-    ax.grid(alpha=0.3)
-  axes[-1, 0].set_xlabel("step")
-  fig.tight_layout()
-  out_png = pathlib.Path(out_png)
-  out_png.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(out_png, dpi=100)
-  plt.close(fig)
-  return out_png
+    if not keys:
+        raise ValueError("plot_metrics needs at least one key")
+    records = read_metrics(metrics_jsonl)
+    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.2 * len(keys)), sharex=True, squeeze=False)
+    for ax, key in zip(axes[:, 0], keys):
+        points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, marker="." if len(points) < 50 else None)
+        else:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    out_png = pathlib.Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

@@ -29,147 +29,188 @@ from orchestra_jax.rl.grpo import FORMAT_FILTERS
 
 @dataclasses.dataclass
 class StepExperience:
-  """Graded episodes of one step and what GRPO makes of them."""
+    """Graded episodes of one step and what GRPO makes of them."""
 
-  trajectories: list[Trajectory]
-  rewards: np.ndarray      # [N], per episode
-  advantages: np.ndarray   # [N], 0 where not kept
-  keep: np.ndarray         # [N] bool: the episode is trained on
-  metrics: dict[str, float]
-  # Per episode, the loss mask to train with when it differs from the recorded
-  # one (format_filter="turn" masks malformed turns); None: the recorded mask.
-  train_masks: list[list[int] | None] | None = None
+    trajectories: list[Trajectory]
+    rewards: np.ndarray  # [N], per episode
+    advantages: np.ndarray  # [N], 0 where not kept
+    keep: np.ndarray  # [N] bool: the episode is trained on
+    metrics: dict[str, float]
+    # Per episode, the loss mask to train with when it differs from the recorded
+    # one (format_filter="turn" masks malformed turns); None: the recorded mask.
+    train_masks: list[list[int] | None] | None = None
 
-  @property
-  def kept(self) -> list[Trajectory]:
-    """The kept episodes as the learner sees them (with their training masks)."""
-    masks = self.train_masks or [None] * len(self.trajectories)
-    return [t if m is None else dataclasses.replace(t, loss_mask=m)
-            for t, k, m in zip(self.trajectories, self.keep, masks) if k]
-
-
-async def grade_all(trajectories: Sequence[Trajectory], tasks: Mapping[str, Any], *,
-                    judge=None) -> None:
-  """Sets `correct` on every trajectory (concurrently, for LLM judges)."""
-  verdicts = await asyncio.gather(*(
-      grade(t.final_answer, tasks[t.task_id], judge=judge) for t in trajectories))
-  for traj, verdict in zip(trajectories, verdicts):
-    traj.correct = bool(verdict.correct)
+    @property
+    def kept(self) -> list[Trajectory]:
+        """The kept episodes as the learner sees them (with their training masks)."""
+        masks = self.train_masks or [None] * len(self.trajectories)
+        return [
+            t if m is None else dataclasses.replace(t, loss_mask=m)
+            for t, k, m in zip(self.trajectories, self.keep, masks)
+            if k
+        ]
 
 
-async def run_graded_episodes(tasks: Sequence[Any], tool_configs: Sequence[Any], *,
-                              engine, tokenizer, backends_for: Callable[[Any], Any],
-                              group_size: int, seed: int, sampling, loop_kwargs: dict,
-                              judge=None) -> list[Trajectory]:
-  """G episodes per task with its ToolConfig and tools, then graded."""
-  tools = [_make_tools(config, backends_for(config)) for config in tool_configs]
-  specs = make_group_specs(tasks, tool_configs, group_size, seed, tools=tools)
-  trajectories = await run_episodes(specs, engine, tokenizer, sampling=sampling, **loop_kwargs)
-  await grade_all(trajectories, {t.id: t for t in tasks}, judge=judge)
-  return trajectories
+async def grade_all(
+    trajectories: Sequence[Trajectory], tasks: Mapping[str, Any], *, judge=None
+) -> None:
+    """Sets `correct` on every trajectory (concurrently, for LLM judges)."""
+    verdicts = await asyncio.gather(
+        *(grade(t.final_answer, tasks[t.task_id], judge=judge) for t in trajectories)
+    )
+    for traj, verdict in zip(trajectories, verdicts):
+        traj.correct = bool(verdict.correct)
+
+
+async def run_graded_episodes(
+    tasks: Sequence[Any],
+    tool_configs: Sequence[Any],
+    *,
+    engine,
+    tokenizer,
+    backends_for: Callable[[Any], Any],
+    group_size: int,
+    seed: int,
+    sampling,
+    loop_kwargs: dict,
+    judge=None,
+) -> list[Trajectory]:
+    """G episodes per task with its ToolConfig and tools, then graded."""
+    tools = [_make_tools(config, backends_for(config)) for config in tool_configs]
+    specs = make_group_specs(tasks, tool_configs, group_size, seed, tools=tools)
+    trajectories = await run_episodes(specs, engine, tokenizer, sampling=sampling, **loop_kwargs)
+    await grade_all(trajectories, {t.id: t for t in tasks}, judge=judge)
+    return trajectories
 
 
 def _make_tools(config, backends):
-  from orchestra_jax.tools.registry import make_tools
-  return make_tools(config, backends)
+    from orchestra_jax.tools.registry import make_tools
+
+    return make_tools(config, backends)
 
 
-def score_groups(trajectories: Sequence[Trajectory], *, group_size: int, reward_fn,
-                 adv_clip: float | None, filter_reward_std: float,
-                 format_filter: str = "turn", format_penalty: float = grpo.DEFAULT_FORMAT_PENALTY,
-                 filter_no_answer: bool = False, advantage: str = "grpo") -> StepExperience:
-  """Rewards, advantages and filters for graded trajectories (group by group).
+def score_groups(
+    trajectories: Sequence[Trajectory],
+    *,
+    group_size: int,
+    reward_fn,
+    adv_clip: float | None,
+    filter_reward_std: float,
+    format_filter: str = "turn",
+    format_penalty: float = grpo.DEFAULT_FORMAT_PENALTY,
+    filter_no_answer: bool = False,
+    advantage: str = "grpo",
+) -> StepExperience:
+    """Rewards, advantages and filters for graded trajectories (group by group).
 
-  Advantages: the registered estimator `advantage` ("grpo" divides by the
-  group's reward std, "dr_grpo" only centres). Kept episodes: groups whose
-  reward std exceeds `filter_reward_std` (a group where every episode scores
-  the same teaches nothing); with `filter_no_answer`, minus groups where no
-  episode gave a valid answer.
-  Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
-  episode's well-formed turns only, "episode" drops every episode with a
-  malformed turn, "off" trains on everything, "penalty" trains on everything
-  with the reward of a malformed episode replaced by `format_penalty`.
-  """
-  if format_filter not in FORMAT_FILTERS:
-    raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
-  rewards = group_rewards(trajectories, group_size, reward_fn)
-  if format_filter == "penalty":
-    rewards = np.asarray(grpo.format_penalty_rewards(
-        rewards, [t.format_valid for t in trajectories], format_penalty), np.float32)
-  advantages = np.asarray(grpo.ADVANTAGES.get(advantage)(
-      rewards, group_size, clip=adv_clip or None), np.float32)
-  # np.array (a writable copy): the filters return read-only JAX buffers.
-  keep = np.array(grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std),
-                  dtype=bool)
-  train_masks = None
-  if format_filter == "episode":
-    keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
-  elif format_filter == "turn":
-    train_masks = [None if t.format_valid else t.loss_mask_without_invalid_turns()
-                   for t in trajectories]
-  if filter_no_answer:
-    keep &= np.asarray(grpo.answer_filter(
-        [is_valid_answer(t.final_answer) for t in trajectories], group_size), bool)
-  advantages = np.where(keep, advantages, 0.0).astype(np.float32)
-  for traj, r, a in zip(trajectories, rewards, advantages):
-    traj.reward, traj.advantage = float(r), float(a)
-  return StepExperience(list(trajectories), rewards, advantages, keep,
-                        episode_metrics(trajectories, rewards, keep), train_masks)
+    Advantages: the registered estimator `advantage` ("grpo" divides by the
+    group's reward std, "dr_grpo" only centres). Kept episodes: groups whose
+    reward std exceeds `filter_reward_std` (a group where every episode scores
+    the same teaches nothing); with `filter_no_answer`, minus groups where no
+    episode gave a valid answer.
+    Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
+    episode's well-formed turns only, "episode" drops every episode with a
+    malformed turn, "off" trains on everything, "penalty" trains on everything
+    with the reward of a malformed episode replaced by `format_penalty`.
+    """
+    if format_filter not in FORMAT_FILTERS:
+        raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
+    rewards = group_rewards(trajectories, group_size, reward_fn)
+    if format_filter == "penalty":
+        rewards = np.asarray(
+            grpo.format_penalty_rewards(
+                rewards, [t.format_valid for t in trajectories], format_penalty
+            ),
+            np.float32,
+        )
+    advantages = np.asarray(
+        grpo.ADVANTAGES.get(advantage)(rewards, group_size, clip=adv_clip or None), np.float32
+    )
+    # np.array (a writable copy): the filters return read-only JAX buffers.
+    keep = np.array(
+        grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std), dtype=bool
+    )
+    train_masks = None
+    if format_filter == "episode":
+        keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
+    elif format_filter == "turn":
+        train_masks = [
+            None if t.format_valid else t.loss_mask_without_invalid_turns() for t in trajectories
+        ]
+    if filter_no_answer:
+        keep &= np.asarray(
+            grpo.answer_filter([is_valid_answer(t.final_answer) for t in trajectories], group_size),
+            bool,
+        )
+    advantages = np.where(keep, advantages, 0.0).astype(np.float32)
+    for traj, r, a in zip(trajectories, rewards, advantages):
+        traj.reward, traj.advantage = float(r), float(a)
+    return StepExperience(
+        list(trajectories),
+        rewards,
+        advantages,
+        keep,
+        episode_metrics(trajectories, rewards, keep),
+        train_masks,
+    )
 
 
-def episode_metrics(trajectories: Sequence[Trajectory], rewards: np.ndarray,
-                    keep: np.ndarray) -> dict[str, float]:
-  """Per-step means the metrics writer logs (reward, accuracy, cost, tool mix, …)."""
-  n = len(trajectories)
-  correct = np.array([bool(t.correct) for t in trajectories], np.float64)
-  calls: collections.Counter = collections.Counter()
-  for t in trajectories:
-    calls.update({k.removeprefix("tool:"): v for k, v in t.tool_call_counts.items()})
-  total_calls = max(1, sum(calls.values()))
-  gen = np.array([t.num_generated_tokens for t in trajectories], np.float64)
-  out = {
-      "reward": float(np.mean(rewards)),
-      "accuracy": float(correct.mean()),
-      "cost_usd": float(np.mean([t.cost_usd for t in trajectories])),
-      "latency_s": float(np.mean([t.latency_s for t in trajectories])),
-      "format_valid": float(np.mean([t.format_valid for t in trajectories])),
-      "turn_format_valid": float(np.mean([turn.format_valid for t in trajectories
-                                          for turn in t.turns] or [1.0])),
-      "answered": float(np.mean([is_valid_answer(t.final_answer) for t in trajectories])),
-      "turns": float(np.mean([len(t.turns) for t in trajectories])),
-      "tool_calls": sum(calls.values()) / n,
-      "generated_tokens": float(gen.mean()),
-      "sequence_tokens": float(np.mean([len(t.token_ids) for t in trajectories])),
-      "kept_fraction": float(np.mean(keep)),
-  }
-  for name, count in sorted(calls.items()):
-    out[f"tool_mix/{name}"] = count / total_calls
-  by_domain: dict[str, list[float]] = collections.defaultdict(list)
-  for t, c in zip(trajectories, correct):
-    by_domain[t.metadata.get("domain", "all")].append(c)
-  for domain, values in sorted(by_domain.items()):
-    out[f"accuracy/{domain}"] = float(np.mean(values))
-  return out
+def episode_metrics(
+    trajectories: Sequence[Trajectory], rewards: np.ndarray, keep: np.ndarray
+) -> dict[str, float]:
+    """Per-step means the metrics writer logs (reward, accuracy, cost, tool mix, …)."""
+    n = len(trajectories)
+    correct = np.array([bool(t.correct) for t in trajectories], np.float64)
+    calls: collections.Counter = collections.Counter()
+    for t in trajectories:
+        calls.update({k.removeprefix("tool:"): v for k, v in t.tool_call_counts.items()})
+    total_calls = max(1, sum(calls.values()))
+    gen = np.array([t.num_generated_tokens for t in trajectories], np.float64)
+    out = {
+        "reward": float(np.mean(rewards)),
+        "accuracy": float(correct.mean()),
+        "cost_usd": float(np.mean([t.cost_usd for t in trajectories])),
+        "latency_s": float(np.mean([t.latency_s for t in trajectories])),
+        "format_valid": float(np.mean([t.format_valid for t in trajectories])),
+        "turn_format_valid": float(
+            np.mean([turn.format_valid for t in trajectories for turn in t.turns] or [1.0])
+        ),
+        "answered": float(np.mean([is_valid_answer(t.final_answer) for t in trajectories])),
+        "turns": float(np.mean([len(t.turns) for t in trajectories])),
+        "tool_calls": sum(calls.values()) / n,
+        "generated_tokens": float(gen.mean()),
+        "sequence_tokens": float(np.mean([len(t.token_ids) for t in trajectories])),
+        "kept_fraction": float(np.mean(keep)),
+    }
+    for name, count in sorted(calls.items()):
+        out[f"tool_mix/{name}"] = count / total_calls
+    by_domain: dict[str, list[float]] = collections.defaultdict(list)
+    for t, c in zip(trajectories, correct):
+        by_domain[t.metadata.get("domain", "all")].append(c)
+    for domain, values in sorted(by_domain.items()):
+        out[f"accuracy/{domain}"] = float(np.mean(values))
+    return out
 
 
 class Timer:
-  """Accumulates wall time per named phase: `with timer("rollout"): ...`."""
+    """Accumulates wall time per named phase: `with timer("rollout"): ...`."""
 
-  def __init__(self):
-    self.seconds: dict[str, float] = collections.defaultdict(float)
+    def __init__(self):
+        self.seconds: dict[str, float] = collections.defaultdict(float)
 
-  def __call__(self, name: str):
-    timer = self
+    def __call__(self, name: str):
+        timer = self
 
-    class _Phase:
-      def __enter__(self):
-        self.start = time.perf_counter()
+        class _Phase:
+            def __enter__(self):
+                self.start = time.perf_counter()
 
-      def __exit__(self, *exc):
-        timer.seconds[name] += time.perf_counter() - self.start
-    return _Phase()
+            def __exit__(self, *exc):
+                timer.seconds[name] += time.perf_counter() - self.start
 
-  def pop(self) -> dict[str, float]:
-    out = {f"time/{k}_s": v for k, v in self.seconds.items()}
-    self.seconds.clear()
-    return out
+        return _Phase()
+
+    def pop(self) -> dict[str, float]:
+        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+        self.seconds.clear()
+        return out

@@ -13,9 +13,9 @@ from typing import Any, Coroutine
 
 
 def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
-  try:
-    asyncio.get_running_loop()
-  except RuntimeError:
-    return asyncio.run(coro)
-  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-    return pool.submit(asyncio.run, coro).result()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
