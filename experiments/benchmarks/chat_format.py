@@ -105,12 +105,14 @@ def main() -> None:
             if m["role"] == "assistant"
         ]
         timings = alternate_timings(
-            {
-                "render_ours": lambda: template.render(messages, tools=tools),
-                "render_hf": lambda: hf.apply_chat_template(messages, tools=tools, tokenize=False),
-                "encode_ours": lambda: ours.encode(text),
-                "encode_hf": lambda: hf(text, add_special_tokens=False),
-                "parse_ours": lambda: [parse_tool_calls(g, tools) for g in generated],
+            {  # each lambda binds this episode's messages, text and generated turns
+                "render_ours": lambda m=messages: template.render(m, tools=tools),
+                "render_hf": lambda m=messages: hf.apply_chat_template(
+                    m, tools=tools, tokenize=False
+                ),
+                "encode_ours": lambda t=text: ours.encode(t),
+                "encode_hf": lambda t=text: hf(t, add_special_tokens=False),
+                "parse_ours": lambda g=generated: [parse_tool_calls(x, tools) for x in g],
             },
             repeats=repeats,
         )

@@ -182,7 +182,7 @@ async def measure(args) -> dict:
     without = make_specs(args.episodes, 0.0)
     variants = list(VARIANTS) + (["sequential"] if args.sequential else [])
     # Staggered arrivals hit prefill row buckets 1, 2, 4, ...: compile them all before timing.
-    for passes in range(1, 7):
+    for passes in range(1, 7):  # noqa: B007 (reported after the loop)
         before = sum(jax_engine.compile_counts.values())
         for v in variants:
             for specs in (with_tools, without):

@@ -14,7 +14,8 @@ import dataclasses
 import json
 import os
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 # How many error messages a report keeps; the count keeps going past it.
 MAX_REPORTED_ERRORS = 5
