@@ -156,8 +156,7 @@ def main(folder: pathlib.Path, keep: bool) -> None:
             "shard_bytes": SHARD_BYTES,
             "phases": results,
             "target_peak_over_checkpoint": 1.25,
-            "note": "'save' excludes the load before it (peak RSS reset); machine shared with "
-            "other engineers' jobs",
+            "note": "'save' excludes the load before it (peak RSS reset)",
         },
     )
 
