@@ -210,7 +210,7 @@ def run_sft(
     learning rate the last step's parameters carry the last few batches' noise
     (a choice the demonstrations make one way or another at random swings with
     them); the average keeps the demonstrations' lean
-    (docs/notes/2026-11-24-demo-warm-start-ema.md).
+    (docs/notes/2026-11-24-demo-one-test-and-warm-start-average.md).
     """
     history = []
 
