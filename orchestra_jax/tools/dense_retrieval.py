@@ -178,8 +178,8 @@ class DenseRetriever:
             if rows.size == 0:
                 return []
             # faiss's constructor keeps the selector alive (its stubs omit the keyword).
-            params = self._faiss.SearchParameters(  # pyright: ignore[reportCallIssue]
-                sel=self._faiss.IDSelectorBatch(rows.astype(np.int64))
+            params = self._faiss.SearchParameters(
+                sel=self._faiss.IDSelectorBatch(rows.astype(np.int64))  # pyright: ignore[reportCallIssue]
             )
         scores, idx = self._index.search(q, min(k, len(self.documents)), params=params)
         return [
