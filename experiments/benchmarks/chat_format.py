@@ -1,6 +1,8 @@
 """chat_format: our Qwen3 chat rendering and tokenization against Hugging Face's, same inputs.
 
-    python -m experiments.benchmarks.chat_format [--quick] [--qwen3 ../shared/qwen3]
+    python -m experiments.benchmarks.chat_format --qwen3 /path/to/Qwen3-0.6B [--quick]
+
+`--qwen3`: a Hugging Face Qwen3 folder with tokenizer.json and its chat template.
 
 Workload: seeded orchestration episodes like the agent loop's (system prompt,
 the three meta-tool schemas, a question, T turns of reasoning + one tool call +
@@ -24,7 +26,6 @@ from orchestra_jax.chat import template
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.chat.tool_calls import parse_tool_calls
 
-QWEN3 = pathlib.Path(__file__).resolve().parents[3] / "shared" / "qwen3"
 ALIASES = [
     "search-1",
     "search-2",
@@ -88,7 +89,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--qwen3", type=pathlib.Path, default=QWEN3)
+    parser.add_argument(
+        "--qwen3", type=pathlib.Path, required=True, help="a Qwen3 tokenizer folder"
+    )
     args = parser.parse_args()
     from transformers import AutoTokenizer  # the peer; imported here so --help stays fast
 
