@@ -27,6 +27,7 @@ from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel.mesh import create_sharded_model, make_mesh
+from orchestra_jax.registry import Registry, is_import_path
 from orchestra_jax.rewards.registry import GroupReward, make_reward
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import AGGREGATIONS
@@ -66,14 +67,15 @@ def _positive(config: Any, *names: str, allow_zero: bool = False) -> list[str]:
 
 
 def _choice(field: str, value: str, choices: Any) -> list[str]:
-    """A message when `value` is not among `choices` (a registry or a sequence)."""
-    if hasattr(choices, "problem"):  # a Registry: a registered name or an import path
-        if choices.problem(value) is None:
+    """A message when `value` is not among `choices` (a `Registry`, or a sequence)."""
+    if isinstance(choices, Registry):
+        problem = choices.problem(value)
+        if problem is None:
             return []
-        return [
-            f"{field} must be one of {choices.names()} or 'package.module:attr', got {value!r}"
-            + ("" if value in choices or ":" not in value else f" ({choices.problem(value)})")
-        ]
+        if is_import_path(value):  # say why the import failed
+            return [f"{field}: {problem}"]
+        names = choices.names()
+        return [f"{field} must be one of {names} or 'package.module:attr', got {value!r}"]
     return [] if value in choices else [f"{field} must be one of {tuple(choices)}, got {value!r}"]
 
 
