@@ -77,10 +77,10 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- tasks -----------------------------------------------------------------
     c.data = ml_collections.ConfigDict()
-    # Comma-separated `source[:weight]` list; sources are data readers
-    # ("synthetic", "frames", "hle", "generalthought", "toolscale", "jsonl").
+    # Comma-separated `source[:weight]` list; a source is a task reader of
+    # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
-    c.data.paths = ml_collections.ConfigDict()  # source name -> file path.
+    c.data.paths = ml_collections.ConfigDict()  # Source (an import path's reader) -> file path.
     # The synthetic world's seed (organisations, corpus, every split's tasks),
     # apart from `seed` so that runs of different training seeds learn the same
     # world and are evaluated on the same held-out tasks.

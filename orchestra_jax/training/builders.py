@@ -303,9 +303,14 @@ def source_specs(config: Any, split: str, num_synthetic: int) -> list[dict[str, 
                 num_entities=config.data.synthetic_num_entities,
             )
         else:
-            spec["path"] = config.data.paths[name]
+            spec["path"] = config.data.paths[_path_key(name)]
         specs.append(spec)
     return specs
+
+
+def _path_key(source: str) -> str:
+    """The `data.paths` key of a source: its name, or an import path's attribute name."""
+    return source.rpartition(":")[2] if is_import_path(source) else source
 
 
 def check_data(config: Any) -> list[str]:
@@ -322,8 +327,10 @@ def check_data(config: Any) -> list[str]:
             problem = READERS.problem(name)
             if problem is not None:
                 errors.append(f"data.sources: {problem}")
-            elif name != "synthetic" and name not in config.data.paths:
-                errors.append(f"data.sources: {name!r} needs a file in data.paths.{name}")
+            elif name != "synthetic" and _path_key(name) not in config.data.paths:
+                errors.append(
+                    f"data.sources: {name!r} needs a file in data.paths.{_path_key(name)}"
+                )
             if weight <= 0:
                 errors.append(f"data.sources: weight of {name!r} must be > 0")
     except ConfigError as e:
