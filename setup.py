@@ -36,6 +36,9 @@ EXTRAS = {
         "ipykernel>=6.29",
         "faiss-cpu>=1.8",
     ],
+    # scripts/check_style.sh: formatter + linter, and the type checker (pinned: newer
+    # versions format or check differently).
+    "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
     "sglang": ["sglang[all]>=0.4.9"],
     "tpu": ["jax[tpu]>=0.6"],
