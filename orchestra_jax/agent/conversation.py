@@ -61,8 +61,9 @@ class PartyReply:
     Attributes:
       messages: chat messages the policy reads next. From `open`: the whole
         opening (e.g. the agent's greeting and the user's first message),
-        ending with a user message. From `respond`: nothing (after a turn of
-        tool calls) or one user message.
+        ending with a user message or tool results; a first system message
+        there is the conversation's instructions (see `agent/loop.py`). From
+        `respond`: nothing (after a turn of tool calls) or one user message.
       end: why the conversation ends here ("user_stop", "agent_stop",
         "max_steps", ...); None while it goes on.
       calls / prompt_tokens / completion_tokens / cost_usd / latency_s: what
@@ -106,10 +107,13 @@ def add_usage(totals: dict[str, float], reply: PartyReply) -> None:
 
 
 def check_opening(reply: PartyReply) -> None:
-    """An opening must end with a user message (the policy answers it), unless it ends."""
-    if reply.end is None and (not reply.messages or reply.messages[-1].get("role") != "user"):
+    """An opening must end with a user message or tool results (the policy answers
+    them), unless it ends the conversation."""
+    last = reply.messages[-1].get("role") if reply.messages else None
+    if reply.end is None and last not in ("user", "tool"):
         raise ValueError(
-            f"the other party's opening must end with a user message, got {reply.messages!r}"
+            "the other party's opening must end with a user message or tool results, "
+            f"got {reply.messages!r}"
         )
 
 

@@ -5,6 +5,7 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
   reset(task)        tau2's own environment for the task's domain (tools and
                      database), initialised from the task's initial state, in a
                      fresh `Tau2Episode` whose record opens with tau2's greeting
+                     (or the task's initial message history, replayed)
   tools(config, task=…)
                      the domain's tools (`DomainTool`: run in the episode's tau2
                      environment, tau2's error semantics) and the configuration's
@@ -154,13 +155,7 @@ class Tau2Environment:
                 raise ValueError(f"task {task.id!r} is not a τ² task (no metadata['tau2_task'])")
             from tau2.data_model.tasks import Task as Tau2Task
 
-            parsed = Tau2Task.model_validate(row)
-            if parsed.initial_state is not None and parsed.initial_state.message_history:
-                raise ValueError(
-                    f"task {task.id!r} starts mid-conversation (initial_state.message_history); "
-                    "τ² episodes here start with the greeting"
-                )
-            self._tasks[task.id] = parsed
+            self._tasks[task.id] = Tau2Task.model_validate(row)
         return self._tasks[task.id]
 
     def domain_of(self, name: str) -> Domain:
@@ -217,11 +212,16 @@ class Tau2Environment:
             raise ValueError("τ² tools depend on the task's domain: pass task=")
         domain = self.domain_of(self.task_domain(task))
         tools: dict[str, Tool] = {t.name: DomainTool(t) for t in domain.tools}
-        backends = Backends(experts=self.experts)
-        for name in tool_config.tools:
-            if name in tools:
-                raise ValueError(f"meta-tool {name!r} clashes with a {domain.name} tool")
-            tools[name] = AskExpertTool(tool_config, backends)
+        others = [name for name in tool_config.tools if name != ASK_EXPERT.name]
+        if others:
+            raise ValueError(
+                f"τ² episodes offer the meta-tool {ASK_EXPERT.name!r} only; this tool "
+                f"configuration offers {others} (a configuration of another environment?)"
+            )
+        if ASK_EXPERT.name in tool_config.tools:
+            if ASK_EXPERT.name in tools:
+                raise ValueError(f"{ASK_EXPERT.name!r} clashes with a {domain.name} tool")
+            tools[ASK_EXPERT.name] = AskExpertTool(tool_config, Backends(experts=self.experts))
         return tools
 
     def reset(self, task: Task) -> Tau2Episode:
@@ -233,11 +233,15 @@ class Tau2Environment:
         domain = self.domain_of(self.task_domain(task))
         environment = registry.get_env_constructor(domain.name)()
         initial = tau2_task.initial_state
+        history = [m.model_copy(deep=True) for m in (initial and initial.message_history) or []]
+        for message in history:
+            message.turn_idx = None  # as tau2's orchestrator does
         environment.set_state(
             initialization_data=initial.initialization_data if initial else None,
             initialization_actions=initial.initialization_actions if initial else None,
-            message_history=[],
+            message_history=history,  # its tool calls are replayed into the database
         )
+        greeting = AssistantMessage(role="assistant", content=GREETING, cost=0.0)
         return Tau2Episode(
             domain=domain.name,
             task=tau2_task,
@@ -246,7 +250,7 @@ class Tau2Environment:
             tool_schemas=domain.schemas(),
             max_steps=self.max_steps,
             max_errors=self.max_errors,
-            messages=[AssistantMessage(role="assistant", content=GREETING, cost=0.0)],
+            messages=history or [greeting],
         )
 
     def other_party(self, task: Task) -> OtherParty:
@@ -370,6 +374,36 @@ def _key(variable: str) -> str:
     return (os.environ.get(variable) if variable else None) or "EMPTY"
 
 
+def config_problems(config: Any) -> list[str]:
+    """One message per mistake in `env.tau2` (checked at start-up, before tau2 loads)."""
+    from orchestra_jax.envs.tau2_setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
+
+    t, errors = config.env.tau2, []
+    if not tau2_installed():
+        errors.append(f"env: the tau2 environment needs tau2. {INSTALL_HINT}")
+    data_dir = t.data_dir or os.environ.get(DATA_DIR_VARIABLE, "")
+    if not data_dir:
+        errors.append(f"env.tau2.data_dir: set it or ${DATA_DIR_VARIABLE} (tau2's data folder)")
+    elif not os.path.isdir(os.path.join(data_dir, "tau2", "domains")):
+        errors.append(f"env.tau2.data_dir: {data_dir!r} is not a τ²-bench data folder")
+    if t.user not in USER_KINDS:
+        errors.append(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
+    elif t.user == "simulator" and not (t.user_url and t.user_model):
+        errors.append("env.tau2.user='simulator' needs env.tau2.user_url and user_model")
+    if t.max_steps < 1 or t.max_errors < 1 or t.user_retries < 0:
+        errors.append("env.tau2: max_steps and max_errors must be >= 1, user_retries >= 0")
+    meta_tools = [s.strip() for s in t.meta_tools.split(",") if s.strip()]
+    if any(name != ASK_EXPERT.name for name in meta_tools):
+        errors.append(f"env.tau2.meta_tools: only {ASK_EXPERT.name!r}, got {meta_tools}")
+    if meta_tools and not t.expert_url:
+        errors.append("env.tau2.meta_tools needs env.tau2.expert_url (the experts' server)")
+    if t.nl_assertions not in NL_ASSERTION_MODES:
+        errors.append(f"env.tau2.nl_assertions must be one of {NL_ASSERTION_MODES}")
+    elif t.nl_assertions == "judge" and not (t.judge_url and t.judge_model):
+        errors.append("env.tau2.nl_assertions='judge' needs env.tau2.judge_url and judge_model")
+    return errors
+
+
 def from_config(config: Any) -> Tau2Environment:
     """The environment of an experiment config's `env.tau2` section."""
     t = config.env.tau2
@@ -381,6 +415,8 @@ def from_config(config: Any) -> Tau2Environment:
             t.user_model,
             api_key=_key(t.user_api_key_env),
             temperature=t.user_temperature,
+            price_in=t.user_price_in,
+            price_out=t.user_price_out,
             retries=t.user_retries,
         )
     elif t.user == "scripted":

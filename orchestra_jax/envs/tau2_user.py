@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra_jax.agent.conversation import PartyReply, PolicyTurn
-from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
+from orchestra_jax.envs.tau2_episode import Tau2Episode
 from orchestra_jax.tools.experts import backoff_delay
 
 AGENT_STOP = "###STOP###"
@@ -63,14 +63,35 @@ class Tau2Conversation:
         self.speaker = speaker
 
     async def open(self, state: Tau2Episode) -> PartyReply:
-        """The agent's greeting (tau2's) and the user's first message."""
+        """The conversation so far as the policy sees it (tau2's greeting, or the task's
+        initial message history), then whoever speaks next, as tau2's orchestrator
+        decides from the last message: after an agent message the user answers; after
+        an agent's tool call the environment answers; otherwise it is the policy's turn."""
+        from tau2.data_model.message import AssistantMessage, ToolMessage, UserMessage
+
         reply = PartyReply(
-            messages=[
-                {"role": "system", "content": agent_instructions(state.policy)},
-                {"role": "assistant", "content": GREETING},
-            ]
+            messages=[{"role": "system", "content": agent_instructions(state.policy)}]
         )
-        await self._user_speaks(state, state.messages[-1], reply)
+        reply.messages += [chat for m in state.messages if (chat := policy_view(m)) is not None]
+        last = state.messages[-1]
+        if isinstance(last, AssistantMessage) and not last.is_tool_call():
+            await self._user_speaks(state, last, reply)
+        elif isinstance(last, AssistantMessage):
+            results = [state.environment.get_response(call) for call in last.tool_calls or []]
+            state.messages.extend(results)
+            state.errors += sum(bool(r.error) for r in results)
+            state.count_step()
+            reply.messages += [{"role": "tool", "content": r.content} for r in results]
+        elif not (
+            (isinstance(last, UserMessage) and not last.is_tool_call())
+            or (isinstance(last, ToolMessage) and last.requestor == "assistant")
+        ):
+            raise ValueError(
+                f"a τ² conversation cannot start after {type(last).__name__} "
+                f"(requestor {getattr(last, 'requestor', None)!r}, tool calls "
+                f"{bool(getattr(last, 'tool_calls', None))})"
+            )
+        reply.end = state.termination
         return reply
 
     async def respond(self, state: Tau2Episode, turn: PolicyTurn) -> PartyReply:
@@ -130,6 +151,24 @@ class Tau2Conversation:
                 if len(results) == 1
                 else MultiToolMessage(role="tool", tool_messages=results)
             )
+
+
+def policy_view(message: Any) -> dict[str, Any] | None:
+    """A tau2 message as the policy reads it (a chat message), or None for the user's
+    own tool calls and their results, which the agent never sees."""
+    role = getattr(message, "role", None)
+    if role == "user":
+        return None if message.tool_calls else {"role": "user", "content": message.content or ""}
+    if role == "tool":
+        return {"role": "tool", "content": message.content} if message.requestor != "user" else None
+    if role != "assistant":
+        return None
+    chat: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+    if message.tool_calls:
+        chat["tool_calls"] = [
+            {"function": {"name": c.name, "arguments": c.arguments}} for c in message.tool_calls
+        ]
+    return chat
 
 
 def _add_usage(reply: PartyReply, message: Any, seconds: float) -> None:
