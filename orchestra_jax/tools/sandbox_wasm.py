@@ -16,7 +16,8 @@ What protects the host:
   * files: the guest sees the read-only standard library and one folder,
     /scratch (its working directory), kept in this process's memory by
     `ScratchFiles` with at most `scratch_mb` in all and `max_output_bytes` per
-    file; nothing of the host's file system;
+    file (writes are staged and handed over at close, so an oversized file
+    fails at its close); nothing of the host's file system;
   * environment: only the variables set here;
   * limits: linear memory (`memory_mb`; the runner stages file writes in at
     most as much again), a wall-clock deadline (epoch interruption, which also
@@ -36,6 +37,8 @@ from orchestra_jax.tools.sandbox_base import (
     SandboxUnavailable,
     decode_capped,
 )
+
+_log = logging.getLogger(__name__)
 
 SCRATCH = "/scratch"
 GUEST_ENV = {
@@ -253,14 +256,14 @@ class WasmSandbox:
             if reason:
                 raise SandboxUnavailable(reason)
             start = time.monotonic()
-            logging.info(
+            _log.info(
                 "Python sandbox: loading the WebAssembly CPython (its first use on a machine "
                 "compiles it: about two minutes on two cores, then cached)"
             )
             result = self._run("pass", SandboxLimits(timeout_s=600))
             if not result.ok:
                 raise SandboxUnavailable(f"the WebAssembly CPython does not start: {result.stderr}")
-            logging.info(
+            _log.info(
                 "Python sandbox: WebAssembly CPython ready in %.1f s", time.monotonic() - start
             )
             self._warm = True

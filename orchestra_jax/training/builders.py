@@ -176,10 +176,11 @@ def build_env(config):
     experts, and the sandbox named by `tools.sandbox` (memoized where
     `tools.memoize_code`)."""
     from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-    from orchestra_jax.tools.python_sandbox import run_python
+    from orchestra_jax.tools.python_sandbox import prepare_sandbox, run_python
     from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
 
-    run_code = functools.partial(run_python, isolation=config.tools.sandbox)
+    isolation = prepare_sandbox(config.tools.sandbox, code_is_trusted=config.tools.code_is_trusted)
+    run_code = functools.partial(run_python, isolation=isolation)
     if config.tools.memoize_code:
         run_code = MemoizedSandbox(run_code)
     return SyntheticOrchestrationEnv(

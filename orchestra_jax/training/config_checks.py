@@ -13,7 +13,6 @@ from typing import Any
 ENGINES = ("jax", "sglang")
 REWARDS = ("preference", "efficiency", "utility", "outcome")
 BACKENDS = ("offline",)
-SANDBOXES = ("bwrap", "rlimits")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_TYPES = ("k1", "mse", "k3")
 
@@ -68,7 +67,7 @@ def validate(config: Any) -> None:
     from orchestra_jax.data.pipeline import STRATIFY_FIELDS
     from orchestra_jax.data.readers import READERS
     from orchestra_jax.models.qwen3 import Qwen3Config
-    from orchestra_jax.tools.python_sandbox import bwrap_available
+    from orchestra_jax.tools.python_sandbox import sandbox_config_errors
 
     errors: list[str] = []
     model = config.model
@@ -181,14 +180,7 @@ def validate(config: Any) -> None:
                 errors.append(f"data.stratum_weights: weight of {value!r} must be > 0")
     except ConfigError as e:
         errors.append(str(e))
-    if config.tools.sandbox not in SANDBOXES:
-        errors.append(f"tools.sandbox must be one of {SANDBOXES}, got {config.tools.sandbox!r}")
-    elif config.tools.sandbox == "bwrap" and not bwrap_available():
-        errors.append(
-            "tools.sandbox='bwrap' needs bubblewrap: apt-get install bubblewrap "
-            "(or --config.tools.sandbox=rlimits, which does not isolate the network "
-            "or files: trusted set-ups only)"
-        )
+    errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     if config.tools.backends not in BACKENDS:
         errors.append(f"tools.backends must be one of {BACKENDS}, got {config.tools.backends!r}")
     for lo, hi in (
