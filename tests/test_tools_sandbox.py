@@ -288,3 +288,22 @@ def test_missing_bubblewrap_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(sandbox_bwrap, "find_bwrap", lambda: None)
     with pytest.raises(python_sandbox.SandboxUnavailable, match="bubblewrap|bwrap"):
         run_python("print(1)", isolation="bwrap")
+
+
+def test_bwrap_runs_a_virtual_environments_own_packages(tmp_path):
+    """A venv's interpreter is a link to the base Python: run as given, not resolved,
+    so the sandboxed program sees the environment's site-packages."""
+    from orchestra_jax.tools.sandbox_base import SandboxLimits
+    from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
+
+    if python_sandbox.get_sandbox("bwrap").unavailable_reason():
+        pytest.skip("bwrap does not run here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    (site / "orchestra_venv_marker.py").write_text("WHERE = 'venv'\n")
+    sandbox = BubblewrapSandbox(python=str(venv / "bin" / "python"))
+    r = sandbox.run(
+        "import orchestra_venv_marker as m; print(m.WHERE)", SandboxLimits(timeout_s=10)
+    )
+    assert r.ok and r.stdout == "venv\n", r.stderr

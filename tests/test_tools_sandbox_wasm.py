@@ -57,3 +57,14 @@ def test_a_file_longer_than_the_output_cap_is_refused(wasm):
     code = "with open('big', 'wb') as f:\n  f.write(b'x' * 20_000)"
     r = run_python(code, timeout_s=10, max_output_bytes=10_000, isolation=wasm)
     assert r.exit_code == 1 and "File too large" in r.stderr
+
+
+def test_concurrent_runs_keep_their_own_output_and_scratch(wasm):
+    import concurrent.futures
+
+    code = "open('n', 'w').write('{i}')\nprint(open('n').read(), {i} * {i})"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda i: run_python(code.format(i=i), timeout_s=20, isolation=wasm), range(8))
+        )
+    assert [r.stdout for r in results] == [f"{i} {i * i}\n" for i in range(8)]
