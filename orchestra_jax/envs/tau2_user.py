@@ -227,6 +227,7 @@ class SimulatedUser:
       model: the served model's name.
       api_key: sent as the bearer key (servers without authentication take any).
       temperature: the simulator's sampling temperature (tau2's default is 0).
+      max_tokens: the most tokens a user message may have (None: the server's limit).
       price_in / price_out: USD per million input / output tokens of the served
         model, registered with litellm so that tau2 prices the user's usage
         (recorded apart from the policy's cost).
@@ -244,6 +245,7 @@ class SimulatedUser:
         model: str,
         api_key: str = "EMPTY",
         temperature: float = 0.0,
+        max_tokens: int | None = None,
         price_in: float = 0.0,
         price_out: float = 0.0,
         retries: int = 3,
@@ -281,6 +283,7 @@ class SimulatedUser:
                 "temperature": temperature,
                 "timeout": timeout_s,
                 "num_retries": 0,  # retried here, with the episode's record kept intact
+                **({} if max_tokens is None else {"max_tokens": max_tokens}),
             },
         )
 
