@@ -229,3 +229,95 @@ def test_tokens_masks_and_logprobs_line_up_over_user_turns(env, retail):
     assert TOK.decode(traj.token_ids) == prompt + plan[2] + "<|im_end|>"
     assert traj.turns[1].observation.startswith("\n<|im_start|>user\nYes please.<|im_end|>")
     assert traj.metadata["other_party"]["calls"] == 3  # the opening, "Yes please.", the stop
+
+
+def test_a_task_that_starts_from_its_message_history(env, tau2_data):
+    """mock: the history (a task created earlier) is replayed into the database and
+    shown to the policy; the user speaks after its last agent message."""
+    from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+
+    tasks, _ = read_tau2_tasks(tau2_data / "tau2" / "domains" / "mock")
+    [task] = [t for t in tasks if t.id == "tau2/mock/update_task_with_message_history"]
+    traj = play(env, task, gold_calls(task) + ["It is completed."])
+    assert traj.correct and traj.metadata["grade"]["breakdown"]["DB"] == 1.0
+    prompt = TOK.decode(traj.token_ids[: traj.prompt_length])
+    assert (
+        prompt.index('{"name": "create_task"')
+        < prompt.index("task_2")
+        < prompt.index(
+            "I want to exchange my helmet."  # the scripted user's first line comes last
+        )
+    )
+    assert "Hi! How can I help you today?" not in prompt  # no greeting: the talk goes on
+
+
+class Oracle:
+    """An expert who knows the task: advises its gold call, then the fact to say."""
+
+    def __init__(self, task, name):
+        self.action = gold(task)["actions"][0]
+        self.name, self.prompts = name, []
+
+    async def complete(self, messages, *, max_tokens, temperature, ctx=None):
+        from orchestra_jax.tools.experts import ExpertReply
+
+        self.prompts.append(messages)
+        talk = messages[-1]["content"].split("Conversation so far:", 1)[1]
+        done = f'"name": "{self.action["name"]}"' in talk
+        text = (
+            "You pay $22.55 for the new helmet."
+            if done
+            else call(self.action["name"], self.action["arguments"])
+        )
+        return ExpertReply(text=text, prompt_tokens=1000, completion_tokens=50, latency_s=2.0)
+
+
+def test_relay_routers_consult_priced_experts_and_report_pass_k(tau2_data, retail, tmp_path):
+    """The expert_* baselines: each turn asks the chosen expert (priced per alias) and
+    says its advice; an oracle expert solves the task in every trial: pass^k = 1."""
+    from orchestra_jax.envs.tau2_env import Tau2Environment
+    from orchestra_jax.envs.tau2_tools import EXPERT_PROFILES
+    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.eval.routers import RouterEngine
+    from orchestra_jax.training.evaluation import Evaluator, eval_tool_configs
+
+    task = with_basis(retail[EXCHANGE_TASK], ["DB", "COMMUNICATE"])
+    experts = {p.backend: Oracle(task, p.backend) for p in EXPERT_PROFILES}
+    env = Tau2Environment(
+        lambda t, e: ScriptedUser(["My helmet is too small."]),
+        data_dir=tau2_data,
+        experts=experts,
+        meta_tools=("ask_expert",),
+    )
+    configs = eval_tool_configs(env, [task], seed=0)
+    episodes = Episodes(env=env, tokenizer=TOK, sampling=SamplingParams(), limits=LIMITS)
+    evaluator = Evaluator(
+        [task],
+        configs,
+        episodes,
+        seed=0,
+        cost_scale=0.02,
+        latency_scale=120.0,
+        workdir=str(tmp_path),
+        trials=2,
+    )
+    summary = asyncio.run(
+        evaluator.evaluate("expert_strongest", RouterEngine("expert_strongest", TOK, configs))
+    )
+    assert summary["pass_k"] == {
+        "all": {"pass^1": 1.0, "pass^2": 1.0},
+        "retail": {"pass^1": 1.0, "pass^2": 1.0},
+    }
+    assert summary["trials"] == 2 and summary["num_episodes"] == 2
+    config = configs[task.id]
+    strongest = max(config.aliases_for("ask_expert"), key=lambda a: (a.price_out, a.price_in))
+    assert strongest.backend == "gpt-5" and experts["gpt-5"].prompts
+    assert not experts["Qwen3-32B"].prompts and not experts["gpt-5-mini"].prompts
+    # Two consultations an episode (the call, then the fact), priced at the alias's rates.
+    per_call = (1000 * strongest.price_in + 50 * strongest.price_out) / 1e6
+    assert summary["mean_cost_usd"] > 2 * per_call
+    [prompt] = experts["gpt-5"].prompts[:1]
+    assert "My helmet is too small." in prompt[-1]["content"]  # the conversation so far
+    assert "exchange_delivered_order_items" in prompt[-1]["content"]  # the domain's tools
+    assert "Sofia Hernandez" not in prompt[-1]["content"]  # never the user's scenario
+    assert (tmp_path / "eval_expert_strongest.json").exists()

@@ -194,7 +194,8 @@ class ScriptedUser:
         from tau2.data_model.message import ToolCall, UserMessage
 
         del incoming
-        said = sum(1 for m in episode.messages if getattr(m, "role", None) == "user")
+        said = episode.user_state = (episode.user_state or 0) + 1  # lines said, this one too
+        said -= 1
         line = self.lines[said] if said < len(self.lines) else AGENT_STOP
         if isinstance(line, str):
             return UserMessage(role="user", content=line, cost=0.0)
@@ -288,8 +289,15 @@ class SimulatedUser:
         )
 
     async def say(self, episode: Tau2Episode, incoming: Any) -> Any:
-        if episode.user_state is None:
-            episode.user_state = self.simulator.get_init_state()
+        from tau2.user.user_simulator_base import is_valid_user_history_message
+
+        if episode.user_state is None:  # what the user saw of the task's history
+            seen = [
+                m
+                for m in episode.messages
+                if m is not incoming and is_valid_user_history_message(m)
+            ]
+            episode.user_state = self.simulator.get_init_state(message_history=seen)
         state = episode.user_state
         last_error = "no attempt made"
         for attempt in range(self.retries + 1):
