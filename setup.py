@@ -45,8 +45,9 @@ EXTRAS = {
     # versions format or check differently).
     "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
-    # τ²-bench's dependencies (envs/tau2_env.py). tau2 itself comes from its source:
-    # pip install --no-deps --ignore-requires-python ../shared/tau2-bench (see its README).
+    # τ²-bench's dependencies as ../shared/tau2-bench/README.md lists them (install with
+    # --only-binary :all:); tau2 itself comes from its source, which declares Python
+    # >= 3.12: pip install --no-deps --ignore-requires-python ../shared/tau2-bench.
     "tau2": [
         "rich",
         "tabulate>=0.9.0",
