@@ -209,17 +209,21 @@ def test_message_text_drops_reasoning_and_the_end_token():
 
 def test_a_tiny_models_rollout_logprobs_match_a_full_forward_over_user_turns():
     from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from orchestra_jax.rollout.jax_engine import JaxEngine
+    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 
     config = Qwen3Config.preset("tiny", vocab_size=TOK.vocab_size)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     engine = JaxEngine(
         model,
-        max_batch_size=2,
-        max_seq_len=256,
-        steps_per_call=4,
-        min_cache_len=256,
-        min_prefill_len=128,
+        JaxEngineConfig(
+            max_batch_size=1,
+            max_seq_len=160,
+            steps_per_call=8,
+            min_cache_len=160,
+            min_prefill_len=160,
+            min_prefill_rows=1,
+            prefix_cache=False,
+        ),
     )
     try:
         user = FakeUser(["Yes.", "No.", "Maybe."])

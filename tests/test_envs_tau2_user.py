@@ -16,12 +16,13 @@ from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 
 TOK = load_tokenizer("demo")
 TASK = "tau2/retail/70"  # exchange a helmet; communicate "22.55"
 LIMITS = LoopLimits(max_turns=6, max_context_tokens=32768, enable_thinking=False)
+SERVED = ServerConfig(model_path="user", tokenizer_path="demo", context_len=4096)
 
 
 class UserScript:
@@ -42,7 +43,7 @@ class UserScript:
 def user_server(tau2_data):
     script = UserScript()
     engine = ScriptedEngine(script)
-    with serve_in_thread(engine, model_path="user", tokenizer=TOK, tokenizer_path="demo") as s:
+    with serve_in_thread(engine, SERVED, tokenizer=TOK) as s:
         yield s, script, engine
 
 
@@ -147,21 +148,25 @@ def test_a_tiny_model_on_the_project_server_plays_the_user(task, tau2_data):
     from flax import nnx
 
     from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from orchestra_jax.rollout.jax_engine import JaxEngine
+    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 
     config = Qwen3Config.preset("tiny", vocab_size=TOK.vocab_size)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
+    # One prefill shape for both user prompts: one compile.
     engine = JaxEngine(
         model,
-        max_batch_size=1,
-        max_seq_len=1024,
-        steps_per_call=8,
-        min_prefill_len=1024,
-        prefix_cache=False,
-    )  # one prefill shape for both user prompts: one compile
+        JaxEngineConfig(
+            max_batch_size=1,
+            max_seq_len=1024,
+            steps_per_call=8,
+            min_prefill_len=1024,
+            min_prefill_rows=1,
+            prefix_cache=False,
+        ),
+    )
     two_turns = LoopLimits(max_turns=2, max_context_tokens=32768, enable_thinking=False)
     try:
-        with serve_in_thread(engine, model_path="user", tokenizer=TOK, tokenizer_path="demo") as s:
+        with serve_in_thread(engine, SERVED, tokenizer=TOK) as s:
             env = make_env(tau2_data, s.url + "/v1", max_tokens=6)
             traj = play(env, task, ["Could you say more?"], limits=two_turns)
     finally:
