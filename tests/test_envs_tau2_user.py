@@ -29,9 +29,12 @@ class UserScript:
     """What the served user model says: lines in order (per conversation), or an error."""
 
     def __init__(self):
-        self.lines, self.fail_first, self.calls = [], 0, 0
+        self.lines, self.fail_first, self.calls, self.verdict = [], 0, 0, True
 
     def __call__(self, ids, request):
+        if "expectedOutcomes" in TOK.decode(ids):  # tau2's NL-assertion judge asks
+            met = {"expectedOutcome": "the price", "reasoning": "-", "metExpectation": self.verdict}
+            return TOK.encode(json.dumps({"results": [met]})) + [TOK.im_end_id]
         self.calls += 1
         if self.calls <= self.fail_first:
             raise RuntimeError("user model crashed")
@@ -57,11 +60,16 @@ def task(tau2_data):
     return task
 
 
-def make_env(tau2_data, url, **options):
+def make_env(tau2_data, url, judge_url="", **options):
     from orchestra_jax.envs.tau2_env import Tau2Environment, simulated_user_factory
 
     options = {"retries": 2, "backoff_s": 0.01, "price_in": 1.0, "price_out": 2.0, **options}
-    return Tau2Environment(simulated_user_factory(url, "user", **options), data_dir=tau2_data)
+    judge = {"nl_assertions": "judge", "judge_url": judge_url, "judge_model": "user"}
+    return Tau2Environment(
+        simulated_user_factory(url, "user", **options),
+        data_dir=tau2_data,
+        **(judge if judge_url else {}),
+    )
 
 
 def play(env, task, plan, limits=LIMITS):
@@ -130,6 +138,24 @@ def test_a_failing_user_endpoint_is_retried(user_server, task, tau2_data):
     traj = play(make_env(tau2_data, server.url + "/v1", retries=2), task, gold_plan(task))
     assert script.calls == 4  # two failures, then the opening and the stop
     assert traj.metadata["conversation_end"] == "user_stop" and traj.correct
+
+
+@pytest.mark.parametrize("verdict", [True, False])
+def test_natural_language_assertions_are_judged_at_the_configured_endpoint(
+    user_server, tau2_data, verdict
+):
+    from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+
+    server, script, _ = user_server
+    script.lines, script.fail_first, script.calls = ["Hi.", "###STOP###"], 0, 0
+    script.verdict = verdict
+    tasks, _ = read_tau2_tasks(tau2_data / "tau2" / "domains" / "retail")
+    [released] = [t for t in tasks if t.id == TASK]  # DB + NL_ASSERTION, as released
+    env = make_env(tau2_data, server.url + "/v1", judge_url=server.url + "/v1")
+    traj = play(env, released, gold_plan(released))
+    grade = traj.metadata["grade"]
+    assert grade["not_scored"] == [] and grade["breakdown"]["DB"] == 1.0
+    assert grade["breakdown"]["NL_ASSERTION"] == float(verdict) and traj.correct is verdict
 
 
 def test_a_dead_user_endpoint_ends_the_episode_with_the_error_and_nothing_lost(task, tau2_data):
