@@ -230,7 +230,7 @@ class _Episode:
         turn = Turn(
             text=self.tokenizer.decode(completion.output_ids),
             num_generated_tokens=n,
-            finish_reason=completion.finish_reason,
+            finish_reason=completion.finish_reason or "abort",  # None is refused in run()
             prompt_tokens=prompt_tokens,
             generation_latency_s=latency,
         )
@@ -354,6 +354,8 @@ class _Episode:
             request = self._request(turn_index, sampling, room)
             try:
                 completion = await batcher.generate(request)
+                if completion.finish_reason is None:  # a stream's partial completion
+                    raise RuntimeError("engine returned an unfinished completion")
                 if len(completion.output_ids) > request.sampling.max_new_tokens:
                     raise RuntimeError(
                         f"engine returned {len(completion.output_ids)} tokens, "
