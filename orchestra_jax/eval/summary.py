@@ -14,7 +14,7 @@ the most preferred tool; -1: every call went to a tool the user asked to avoid.
 The policy's `preference_score` is the mean over scored episodes (None when no
 episode states a tool preference).
 
-`by_domain` repeats accuracy, cost and backend mix per task domain (the task's
+`by_domain` repeats accuracy, cost, latency and backend mix per task domain (the task's
 `metadata["domain"]`, e.g. an HLE category): whether a policy's choice of model
 depends on the question shows there, not in the pooled mix.
 """
@@ -110,6 +110,7 @@ def summarize(
                 "num_episodes": len(idx),
                 "accuracy": float(correct[idx].mean()),
                 "mean_cost_usd": float(cost[idx].mean()),
+                "mean_latency_s": float(latency[idx].mean()),
                 "backend_mix": backend_mix([trajectories[i] for i in idx], tool_configs or {}),
             }
             for d, idx in sorted(by_domain.items())

@@ -388,6 +388,7 @@ def check_env(config: Any) -> list[str]:
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
+    errors += _check_env_members(config)
     errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     try:
         enabled_tools(config.tools.enabled)
@@ -405,6 +406,27 @@ def check_env(config: Any) -> list[str]:
     for name in ("keep_probability", "preference_prob", "efficiency_off_prob"):
         if not 0 <= config.tools[name] <= 1:
             errors.append(f"tools.{name} must be a probability, got {config.tools[name]}")
+    return errors
+
+
+def _check_env_members(config: Any) -> list[str]:
+    """env.members of a routed environment, and env.tau2 where τ² tasks are played."""
+    from orchestra_jax.envs.routing import member_names
+
+    names = [config.env.name]
+    errors = []
+    if config.env.name == "routed":
+        names = member_names(config)
+        if not names:
+            errors.append(
+                "env.members: env.name='routed' needs environments, e.g. 'synthetic,tau2'"
+            )
+        for name in names:
+            errors += _choice("env.members", name, ENVIRONMENTS)
+    if "tau2" in names:
+        from orchestra_jax.envs.tau2_env import config_problems
+
+        errors += config_problems(config)
     return errors
 
 
@@ -559,20 +581,32 @@ def check_sft(config: Any) -> list[str]:
 
 def check_eval(config: Any) -> list[str]:
     """eval.*."""
-    from orchestra_jax.eval.routers import ROUTERS, is_router
+    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
 
     errors = _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
+    errors += _positive(config, "eval.num_trials")
     if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
         errors.append(
             "eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
             "the held-out reward and reward.type='utility')"
         )
+    conversations = config.env.name == "tau2"
     for name in split_list(config.eval.baselines):
         if not is_router(name):
             errors.append(
                 f"eval.baselines: unknown router {name!r}; known: {ROUTERS.names()} "
                 "or a '+' mixture of them"
             )
+        elif config.env.name in ("tau2", "synthetic") and conversations != all(
+            part in CONVERSATION_ROUTERS for part in name.split("+")
+        ):
+            errors.append(
+                f"eval.baselines: {name!r} does not play {config.env.name!r} episodes; "
+                + (f"τ² conversations take {CONVERSATION_ROUTERS}" if conversations else "")
+                + ("" if conversations else f"{CONVERSATION_ROUTERS} are for τ² conversations")
+            )
+    if conversations and split_list(config.eval.baselines) and not config.env.tau2.meta_tools:
+        errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
     return errors
 
 

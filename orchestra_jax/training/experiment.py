@@ -101,6 +101,7 @@ def build_evaluator(
         cost_scale=config.eval.cost_scale_usd,
         latency_scale=config.eval.latency_scale_s,
         workdir=grpo_loop.workdir_of(config),
+        trials=config.eval.num_trials,
     )
 
 
