@@ -22,7 +22,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from orchestra_jax.models.qwen3_attention import Attention, cache_mask, segment_causal_mask
+from orchestra_jax.models.attention_mask import AttentionMask
+from orchestra_jax.models.matmul import dense
+from orchestra_jax.models.qwen3_attention import Attention
 from orchestra_jax.models.qwen3_cache import KVCache
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
@@ -150,11 +152,7 @@ class Qwen3ForCausalLM(nnx.Module):
         c = self.config
         if c.tie_word_embeddings:
             return self.model.embed_tokens.attend(hidden)
-        return jnp.dot(
-            hidden.astype(c.dtype),
-            self.lm_head.kernel[...].astype(c.dtype),
-            preferred_element_type=jnp.float32,
-        )
+        return dense(hidden, self.lm_head.kernel[...], c.dtype, out_dtype=jnp.float32)
 
     def rope_table(self, length: int) -> tuple[jax.Array, jax.Array]:
         """cos, sin [length, head_dim / 2] for positions 0 .. length - 1 (see `hidden_states`)."""
@@ -185,14 +183,13 @@ class Qwen3ForCausalLM(nnx.Module):
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
             seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-            x, _, _ = self.model(
-                input_ids, cos, sin, segment_causal_mask(seg), None, None, None, None
-            )
+            mask = AttentionMask.causal(seg)
+            x, _, _ = self.model(input_ids, cos, sin, mask, None, None, None, None)
             return x
         kv_len = cache.max_len if kv_len is None else int(kv_len)
         if not 0 < kv_len <= cache.max_len:
             raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
-        mask = cache_mask(positions, kv_len)
+        mask = AttentionMask.cache(positions, kv_len, segment_ids)
         slots = (
             positions
             if segment_ids is None

@@ -9,10 +9,19 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
+from orchestra_jax.models.attention_kernels import check_attention
+
 REMAT_POLICIES = ("none", "full", "dots")
 
 # Runtime fields: how to run the model here; never written to config.json.
-_RUNTIME_FIELDS = ("param_dtype", "dtype", "scan_layers", "remat")
+_RUNTIME_FIELDS = (
+    "param_dtype",
+    "dtype",
+    "scan_layers",
+    "remat",
+    "attention",
+    "attention_block_size",
+)
 
 _PRESETS: dict[str, dict[str, Any]] = {
     # Qwen/Qwen3-0.6B config.json.
@@ -87,10 +96,14 @@ class Qwen3Config:
     """Qwen3 shape (Hugging Face field names) and how to run it.
 
     `param_dtype` is the storage dtype of weights, `dtype` the compute dtype of
-    matmuls (norms, softmax and RoPE always run in float32). `scan_layers` stacks
+    matmuls and activations; every matmul accumulates in float32, and norms'
+    statistics, softmax, RoPE and logits are float32. `scan_layers` stacks
     the layers' weights on a leading axis and runs them with `lax.scan` (fast
     compiles for deep models); `remat` picks what the backward pass recomputes:
     "none", "full" (everything in a layer) or "dots" (keep matmul outputs).
+    `attention` names the attention implementation (`attention_kernels.py`:
+    "auto", "flash", "xla", "cudnn", "splash" or "module:function") and
+    `attention_block_size` the query/key block of the blocked ones.
     """
 
     vocab_size: int
@@ -112,6 +125,8 @@ class Qwen3Config:
     dtype: Any = jnp.float32
     scan_layers: bool = False
     remat: str = "none"
+    attention: str = "auto"
+    attention_block_size: int = 256  # tokens per query / key block (flash attention)
 
     def __post_init__(self):
         if isinstance(self.eos_token_id, list):  # hashable, so jit can key on the config.
@@ -123,6 +138,9 @@ class Qwen3Config:
             )
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        check_attention(self.attention)
+        if self.attention_block_size < 1:
+            raise ValueError(f"attention_block_size must be >= 1, got {self.attention_block_size}")
 
     @property
     def num_kv_groups(self) -> int:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.models.matmul import dense
 from orchestra_jax.models.qwen3_config import Qwen3Config
 
 
@@ -15,7 +16,11 @@ def normal_init(stddev: float):
 
 
 class Linear(nnx.Module):
-    """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias."""
+    """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias.
+
+    Computed in `config.dtype` with float32 accumulation (`matmul.dense`), result in
+    `config.dtype`.
+    """
 
     def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *, rngs: nnx.Rngs):
         init = normal_init(config.initializer_range)
@@ -25,7 +30,7 @@ class Linear(nnx.Module):
         self.dtype = config.dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        return dense(x, self.kernel[...], self.dtype)
 
 
 class Embed(nnx.Module):
@@ -42,10 +47,7 @@ class Embed(nnx.Module):
 
     def attend(self, x: jax.Array) -> jax.Array:
         """Float32 logits x @ embedding^T, accumulated in float32."""
-        table = self.embedding[...].astype(self.dtype)
-        return jnp.einsum(
-            "bte,ve->btv", x.astype(self.dtype), table, preferred_element_type=jnp.float32
-        )
+        return dense(x, self.embedding[...], self.dtype, out_dtype=jnp.float32, w_t=True)
 
 
 class RMSNorm(nnx.Module):
