@@ -147,6 +147,12 @@ class Qwen3ForCausalLM(nnx.Module):
             c.dtype if dtype is None else dtype,
         )
 
+    def head_weight(self) -> tuple[jax.Array, bool]:
+        """(LM head weight, tied): the [E, V] kernel, or the [V, E] embedding table when tied."""
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.embedding[...], True
+        return self.lm_head.kernel[...], False
+
     def logits(self, hidden):
         """Float32 logits [..., V] from final hidden states [..., H] (the LM head)."""
         c = self.config
