@@ -46,6 +46,7 @@ def build_model(config, mesh, tokenizer: ChatTokenizer) -> tuple[Qwen3ForCausalL
         dtype=DTYPES[config.model.dtype],
         scan_layers=config.model.scan_layers,
         remat=config.model.remat,
+        attention=config.model.attention,
     )
     if config.model.hf_path:
         model, model_config = load_hf_checkpoint(
@@ -91,6 +92,8 @@ def build_learner_config(config, *, total_steps: int | None = None) -> LearnerCo
         kl_type=rl.kl_type,
         temperature=max(config.rollout.temperature, 1e-6),
         tis_cap=rl.tis_cap or None,
+        lm_head_chunk=rl.lm_head_chunk or None,
+        reference_dtype=rl.reference_dtype or None,
     )
 
 
