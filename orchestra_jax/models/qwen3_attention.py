@@ -65,7 +65,11 @@ class Attention(nnx.Module):
             cache_k, cache_v = qwen3_cache.write_layer(cache_k, cache_v, k, v, slots)
             keys_t, values = qwen3_cache.read_layer(cache_k, cache_v, kv_len)
             if t == 1:  # a decode step: one query per row, all its scores are one block.
-                out = grouped_attention(q, keys_t, values, mask.dense(), keys_transposed=True)
+                # In the cache's dtype: a float32 cache is read as it is (on CPU, bf16
+                # batched matmuls this small are slower than float32 ones).
+                out = grouped_attention(
+                    q.astype(keys_t.dtype), keys_t, values, mask.dense(), keys_transposed=True
+                ).astype(q.dtype)
             else:
                 out = get_attention(self.attention, self.dtype)(
                     q,

@@ -10,6 +10,26 @@ from orchestra_jax.models.matmul import dense
 from orchestra_jax.models.qwen3_config import Qwen3Config
 
 
+def as_bits(x: jax.Array) -> jax.Array:
+    """A 16-bit float array viewed as uint16 (other dtypes unchanged); see `from_bits`.
+
+    XLA's CPU backend has no bfloat16 gather or scatter: it converts the whole
+    operand to float32 and back around each one (for a decode step's KV-cache
+    writes, every layer's cache, every step). Moving 16-bit floats as uint16 bit
+    patterns is exact and keeps them 16-bit.
+    """
+    if x.dtype.itemsize == 2 and jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.uint16)
+    return x
+
+
+def from_bits(x: jax.Array, dtype) -> jax.Array:
+    """The inverse of `as_bits` for an array meant to have `dtype`."""
+    if x.dtype == jnp.uint16 and jnp.dtype(dtype) != jnp.uint16:
+        return jax.lax.bitcast_convert_type(x, dtype)
+    return x
+
+
 def normal_init(stddev: float):
     """Hugging Face's `_init_weights` for Linear / Embedding: N(0, initializer_range)."""
     return jax.nn.initializers.normal(stddev)
@@ -43,7 +63,9 @@ class Embed(nnx.Module):
         self.dtype = config.dtype
 
     def __call__(self, ids: jax.Array) -> jax.Array:
-        return jnp.take(self.embedding[...], ids, axis=0).astype(self.dtype)
+        table = self.embedding[...]
+        rows = from_bits(jnp.take(as_bits(table), ids, axis=0), table.dtype)  # see as_bits
+        return rows.astype(self.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:
         """Float32 logits x @ embedding^T, accumulated in float32."""
