@@ -77,3 +77,19 @@ def test_bf16_compute_with_float32_master_weights_gradients():
         assert b.dtype == jnp.float32
         scale = float(jnp.abs(a).max()) + 1e-12
         assert float(jnp.abs(a - b).max()) / scale < 0.05
+
+
+def test_scale_features_gradient_equals_autodiff():
+    """RMSNorm's scale multiply: its hand-written VJP (dscale as a matmul) equals autodiff."""
+    from orchestra_jax.models.qwen3_layers import scale_features
+
+    kx, ks, kg = jax.random.split(jax.random.key(3), 3)
+    x, scale, g = (
+        jax.random.normal(kx, (3, 5, 8)),
+        jax.random.normal(ks, (8,)),
+        jax.random.normal(kg, (3, 5, 8)),
+    )
+    got = jax.vjp(lambda x, s: scale_features(x, s, jnp.float32), x, scale)[1](g)
+    want = jax.vjp(lambda x, s: x * s, x, scale)[1](g)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

@@ -86,7 +86,35 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+        return scale_features(normed.astype(self.dtype), self.scale[...], self.dtype)
+
+
+@jax.custom_vjp
+def _scale_features(x: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * scale.astype(x.dtype)
+
+
+def _scale_features_fwd(x, scale):
+    return x * scale.astype(x.dtype), (x, scale)
+
+
+def _scale_features_bwd(residuals, g):
+    x, scale = residuals
+    dx = (g * scale.astype(g.dtype)).astype(x.dtype)
+    rows = (g.astype(jnp.float32) * x.astype(jnp.float32)).reshape(-1, x.shape[-1])
+    # dscale = Σ_tokens g ∘ x as a [1, N] · [N, E] matmul: XLA's CPU backend runs this
+    # column sum over many tokens as a slow windowed tree reduction otherwise.
+    ones = jnp.ones((1, rows.shape[0]), jnp.float32)
+    dscale = jnp.dot(ones, rows, preferred_element_type=jnp.float32)[0]
+    return dx, dscale.astype(scale.dtype)
+
+
+_scale_features.defvjp(_scale_features_fwd, _scale_features_bwd)
+
+
+def scale_features(x: jax.Array, scale: jax.Array, dtype) -> jax.Array:
+    """x [..., E] · scale [E] in `dtype`; scale's gradient summed over tokens in float32."""
+    return _scale_features(x.astype(dtype), scale)
 
 
 class MLP(nnx.Module):
