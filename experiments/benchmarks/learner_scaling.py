@@ -1,6 +1,7 @@
 """How the learner step scales: time against tokens per step, and peak memory.
 
     python -m experiments.benchmarks.learner_scaling [--repeats 3] [--baseline-src DIR]
+        [--skip-timing | --skip-memory]   # parts not run keep their last figures
 
 1. Time: the GRPO `Learner.train_step` (whole batch, no micro-batching,
    float32, PPO-clip on a loss mask over the last 3/4 of each row) on the demo
@@ -15,8 +16,9 @@
    Target: at most a third of the baseline.
 3. Memory of the LM head on a tiny model with Qwen3's 151,936-token vocabulary
    (`tiny` preset, 4 x 1,024 tokens, 3,072 loss tokens): the chunked head
-   (`lm_head_chunk` tokens at a time) against the whole head (`lm_head_chunk=None`),
-   XLA's plan of each compiled step. Target: the chunked peak at least 2x lower.
+   (the learner's default chunk, `auto_chunk_size`: 441 tokens at this vocabulary)
+   against the whole head (one chunk of every loss token), XLA's plan of each
+   compiled step. Target: the chunked peak at least 2x lower.
 
 Writes experiments/benchmarks/results/learner_scaling.json. The worker mode
 (`--worker`) builds and runs one step in a fresh process and prints JSON; it
@@ -26,6 +28,7 @@ imports only `orchestra_jax`, so it runs against any checkout on PYTHONPATH.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
@@ -114,8 +117,8 @@ def worker(args) -> None:
     print(json.dumps(out), flush=True)
 
 
-def _chunk(value: str):
-    return None if value == "none" else int(value)
+def _chunk(value: str) -> int:
+    return 1 << 30 if value == "whole" else int(value)  # whole: every token in one chunk
 
 
 def run_worker(
@@ -175,6 +178,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline-src", default=None, help="another checkout to measure")
     parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--preset", default="demo")
     parser.add_argument("--rows", type=int, default=MEMORY_SHAPE[0])
@@ -189,8 +193,19 @@ def main(argv=None) -> None:
     from experiments.benchmarks import common
 
     here = str(pathlib.Path(__file__).resolve().parents[2])
+    # Parts not run now keep their last figures (each part records its own date and load).
+    previous = common.RESULTS_DIR / "learner_scaling.json"
     result = {}
-    memory = {"shape": list(MEMORY_SHAPE), "ours": run_worker(here, "demo", *MEMORY_SHAPE)}
+    if previous.exists():
+        old = json.loads(previous.read_text())
+        result = {k: old[k] for k in ("memory_4x4096", "lm_head_152k", "time") if k in old}
+    stamp = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "load_average_1m": os.getloadavg()[0],
+    }
+    if args.skip_memory:
+        return _finish(common, result, args, stamp)
+    memory = {**stamp, "shape": list(MEMORY_SHAPE), "ours": run_worker(here, "demo", *MEMORY_SHAPE)}
     if args.baseline_src:
         memory["baseline_src"] = args.baseline_src
         memory["baseline"] = run_worker(args.baseline_src, "demo", *MEMORY_SHAPE)
@@ -203,25 +218,33 @@ def main(argv=None) -> None:
     result["memory_4x4096"] = memory
     big_vocab = {"vocab_size": VOCAB_152K}
     head = {
+        **stamp,
         "model": "tiny preset, vocab 151936",
         "shape": list(TINY_SHAPE),
-        "chunked_1024": run_worker(here, "tiny", *TINY_SHAPE, overrides=big_vocab, run=False),
+        "chunked": run_worker(here, "tiny", *TINY_SHAPE, overrides=big_vocab, run=False),
         "whole": run_worker(
-            here, "tiny", *TINY_SHAPE, chunk="none", overrides=big_vocab, run=False
+            here, "tiny", *TINY_SHAPE, chunk="whole", overrides=big_vocab, run=False
         ),
     }
     head["whole_over_chunked_plan"] = (
-        head["whole"]["plan"]["total"] / head["chunked_1024"]["plan"]["total"]
+        head["whole"]["plan"]["total"] / head["chunked"]["plan"]["total"]
     )
     result["lm_head_152k"] = head
+    _finish(common, result, args, stamp)
+
+
+def _finish(common, result: dict, args, stamp: dict) -> None:
     if not args.skip_timing:
-        result["time"] = time_scaling(args.repeats)
+        result["time"] = {**stamp, **time_scaling(args.repeats)}
     path = common.write_result("learner_scaling", result)
     gib = 2.0**30
-    print(f"4x4096 peak RSS: ours {memory['ours']['peak_rss_bytes'] / gib:.2f} GiB", end="")
-    if args.baseline_src:
+    memory, head = result.get("memory_4x4096", {}), result.get("lm_head_152k", {})
+    if "ours" in memory:
+        print(f"4x4096 peak RSS: ours {memory['ours']['peak_rss_bytes'] / gib:.2f} GiB", end="")
+    if "baseline" in memory:
         print(f", baseline {memory['baseline']['peak_rss_bytes'] / gib:.2f} GiB", end="")
-    print(f"; 152k head plan whole/chunked {head['whole_over_chunked_plan']:.2f}x", end="")
+    if head:
+        print(f"; 152k head plan whole/chunked {head['whole_over_chunked_plan']:.2f}x", end="")
     if "time" in result:
         print(f"; slope {result['time']['log_log_slope']:.3f}", end="")
     print(f" -> {path}")

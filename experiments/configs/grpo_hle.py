@@ -162,7 +162,7 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.format_penalty = grpo.DEFAULT_FORMAT_PENALTY  # Used by format_filter="penalty" only.
     c.rl.filter_no_answer = False  # Drop groups where nobody answered.
     c.rl.tis_cap = 2.0  # Truncated importance sampling cap (0: off).
-    c.rl.lm_head_chunk = 1024  # Loss tokens per LM-head / log-softmax chunk (0: all at once).
+    c.rl.lm_head_chunk = 0  # Loss tokens per LM-head chunk (0: as fit 256 MiB of logits).
     c.rl.reference_dtype = ""  # The KL reference's storage dtype ("bfloat16"; "": as the weights).
     c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)
 

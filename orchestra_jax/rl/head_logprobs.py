@@ -28,6 +28,14 @@ import jax.numpy as jnp
 
 from orchestra_jax.models.matmul import dense
 
+LOGITS_CHUNK_BYTES = 256 * 2**20  # float32 logits per chunk when no chunk size is given
+
+
+def auto_chunk_size(vocab_size: int) -> int:
+    """Tokens whose float32 logits fill `LOGITS_CHUNK_BYTES`: 16,384 at V = 4,096,
+    441 at Qwen3's V = 151,936."""
+    return max(1, LOGITS_CHUNK_BYTES // (4 * vocab_size))
+
 
 def _chunk_stats(h, w, targets, dtype, temperature, tied, with_entropy):
     """(logp [n], entropy [n] or None) for one chunk of hidden states [n, E]."""

@@ -92,8 +92,8 @@ class LearnerConfig:
     temperature: float = 1.0  # the rollout's sampling temperature
     tis_cap: float | None = None  # truncated importance sampling cap C
     # Tokens per chunk of the LM head + log-softmax at loss positions (rl/head_logprobs.py):
-    # one [chunk, vocab] float32 block at a time; None = all loss tokens at once.
-    lm_head_chunk: int | None = 1024
+    # one [chunk, vocab] float32 block at a time; None = as many as fit 256 MiB of logits.
+    lm_head_chunk: int | None = None
     # The learner's weights and optimizer state ("float32" masters whatever the model
     # stores; the model gets them cast to its own dtypes after each step); None = as stored.
     master_dtype: str | None = "float32"

@@ -25,7 +25,7 @@ from flax import nnx
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import aggregate
 from orchestra_jax.rl.batching import TrainBatch
-from orchestra_jax.rl.head_logprobs import head_logprobs
+from orchestra_jax.rl.head_logprobs import auto_chunk_size, head_logprobs
 from orchestra_jax.rl.registry import Registry
 from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 from orchestra_jax.rl.sft import sft_loss
@@ -66,7 +66,7 @@ def loss_position_logprobs(
     batch: TrainBatch | SharedPromptBatch,
     temperature: float = 1.0,
     *,
-    chunk_size: int | None = 1024,
+    chunk_size: int | None = None,
     with_entropy: bool = True,
 ) -> tuple[jax.Array, jax.Array | None, TrainBatch]:
     """(log-probs [B, K], entropies [B, K] or None, the loss rows at their loss positions).
@@ -74,8 +74,9 @@ def loss_position_logprobs(
     Runs the transformer over all T positions but the LM head only at the K
     loss positions (`batch.loss_index`): exact, and far cheaper when the loss
     covers a small part of each row; the head and log-softmax run `chunk_size`
-    tokens at a time (`rl/head_logprobs.py`). A SharedPromptBatch runs each
-    group's prompt once (`rl/shared_prompts.py`); its B rows are its episodes.
+    tokens at a time (`rl/head_logprobs.py`; None: `auto_chunk_size` of the
+    vocabulary). A SharedPromptBatch runs each group's prompt once
+    (`rl/shared_prompts.py`); its B rows are its episodes.
     """
     if isinstance(batch, SharedPromptBatch):
         hidden, batch = shared_prompt_hidden_states(model, batch)
@@ -92,7 +93,7 @@ def loss_position_logprobs(
         view.target_ids,
         dtype=model.config.dtype,
         temperature=temperature,
-        chunk_size=chunk_size,
+        chunk_size=chunk_size or auto_chunk_size(model.config.vocab_size),
         tied=tied,
         with_entropy=with_entropy,
     )
