@@ -15,7 +15,8 @@ Vertex AI was not run: neither is available where this was written.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from launch.trials import Trial, format_value
 

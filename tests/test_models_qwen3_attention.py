@@ -160,10 +160,8 @@ def test_splash_kernel_interpreted_equals_direct():
 
 
 def test_registry_names_and_module_paths():
-    assert {"auto", "flash", "xla", "cudnn", "splash"} <= set(attention_kernels.ATTENTION) | {
-        "auto"
-    }
-    assert attention_kernels.resolve("auto", jnp.float32) == "flash"  # this CPU backend
+    assert {"auto", "flash", "xla", "cudnn", "splash"} <= set(attention_kernels.ATTENTION)
+    assert attention_kernels.auto_name(jnp.float32) == "flash"  # this CPU backend
     fn = attention_kernels.get_attention("orchestra_jax.models.attention_kernels:xla_attention")
     assert fn is attention_kernels.xla_attention
     with pytest.raises(ValueError, match="unknown attention implementation"):

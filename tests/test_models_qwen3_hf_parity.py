@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import transformers
-
 from flax import nnx
 
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint

@@ -37,7 +37,7 @@ class PeerProcess:
         self.reason = info.get("reason", "")
 
     @classmethod
-    def start(cls, python: str, module: str, args: list[str]) -> "PeerProcess":
+    def start(cls, python: str, module: str, args: list[str]) -> PeerProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         try:
             proc = subprocess.Popen(

@@ -21,7 +21,7 @@ Any other key may be "package.module:attr" naming a function of the same signatu
 from __future__ import annotations
 
 import functools
-import importlib
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,7 @@ import numpy as np
 
 from orchestra_jax.models.attention_mask import AttentionMask
 from orchestra_jax.models.flash_attention import flash_attention
-from orchestra_jax.rl.registry import Registry
+from orchestra_jax.registry import Registry
 
 ATTENTION = Registry("attention implementation")
 
@@ -83,7 +83,9 @@ def _single_sequence_lengths(mask: AttentionMask) -> tuple[jax.Array, jax.Array]
     return length, ok
 
 
-def cudnn_causal(q, k, v, mask: AttentionMask, *, implementation: str, block_size: int):
+def cudnn_causal(
+    q, k, v, mask: AttentionMask, *, implementation: Literal["xla", "cudnn"], block_size: int
+):
     """`jax.nn.dot_product_attention`, causal with per-row lengths, where the batch is one
     sequence a row; `flash_attention` otherwise (a run-time branch, both compiled)."""
     length, ok = _single_sequence_lengths(mask)
@@ -116,7 +118,7 @@ def cudnn(q, k, v, mask: AttentionMask, *, self_attention: bool, block_size: int
     return cudnn_causal(q, k, v, mask, implementation="cudnn", block_size=block_size)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _splash_kernel(t: int, group: int, interpret: bool):
     """A causal splash-attention MQA kernel for `group` query heads over length t."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
@@ -155,7 +157,7 @@ def splash_causal(q, k, v, mask: AttentionMask, *, interpret: bool = False):
         ids = sk.SegmentIds(q=seg, kv=seg)
         return jax.vmap(lambda qh, kh, vh: kernel(qh, kh, vh, ids))(qr, kr, vr)
 
-    out = jax.vmap(row)(qg, k.astype(q.dtype), v.astype(q.dtype), mask.q_segment)
+    out: Any = jax.vmap(row)(qg, k.astype(q.dtype), v.astype(q.dtype), mask.q_segment)
     out = out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d)
     return jnp.where((mask.q_segment != 0)[:, :, None, None], out, 0).astype(q.dtype)
 
@@ -168,7 +170,8 @@ def splash(q, k, v, mask: AttentionMask, *, self_attention: bool, block_size: in
     return splash_causal(q, k, v, mask)
 
 
-def _auto_name(dtype) -> str:
+def auto_name(dtype) -> str:
+    """What "auto" runs on this backend for compute dtype `dtype`."""
     platform = jax.default_backend()
     if platform == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
         return "cudnn"
@@ -177,22 +180,20 @@ def _auto_name(dtype) -> str:
     return "flash"
 
 
-def resolve(name: str, dtype) -> str:
-    """The registry key `name` stands for ("auto" resolved for this backend and dtype)."""
-    return _auto_name(dtype) if name == "auto" else name
+@ATTENTION.register("auto")
+def auto(q, k, v, mask: AttentionMask, *, self_attention: bool, block_size: int):
+    """The backend's best: "cudnn" on GPU in bf16/fp16, "splash" on TPU, else "flash"."""
+    fn = ATTENTION.get(auto_name(q.dtype))
+    return fn(q, k, v, mask, self_attention=self_attention, block_size=block_size)
 
 
-def get_attention(name: str, dtype=jnp.float32):
-    """The implementation for a config string: a registry key, "auto", or "module:attr"."""
-    name = resolve(name, dtype)
-    if ":" in name:
-        module, attr = name.split(":", 1)
-        return getattr(importlib.import_module(module), attr)
+def get_attention(name: str):
+    """The implementation for a config string: a registry key or "package.module:attr"."""
     return ATTENTION.get(name)
 
 
 def check_attention(name: str) -> None:
-    """Raise a clear error for an unknown attention name (config validation)."""
-    if name == "auto" or ":" in name:
-        return
-    ATTENTION.get(name)
+    """Raise a clear error (ValueError) for an attention name `get_attention` cannot resolve."""
+    problem = ATTENTION.problem(name)
+    if problem is not None:
+        raise ValueError(problem)

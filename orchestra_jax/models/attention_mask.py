@@ -32,7 +32,7 @@ class AttentionMask(NamedTuple):
     kv_segment: jax.Array
 
     @classmethod
-    def causal(cls, segment_ids: jax.Array) -> "AttentionMask":
+    def causal(cls, segment_ids: jax.Array) -> AttentionMask:
         """Causal self-attention within segments (0 = padding) of a [B, T] batch."""
         segment_ids = jnp.asarray(segment_ids, jnp.int32)
         index = jnp.broadcast_to(
@@ -43,7 +43,7 @@ class AttentionMask(NamedTuple):
     @classmethod
     def cache(
         cls, positions: jax.Array, kv_len: int, segment_ids: jax.Array | None = None
-    ) -> "AttentionMask":
+    ) -> AttentionMask:
         """Queries at `positions` [B, T] reading cache slots s < kv_len with s <= position."""
         positions = jnp.asarray(positions, jnp.int32)
         b = positions.shape[0]

@@ -113,7 +113,7 @@ def _forward(q, k, v, mask, block_q, block_k):
         shape = qi.shape[:-1]  # [B, K, G, bq]
 
         def key_block(j, carry):
-            m, l, acc = carry
+            m, total, acc = carry
             s = _scores(blocks, qi, blocks.key_block(kp, j))
             s = jnp.where(blocks.visible(j, q_coord, q_seg), s, -jnp.inf)
             m_new = jnp.maximum(m, s.max(axis=-1))
@@ -126,17 +126,18 @@ def _forward(q, k, v, mask, block_q, block_k):
                 blocks.key_block(vp, j),
                 preferred_element_type=_F32,
             )
-            return m_new, alpha * l + p.sum(axis=-1), alpha[..., None] * acc + pv
+            return m_new, alpha * total + p.sum(axis=-1), alpha[..., None] * acc + pv
 
         init = (
             jnp.full(shape, -jnp.inf, _F32),
             jnp.zeros(shape, _F32),
             jnp.zeros(qi.shape, _F32),
         )
-        m, l, acc = jax.lax.fori_loop(0, num_kv, key_block, init)
-        seen = l > 0
-        out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
-        lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+        m, total, acc = jax.lax.fori_loop(0, num_kv, key_block, init)
+        seen = total > 0
+        total = jnp.where(seen, total, 1.0)
+        out = jnp.where(seen[..., None], acc / total[..., None], 0.0)
+        lse = jnp.where(seen, m + jnp.log(total), jnp.inf)
         return None, (out.astype(q.dtype), lse)
 
     xs = (

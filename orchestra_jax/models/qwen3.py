@@ -17,6 +17,7 @@ the weights per call; serve with scan_layers=False where decode speed matters).
 
 from __future__ import annotations
 
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +58,7 @@ def _stack_layers(config: Qwen3Config, rngs: nnx.Rngs) -> DecoderLayer:
     """One DecoderLayer whose every parameter has a leading [num_layers] axis."""
     layers = [DecoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
     graphdef, _ = nnx.split(layers[0])
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(l) for l in layers])
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(layer) for layer in layers])
     return nnx.merge(graphdef, stacked)
 
 
@@ -67,6 +68,8 @@ class Qwen3Model(nnx.Module):
     def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
         self.config = config
         self.embed_tokens = Embed(config, rngs=rngs)
+        # One stacked DecoderLayer (scan_layers) or a list of them.
+        self.layers: Any
         if config.scan_layers:
             self.layers = _stack_layers(config, rngs)
         else:
@@ -202,6 +205,7 @@ class Qwen3ForCausalLM(nnx.Module):
             else jnp.where(segment_ids != 0, positions, cache.max_len)
         )  # out of range: dropped.
         x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
+        assert cache_k is not None and cache_v is not None  # a cache in, a cache out
         return x, KVCache(cache_k, cache_v)
 
     def __call__(

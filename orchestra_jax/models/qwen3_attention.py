@@ -11,8 +11,6 @@ a one-token decode step reads the cache directly (`grouped_attention`).
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from orchestra_jax.models import qwen3_cache
@@ -37,7 +35,6 @@ class Attention(nnx.Module):
         self.q_norm = RMSNorm(d, config)
         self.k_norm = RMSNorm(d, config)
         self.attention = config.attention  # an `attention_kernels` name
-        self.dtype = config.dtype
         self.block_size = config.attention_block_size
 
     def __call__(self, x, cos, sin, mask: AttentionMask, cache=None):
@@ -57,7 +54,7 @@ class Attention(nnx.Module):
         if cache is None:
             keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
             cache_k = cache_v = None
-            out = get_attention(self.attention, self.dtype)(
+            out = get_attention(self.attention)(
                 q, keys, values, mask, self_attention=True, block_size=self.block_size
             )
         else:
@@ -71,7 +68,7 @@ class Attention(nnx.Module):
                     q.astype(keys_t.dtype), keys_t, values, mask.dense(), keys_transposed=True
                 ).astype(q.dtype)
             else:
-                out = get_attention(self.attention, self.dtype)(
+                out = get_attention(self.attention)(
                     q,
                     keys_t.transpose(0, 1, 3, 2),
                     values,

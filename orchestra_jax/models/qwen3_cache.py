@@ -25,7 +25,8 @@ Prefilling one row of a large cache (a new request entering a free slot):
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,7 @@ class KVCache(NamedTuple):
     @classmethod
     def zeros(
         cls, num_layers: int, batch_size: int, num_kv_heads: int, max_len: int, head_dim: int, dtype
-    ) -> "KVCache":
+    ) -> KVCache:
         k_shape = (batch_size, num_kv_heads, head_dim, max_len)
         v_shape = (batch_size, num_kv_heads, max_len, head_dim)
         return cls(
@@ -63,18 +64,18 @@ class KVCache(NamedTuple):
     def max_len(self) -> int:
         return self.v[0].shape[2]
 
-    def _map(self, fn_k: Callable, fn_v: Callable, *others: "KVCache") -> "KVCache":
+    def _map(self, fn_k: Callable, fn_v: Callable, *others: KVCache) -> KVCache:
         return KVCache(
             tuple(fn_k(*xs) for xs in zip(self.k, *(o.k for o in others))),
             tuple(fn_v(*xs) for xs in zip(self.v, *(o.v for o in others))),
         )
 
-    def take_rows(self, rows: jax.Array) -> "KVCache":
+    def take_rows(self, rows: jax.Array) -> KVCache:
         """The sub-cache of the given batch rows (int32 [R])."""
         take = lambda x: from_bits(as_bits(x)[rows], x.dtype)  # noqa: E731 (see write_layer)
         return self._map(take, take)
 
-    def put_rows(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
+    def put_rows(self, rows: jax.Array, sub: KVCache) -> KVCache:
         """This cache with batch rows `rows` replaced by `sub`'s rows (index >= batch: dropped)."""
 
         def put(x, s):
@@ -84,7 +85,7 @@ class KVCache(NamedTuple):
 
         return self._map(put, put, sub)
 
-    def put_prefix(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
+    def put_prefix(self, rows: jax.Array, sub: KVCache) -> KVCache:
         """Rows `rows` [R] get `sub`'s first sub.max_len slots (row index >= batch: dropped).
 
         Later slots of those rows keep their old values; the masking rule above
@@ -102,7 +103,7 @@ class KVCache(NamedTuple):
 
         return self._map(put_k, put_v, sub)
 
-    def resized(self, length: int) -> "KVCache":
+    def resized(self, length: int) -> KVCache:
         """The cache with `length` slots per row: cut, or zero-padded at the end."""
 
         def fit(x, axis):

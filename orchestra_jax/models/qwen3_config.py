@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 
@@ -147,24 +148,25 @@ class Qwen3Config:
         """Query heads per key/value head (GQA group size)."""
         return self.num_attention_heads // self.num_key_value_heads
 
-    def replace(self, **changes) -> "Qwen3Config":
+    def replace(self, **changes) -> Qwen3Config:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "Qwen3Config":
+    def preset(cls, name: str, **overrides) -> Qwen3Config:
         """A named shape ("qwen3_0p6b", "qwen3_8b", "tiny", "demo"), optionally overridden."""
         if name not in _PRESETS:
             raise ValueError(f"unknown Qwen3 preset {name!r}; choose from {sorted(_PRESETS)}")
         return cls(**{**_PRESETS[name], **overrides})
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any] | str | pathlib.Path, **runtime) -> "Qwen3Config":
+    def from_hf(cls, config: Mapping[str, Any] | str | pathlib.Path, **runtime) -> Qwen3Config:
         """From a `config.json` dict, file, or checkpoint folder; `runtime` sets dtype etc."""
         if not isinstance(config, Mapping):
             path = pathlib.Path(config)
             if path.is_dir():
                 path = path / "config.json"
-            config = json.loads(path.read_text())
+            loaded: Mapping[str, Any] = json.loads(path.read_text())
+            config = loaded
         _check_supported(config)
         names = {f.name for f in dataclasses.fields(cls)} - set(_RUNTIME_FIELDS)
         values = {k: v for k, v in config.items() if k in names}

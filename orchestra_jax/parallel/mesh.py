@@ -23,14 +23,15 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
-_RULES: dict[tuple[str, str], tuple[Any, ...]] = {
+_RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
     ("embed_tokens", "embedding"): ("tensor", "fsdp"),
     ("q_proj", "kernel"): ("fsdp", "tensor"),
     ("k_proj", "kernel"): ("fsdp", "tensor"),

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
 from orchestra_jax.rl import grpo
@@ -130,6 +131,7 @@ def make_schedule(config: LearnerConfig) -> optax.Schedule:
     if config.schedule == "constant":
         main = optax.constant_schedule(lr)
     else:
+        assert config.total_steps is not None  # LearnerConfig checks it for these schedules
         decay_steps = config.total_steps - config.warmup_steps
         main = (
             optax.cosine_decay_schedule(lr, decay_steps)

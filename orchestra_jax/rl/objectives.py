@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.registry import Registry
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import aggregate
 from orchestra_jax.rl.batching import TrainBatch
 from orchestra_jax.rl.head_logprobs import auto_chunk_size, head_logprobs
-from orchestra_jax.rl.registry import Registry
-from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 from orchestra_jax.rl.sft import sft_loss
+from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 
 OBJECTIVES = Registry("learner objective")
 
@@ -62,7 +62,7 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
 
 
 def loss_position_logprobs(
-    model: nnx.Module,
+    model: Any,  # a Qwen3ForCausalLM: hidden_states, head_weight, config
     batch: TrainBatch | SharedPromptBatch,
     temperature: float = 1.0,
     *,
@@ -134,6 +134,7 @@ def grpo_objective(
     logp, entropy, micro = loss_position_logprobs(
         model, micro_full, config.temperature, chunk_size=config.lm_head_chunk
     )
+    assert entropy is not None
     mask, rollout = micro.loss_mask, micro.old_logprobs
     agg = dict(segment_ids=micro.segment_ids, norm_length=config.norm_length)
     if config.tis_cap is None:
@@ -146,15 +147,12 @@ def grpo_objective(
         old,
         micro.advantages,
         mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=config.dual_clip,
-        agg=config.agg,
+        config,
         importance_weights=weights,
         denominator=denominator,
-        **agg,
+        segment_ids=micro.segment_ids,
     )
-    num_tokens = jnp.maximum(mask.sum(), 1.0)  # policy_loss's fractions are over this count
+    num_tokens = jnp.maximum(mask.sum(), 1.0)  # the loss's token-means are over this count
     ratio = jnp.exp(logp - old)
     stats = {
         "total/pg_loss": pg_loss,
@@ -164,12 +162,15 @@ def grpo_objective(
         "max/ratio_max": _masked_extreme(ratio, mask, jnp.max, -jnp.inf),
         "min/ratio_min": _masked_extreme(ratio, mask, jnp.min, jnp.inf),
     }
-    for flag in ("pg_clip_frac_low", "pg_clip_frac_high", "dual_clip_frac"):
-        stats["token/" + flag] = pg[flag] * num_tokens
+    for name, value in pg.items():  # the loss's own token-means (e.g. clip fractions)
+        if name not in ("loss_sum", "loss_denominator") and f"token/{name}" not in stats:
+            stats[f"token/{name}"] = value * num_tokens
     if weights is not None:
         stats["token/tis_weight_mean"] = _masked_sum(weights, mask)
     loss = pg_loss
     if config.kl_coef:
+        if ref_model is None:
+            raise ValueError("kl_coef > 0 needs a reference model")
         ref_logp, _, _ = loss_position_logprobs(
             ref_model,
             micro_full,

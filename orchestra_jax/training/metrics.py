@@ -21,7 +21,8 @@ import numbers
 import os
 import pathlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -167,7 +168,7 @@ class MetricsWriter:
         if self._tb is not None:
             self._tb.close()
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc) -> None:
