@@ -114,7 +114,7 @@ def decode(args) -> None:
 
     model, config = _model(args.dtype)
     cache = sampler_lib.CacheConfig(
-        cache_size=args.prompt_len + args.new_tokens + 8,
+        cache_size=2 * (args.prompt_len + args.new_tokens),  # the sampler pads prompts
         num_layers=config.num_layers,
         num_kv_heads=config.num_kv_heads,
         head_dim=config.head_dim,
