@@ -49,6 +49,9 @@ EXTRAS = {
     "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
     "sglang": ["sglang[all]>=0.4.9"],
+    # Benchmark peer only (learner_step, decode: $TUNIX_PYTHON). It pins an older
+    # transformers, so install it into its own venv: python -m venv --system-site-packages.
+    "tunix_peer": ["google-tunix==0.1.7"],
     "tpu": ["jax[tpu]>=0.6"],
     "gpu": ["jax[cuda12]>=0.6"],
 }

@@ -40,11 +40,15 @@ def auto_chunk_size(vocab_size: int) -> int:
 def _chunk_stats(h, w, targets, dtype, temperature, tied, with_entropy):
     """(logp [n], entropy [n] or None) for one chunk of hidden states [n, E]."""
     z = dense(h, w, dtype, out_dtype=jnp.float32, w_t=tied) / temperature
-    lse = jax.nn.logsumexp(z, axis=-1)
+    # One exp pass serves both: lse = m + log Σ e, H = lse − Σ e·z / Σ e, e = exp(z − m).
+    m = jax.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    e = jnp.exp(z - m)
+    total = jnp.sum(e, axis=-1)
+    lse = m[:, 0] + jnp.log(total)
     logp = jnp.take_along_axis(z, targets[:, None], axis=-1)[:, 0] - lse
     if not with_entropy:
         return logp, None
-    return logp, lse - jnp.sum(jax.nn.softmax(z, axis=-1) * z, axis=-1)
+    return logp, lse - jnp.sum(e * z, axis=-1) / total
 
 
 def head_logprobs(
