@@ -1,7 +1,6 @@
 """Shared absl plumbing of the experiment drivers: one-line errors, logging, multi-host."""
 
 import logging
-import os
 import sys
 
 from absl import app
@@ -31,12 +30,16 @@ def validated(config):
     return config
 
 
-def init_distributed():
-    """Multi-host launches (launch/tpu_pod.sh) set ORCHESTRA_JAX_DISTRIBUTED=1."""
-    if os.environ.get("ORCHESTRA_JAX_DISTRIBUTED") == "1":
-        import jax
+def init_distributed(config=None):
+    """Joins a multi-host job configured in `config.distributed` or the environment
+    (orchestra_jax/parallel/distributed.py); a bad setting exits with one line."""
+    from orchestra_jax.parallel import distributed
 
-        jax.distributed.initialize()
+    section = config.get("distributed") if config is not None else None
+    try:
+        distributed.initialize(section)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
 
 
 def quiet_libraries():

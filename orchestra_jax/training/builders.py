@@ -19,12 +19,17 @@ from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.parallel.mesh import create_sharded_model, make_mesh
+from orchestra_jax.parallel.mesh import (
+    create_sharded_model,
+    make_mesh,
+    mesh_errors,
+    num_batch_shards,
+)
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.learner import LearnerConfig
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.tools.config import SamplerRanges
-from orchestra_jax.training.config_checks import parse_sources, split_list
+from orchestra_jax.training.config_checks import ConfigError, parse_sources, split_list
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,11 @@ def build_tokenizer(config) -> ChatTokenizer:
 
 
 def build_mesh(config) -> jax.sharding.Mesh:
+    """The mesh over every device of the job; a config that cannot fit it exits naming
+    the fields to change (`parallel/mesh.mesh_errors`)."""
+    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    if errors:
+        raise ConfigError("invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
@@ -73,7 +83,9 @@ def build_model(config, mesh, tokenizer: ChatTokenizer) -> tuple[Qwen3ForCausalL
     return model, model_config
 
 
-def build_learner_config(config, *, total_steps: int | None = None) -> LearnerConfig:
+def build_learner_config(config, *, total_steps: int | None = None, mesh=None) -> LearnerConfig:
+    """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
+    each of the mesh's batch shards (one device's share when `mesh` is None)."""
     rl = config.rl
     return LearnerConfig(
         learning_rate=rl.lr,
@@ -82,7 +94,7 @@ def build_learner_config(config, *, total_steps: int | None = None) -> LearnerCo
         schedule=rl.schedule,
         warmup_steps=rl.warmup_steps,
         total_steps=total_steps,
-        micro_batch_size=rl.micro_batch_size,
+        micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
         clip_low=rl.clip_low,
         clip_high=rl.clip_high,
         dual_clip=rl.dual_clip or None,

@@ -95,7 +95,9 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
         description_style=config.tools.description_style,
     )
     learner = Learner(
-        model, builders.build_learner_config(config, total_steps=config.num_steps), mesh=mesh
+        model,
+        builders.build_learner_config(config, total_steps=config.num_steps, mesh=mesh),
+        mesh=mesh,
     )
     engine = builders.build_engine(config, model, model_config, tokenizer)
     batching = builders.build_batching(config, learner.row_multiple())
