@@ -26,9 +26,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-
-AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
+from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 
 _RULES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("embed_tokens", "embedding"): ("tensor", "fsdp"),

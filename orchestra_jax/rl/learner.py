@@ -252,9 +252,10 @@ class Learner:
             self._compiled[key] = self._build_step(objective, rows // micro)
         batch = jax.device_put(jax.tree.map(np.asarray, batch), batch_sharding(self.mesh))
         ref_params = self.ref_params if objective == "grpo" else None
-        self.params, self.opt_state, metrics = self._compiled[key](
-            self.params, self.opt_state, ref_params, batch
-        )
+        with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
+            self.params, self.opt_state, metrics = self._compiled[key](
+                self.params, self.opt_state, ref_params, batch
+            )
         nnx.update(self.model, self.params)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.step += int(not metrics["skipped"])
