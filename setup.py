@@ -25,6 +25,17 @@ INSTALL_REQUIRES = [
     "pyarrow>=15",
 ]
 
+# XManager (launch/xm_executor.py). Unpinned, pip spent over 15 minutes backtracking
+# through xmanager's Google Cloud dependencies; these versions resolve in seconds
+# (protobuf < 7 is xmanager's own bound).
+XM = [
+    "xmanager==0.8.5",
+    "google-api-core[grpc]==2.44.0",
+    "google-cloud-aiplatform==2.7.0",
+    "google-cloud-bigquery==3.47.0",
+    "protobuf>=6.33.5,<7",
+]
+
 EXTRAS = {
     "test": [
         "pytest>=8",
@@ -35,7 +46,9 @@ EXTRAS = {
         "nbclient>=0.10",
         "ipykernel>=6.29",
         "faiss-cpu>=1.8",
+        *XM,  # tests run a sweep with XManager's local executor
     ],
+    "xm": XM,
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
     "sglang": ["sglang[all]>=0.4.9"],
     "tpu": ["jax[tpu]>=0.6"],
