@@ -51,13 +51,15 @@ def make_group_specs(
     *,
     backends: Any = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    task_indices: Sequence[int] | None = None,
 ) -> list[EpisodeSpec]:
     """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
 
     `tool_configs[i]` belongs to `tasks[i]`; its tools are `tools[i]` when given,
     else `make_tools(tool_configs[i], backends)`. The G episodes of a task share
     its tools (tools keep per-episode state in their `ToolContext`). Episode
-    (i, g) gets seed derive_seed(seed, i, g).
+    (i, g) gets seed derive_seed(seed, task_indices[i], g); task_indices default to
+    0, 1, … (a host playing part of a step passes its tasks' places in the step).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -71,6 +73,9 @@ def make_group_specs(
         tools = [make_tools(config, backends) for config in tool_configs]
     elif len(tools) != len(tasks):
         raise ValueError(f"{len(tasks)} tasks but {len(tools)} tool sets")
+    indices = range(len(tasks)) if task_indices is None else task_indices
+    if len(indices) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(indices)} task indices")
     return [
         EpisodeSpec(
             task=task,
@@ -79,6 +84,6 @@ def make_group_specs(
             group_index=g,
             seed=derive_seed(seed, i, g),
         )
-        for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
+        for i, task, config, task_tools in zip(indices, tasks, tool_configs, tools)
         for g in range(group_size)
     ]

@@ -17,11 +17,14 @@ reduce to plain local operations.
 - `host_local_copy(state, mesh)`: a tree of global arrays re-placed on a mesh
   of this host's own devices.
 - `barrier(name)`: every host waits here until all have arrived.
+- `global_batch(batch, sharding)`: the learner's batch, the same on every host,
+  as global arrays.
 """
 
 from __future__ import annotations
 
 import pickle
+import zlib
 from typing import Any, Sequence
 
 import jax
@@ -74,3 +77,28 @@ def host_local_copy(state: Any, shardings: Any) -> Any:
     """`state` (global arrays) placed on `shardings` over this host's devices, one
     leaf at a time; every host must call it with the same tree."""
     return jax.tree.map(lambda x, s: jax.device_put(gather_to_host(x), s), state, shardings)
+
+
+def global_batch(batch: Any, sharding: Any) -> Any:
+    """A batch (a tree of host arrays, the whole step's, the same on every host) as
+    global arrays split by `sharding`.
+
+    Every host passes the whole batch; `jax.make_array_from_process_local_data`
+    with the global shape gives each device its rows, so the shapes are the same on
+    every host by construction. On several hosts the batch's checksum is compared
+    first: hosts that built different batches are an error, not a silent mix.
+    """
+    host = jax.tree.map(np.asarray, batch)
+    if jax.process_count() > 1:
+        crc = 0
+        for x in jax.tree.leaves(host):
+            crc = zlib.crc32(np.ascontiguousarray(x).view(np.uint8), crc)
+        sums = _allgather(np.asarray([crc], np.int64))[:, 0]
+        if len(set(sums.tolist())) > 1:
+            raise RuntimeError(
+                f"hosts built different batches for the same step (checksums {sums.tolist()}): "
+                "their rollouts or data diverged"
+            )
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, x, x.shape), host
+    )

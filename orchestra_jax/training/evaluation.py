@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from orchestra_jax.agent.trajectory import write_jsonl
+from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.eval.summary import summarize
 from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.training.rollouts import run_graded_episodes
@@ -119,8 +120,9 @@ async def evaluate_policy(
         % (cost_scale, latency_scale),
         **(extra or {}),
     }
-    os.makedirs(workdir, exist_ok=True)
-    write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
-    with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
-        json.dump(summary, f, indent=2, sort_keys=True)
+    if is_primary():  # on several hosts, process 0 alone writes
+        os.makedirs(workdir, exist_ok=True)
+        write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+        with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
     return summary

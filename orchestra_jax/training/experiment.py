@@ -29,6 +29,7 @@ from orchestra_jax.training import builders, grpo_loop, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import split_list
 from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy, heldout_rewards
+from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.training.metrics import plot_metrics
 from orchestra_jax.training.run_sync import run_sync
 
@@ -229,9 +230,11 @@ def restore_reference(config, run) -> None:
 def run_experiment(config) -> dict:
     """Runs every stage of the module docstring; returns the evaluation summaries."""
     workdir = grpo_loop.workdir_of(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    primary = is_primary()  # on several hosts, process 0 alone writes files
+    if primary:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     run = grpo_loop.setup_run(config)
     tasks = eval_tasks(config)
     tool_configs = heldout_tool_configs(config, run.env, tasks)
@@ -297,13 +300,15 @@ def run_experiment(config) -> dict:
                 tool_configs=tool_configs,
                 extra={"baseline": True},
             )
-        md, png = write_report(workdir)
-        log.info("evaluation report: %s, %s", md, png)
+        if primary:
+            md, png = write_report(workdir)
+            log.info("evaluation report: %s, %s", md, png)
     metrics_file = os.path.join(workdir, "metrics.jsonl")
-    if os.path.exists(metrics_file):
+    if primary and os.path.exists(metrics_file):
         plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
     if hasattr(run.engine, "close"):
         run.engine.close()
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summaries, f, indent=2, sort_keys=True)
+    if primary:
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+            json.dump(summaries, f, indent=2, sort_keys=True)
     return summaries

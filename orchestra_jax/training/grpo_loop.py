@@ -32,7 +32,8 @@ from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.training import builders, config_checks
+from orchestra_jax.parallel import multihost
+from orchestra_jax.training import builders, config_checks, host_rollouts
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import Timer, run_graded_episodes, score_groups
@@ -58,6 +59,9 @@ class Run:
     engine: Any
     batching: Any
     checkpointer: Checkpointer
+    # Several hosts with the JAX engine: its host-local parameters' shardings
+    # (training/host_rollouts.py); None: the engine reads the learner's parameters.
+    engine_shardings: Any = None
 
 
 def workdir_of(config) -> str:
@@ -99,7 +103,12 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
         builders.build_learner_config(config, total_steps=config.num_steps, mesh=mesh),
         mesh=mesh,
     )
-    engine = builders.build_engine(config, model, model_config, tokenizer)
+    engine_model, engine_shardings = model, None
+    if jax.process_count() > 1 and config.rollout.engine == "jax":
+        engine_model, engine_shardings = host_rollouts.host_local_engine_model(
+            model, mesh.shape["tensor"]
+        )
+    engine = builders.build_engine(config, engine_model, model_config, tokenizer)
     batching = builders.build_batching(config, learner.row_multiple())
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -120,6 +129,7 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
         engine,
         batching,
         checkpointer,
+        engine_shardings,
     )
 
 
@@ -161,10 +171,13 @@ def restore(run: Run, iterator) -> int:
 
 
 async def collect_experience(run: Run, tasks, step: int):
-    """Rollouts of one step, graded and scored (see `training/rollouts.py`)."""
+    """Rollouts of one step, graded and scored (see `training/rollouts.py`); on several
+    hosts, this host's share of the step, exchanged (`training/host_rollouts.py`)."""
     config = run.config
+    positions = host_rollouts.task_positions(config.rl.tasks_per_step)
     tool_configs = [
-        run.sampler.sample(task, derive_seed(config.seed, step, i)) for i, task in enumerate(tasks)
+        run.sampler.sample(task, derive_seed(config.seed, step, i))
+        for i, task in zip(positions, tasks)
     ]
     backend_seed = derive_seed(config.seed, step, 1 << 20)
     trajectories = await run_graded_episodes(
@@ -179,7 +192,9 @@ async def collect_experience(run: Run, tasks, step: int):
         seed=derive_seed(config.seed, step),
         sampling=builders.sampling_params(config),
         loop_kwargs=builders.loop_kwargs(config),
+        task_indices=positions,
     )
+    trajectories = host_rollouts.gather_step(trajectories, config.rl.group_size)
     return score_groups(
         trajectories,
         group_size=config.rl.group_size,
@@ -207,7 +222,8 @@ def train_step(run: Run, experience) -> dict[str, float]:
 
 
 async def sync_weights(run: Run, version: int) -> None:
-    await run.engine.update_weights(run.learner.params, version=version)
+    params = host_rollouts.engine_weights(run.learner.params, run.engine_shardings)
+    await run.engine.update_weights(params, version=version)
 
 
 def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
@@ -225,6 +241,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
         total_steps=config.num_steps,
         use_tensorboard=config.log.tensorboard,
         resume_step=start,
+        enabled=multihost.is_primary(),
     )
     timer = Timer()
     try:
@@ -237,7 +254,8 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                 learner_metrics = train_step(run, experience)
             with timer("weight_sync"):
                 run_sync(sync_weights(run, step + 1))
-            if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
+            traj_every = config.log.trajectories_every
+            if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
                 write_jsonl(
                     os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
                     experience.trajectories,

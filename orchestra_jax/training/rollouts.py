@@ -74,10 +74,14 @@ async def run_graded_episodes(
     sampling,
     loop_kwargs: dict,
     judge=None,
+    task_indices: Sequence[int] | None = None,
 ) -> list[Trajectory]:
-    """G episodes per task with its ToolConfig and tools, then graded."""
+    """G episodes per task with its ToolConfig and tools, then graded (`task_indices`:
+    the tasks' places in the step, for their seeds; see `make_group_specs`)."""
     tools = [_make_tools(config, backends_for(config)) for config in tool_configs]
-    specs = make_group_specs(tasks, tool_configs, group_size, seed, tools=tools)
+    specs = make_group_specs(
+        tasks, tool_configs, group_size, seed, tools=tools, task_indices=task_indices
+    )
     trajectories = await run_episodes(specs, engine, tokenizer, sampling=sampling, **loop_kwargs)
     await grade_all(trajectories, {t.id: t for t in tasks}, judge=judge)
     return trajectories
