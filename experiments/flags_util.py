@@ -20,13 +20,20 @@ def parse_flags_or_exit(argv):
 
 
 def validated(config):
-    """The config, or exit with every problem listed (training/config_checks.py)."""
+    """The config, or exit with every problem listed (training/config_checks.py), then
+    with what cannot run on this job's devices (parallel/mesh.mesh_errors)."""
+    import jax
+
+    from orchestra_jax.parallel.mesh import mesh_errors
     from orchestra_jax.training.config_checks import ConfigError, validate
 
     try:
         validate(config)
     except ConfigError as e:
         sys.exit(f"error: {e}")
+    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    if errors:
+        sys.exit("error: invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return config
 
 
