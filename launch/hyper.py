@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 Trial = dict[str, Any]
 Sweep = list[Trial]

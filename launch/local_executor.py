@@ -14,7 +14,8 @@ import os
 import pathlib
 import subprocess
 import time
-from typing import IO, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO
 
 from rich.console import Console
 from rich.table import Table

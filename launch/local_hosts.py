@@ -29,7 +29,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO
 
 GRACE_S = 10.0
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

@@ -27,11 +27,12 @@ import json
 import os
 import pathlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.console import Console
 
-from launch import config_check, hyper, local_executor, trials as trials_lib, xm_executor
+from launch import config_check, hyper, local_executor, xm_executor
+from launch import trials as trials_lib
 
 EXECUTORS = ("print", "local", "xmanager")
 

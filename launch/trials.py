@@ -19,7 +19,8 @@ import numbers
 import pathlib
 import re
 import shlex
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

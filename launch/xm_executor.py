@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from launch.trials import Trial, format_value
 

@@ -1,4 +1,10 @@
-"""Test-wide set-up: 8 fake CPU devices for mesh tests, shared/ discovery."""
+"""Test-wide set-up: 8 fake CPU devices for mesh tests, and the shared data files.
+
+Data beside the clone (`../shared`: the real Qwen3 tokenizer and configs, the
+reference tool schemas, FRAMES questions) is optional: a test that needs a file
+asks for it by name (`shared_file`) and is skipped, saying which file it looked
+for, when that file is absent.
+"""
 
 import os
 import pathlib
@@ -13,17 +19,26 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 
 
+def _need(relative: str) -> pathlib.Path:
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"needs {relative} from ../shared beside the clone (no {path})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_file():
+    """`shared_file("reference/frames.jsonl")`: the path, or a skip naming the file."""
+    return _need
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> pathlib.Path:
-    """`../shared` beside the clone; tests that need it skip, saying why."""
-    if not (SHARED / "DESIGN.md").exists():
-        pytest.skip(f"needs ../shared beside the clone (looked in {SHARED})")
-    return SHARED
+    """`../shared` itself (skipped when absent); prefer `shared_file` for one file."""
+    return _need("")
 
 
 @pytest.fixture(scope="session")
-def qwen3_dir(shared_dir) -> pathlib.Path:
-    path = shared_dir / "qwen3"
-    if not (path / "tokenizer.json").exists():
-        pytest.skip(f"needs the real Qwen3 tokenizer in {path}")
-    return path
+def qwen3_dir() -> pathlib.Path:
+    """The real Qwen3 tokenizer and configs (skipped without `qwen3/tokenizer.json`)."""
+    return _need("qwen3/tokenizer.json").parent

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestra_jax.agent.batcher import GenerationBatcher
-from orchestra_jax.agent.loop import EpisodeSpec, run_episodes_sync
+from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, run_episodes_sync
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.base import Task
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
@@ -217,7 +217,11 @@ def _window_run(n, window):
         for i in range(n)
     ]
     trajs = run_episodes_sync(
-        specs, engine, TOK, sampling=SamplingParams(), max_concurrent_episodes=window
+        specs,
+        engine,
+        TOK,
+        sampling=SamplingParams(),
+        limits=LoopLimits(max_concurrent_episodes=window),
     )
     return trajs, wait.max_active, engine.batch_sizes
 
@@ -239,7 +243,11 @@ def test_episode_window_larger_than_the_episodes_and_bad_values():
     assert most_at_once == 4 and len(trajs) == 4
     assert (
         run_episodes_sync(
-            [], ScriptedEngine([]), TOK, sampling=SamplingParams(), max_concurrent_episodes=2
+            [],
+            ScriptedEngine([]),
+            TOK,
+            sampling=SamplingParams(),
+            limits=LoopLimits(max_concurrent_episodes=2),
         )
         == []
     )

@@ -11,7 +11,13 @@ import json
 import pytest
 
 from orchestra_jax.agent import loop
-from orchestra_jax.agent.loop import EpisodeSpec, make_group_specs, run_episodes_sync, turn_seed
+from orchestra_jax.agent.loop import (
+    EpisodeSpec,
+    LoopLimits,
+    make_group_specs,
+    run_episodes_sync,
+    turn_seed,
+)
 from orchestra_jax.chat.template import render
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.base import Task
@@ -94,8 +100,8 @@ def spec(tools, task_id="t0", group_index=0, seed=0):
     )
 
 
-def run(specs, engine, tok=TOK, **kwargs):
-    return run_episodes_sync(specs, engine, tok, sampling=SAMPLING, **kwargs)
+def run(specs, engine, tok=TOK, **limits):
+    return run_episodes_sync(specs, engine, tok, sampling=SAMPLING, limits=LoopLimits(**limits))
 
 
 def mask_runs(traj):

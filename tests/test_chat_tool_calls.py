@@ -177,8 +177,8 @@ def test_unknown_tool_lists_the_available_ones():
     assert error.message == "Unknown tool 'browse'. Available tools: search, answer."
 
 
-def test_reference_meta_tools(shared_dir):
-    tools = json.loads((shared_dir / "reference" / "toolorchestra_tools.json").read_text())
+def test_reference_meta_tools(shared_file):
+    tools = json.loads(shared_file("reference/toolorchestra_tools.json").read_text())
     (ok, error) = parse_tool_calls(
         call('{"name": "search", "arguments": {"model": "search-3"}}')
         + call('{"name": "enhance_reasoning", "arguments": {}}'),

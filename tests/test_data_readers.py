@@ -158,8 +158,8 @@ def test_hle_types_images_and_bad_answer_type(tmp_path):
     check_report(report, tasks=3, malformed=1)
 
 
-def test_frames_reference_file(shared_dir):
-    tasks, report = read_tasks("frames", shared_dir / "reference" / "frames.jsonl")
+def test_frames_reference_file(shared_file):
+    tasks, report = read_tasks("frames", shared_file("reference/frames.jsonl"))
     check_report(report, tasks=824)
     assert tasks[0].id == "wiki____0" and tasks[0].answer == "Jane Ballou"
     assert {t.domain for t in tasks} == {"frames"}

@@ -56,7 +56,10 @@ def test_domains_answers_and_splits(env):
             assert not any(is_correct(f"Final answer: {d}", t) for d in t.metadata["distractors"])
         if t.domain == "logic":
             assert t.answer in t.question and t.answer not in t.metadata["distractors"]
-    ents = lambda ts: {t.metadata["entity_id"] for t in ts if t.domain == "entity_fact"}
+
+    def ents(ts):
+        return {t.metadata["entity_id"] for t in ts if t.domain == "entity_fact"}
+
     assert ents(train) and ents(heldout) and not ents(train) & ents(heldout)
     assert Task.from_dict(train[0].to_dict()) == train[0]
 

@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from orchestra_jax.agent.loop import run_episodes_sync
+from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.eval import report, routers, summary
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.training.evaluation import eval_tool_configs, heldout_rewards
-from orchestra_jax.training.rollouts import run_graded_episodes
+from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 
 
 @pytest.fixture(scope="module")
@@ -92,24 +92,16 @@ def test_router_episodes_follow_plan(env, tokenizer, router):
     tasks = env.tasks("heldout", 6)
     configs = eval_tool_configs(env, tasks, seed=0)
     engine = routers.RouterEngine(router, tokenizer, configs, seed=3)
-    trajs = asyncio.run(
-        run_graded_episodes(
-            tasks,
-            [configs[t.id] for t in tasks],
-            engine=engine,
-            tokenizer=tokenizer,
-            backends_for=lambda c: env.build_backends(c, seed=0),
-            group_size=1,
-            seed=0,
-            sampling=SamplingParams(temperature=0.0, max_new_tokens=64),
-            loop_kwargs=dict(
-                max_turns=5,
-                max_context_tokens=4096,
-                max_new_tokens_per_turn=64,
-                enable_thinking=False,
-            ),
-        )
+    how = Episodes(
+        env=env,
+        engine=engine,
+        tokenizer=tokenizer,
+        sampling=SamplingParams(temperature=0.0, max_new_tokens=64),
+        limits=LoopLimits(
+            max_turns=5, max_context_tokens=4096, max_new_tokens_per_turn=64, enable_thinking=False
+        ),
     )
+    trajs = asyncio.run(run_graded_episodes(tasks, [configs[t.id] for t in tasks], how, seed=0))
     for task, traj in zip(tasks, trajs):
         plan = engine.plan_for(task.id, 0)
         called = [(c.name, c.arguments["model"]) for turn in traj.turns for c in turn.tool_calls]
@@ -261,3 +253,35 @@ def test_report_breaks_results_down_by_domain():
         "| always_cheapest | 1.00, 0.0010; answer/sim-small 1.00 | 0.00, 0.0200; "
         "answer/sim-small 1.00 |"
     ) in table
+
+
+def test_report_leaves_out_a_tool_never_called_in_a_domain(tmp_path):
+    """A tool listed with share 0 in a domain (counted, never called) used to divide by 0."""
+    by_domain = {
+        "logic": {
+            "num_episodes": 2,
+            "accuracy": 0.5,
+            "mean_cost_usd": 0.02,
+            "backend_mix": {"answer/sim-small": 1.0, "search/sim-small": 0.0},
+        },
+        "arithmetic": {
+            "num_episodes": 2,
+            "accuracy": 1.0,
+            "mean_cost_usd": 0.001,
+            "backend_mix": {"enhance_reasoning/sim-coder": 0.0},
+        },
+    }
+    summary = {
+        "policy": "grpo",
+        "accuracy": 0.75,
+        "mean_cost_usd": 0.01,
+        "mean_latency_s": 1.0,
+        "by_domain": by_domain,
+    }
+    with open(tmp_path / "eval_grpo.json", "w") as f:
+        json.dump(summary, f)
+    md, png = report.write_report(str(tmp_path))
+    with open(md) as f:
+        text = f.read()
+    assert "| grpo | 1.00, 0.0010; no calls | 0.50, 0.0200; answer/sim-small 1.00 |" in text
+    assert (tmp_path / "eval_pareto.png").exists() and png.endswith("eval_pareto.png")

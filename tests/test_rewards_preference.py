@@ -75,23 +75,32 @@ def test_utility_reward_weighs_cost_and_latency_by_the_tasks_preference():
         {"cost": 0.0, "latency": 0.0},
     ]
     pref = {"accuracy": 1.0, "cost": 0.5, "latency": 0.2}
-    fn = make_reward("utility", cost_scale=0.02, latency_scale=120.0)
+    fn = make_reward({"type": "utility", "cost_scale_usd": 0.02, "latency_scale_s": 120.0})
     # 1 - 0.5*0.01/0.02 - 0.2*30/120 = 0.7; the second would be 1 - 1 - 0.1 < 0: floor 0.
     np.testing.assert_allclose(fn(features, [True, True, False], pref), [0.7, 0.0, 0.0], rtol=1e-6)
     # No stated efficiency preference: every right answer is worth 1, whatever it cost.
     np.testing.assert_allclose(fn(features, [True, True, True], {"accuracy": 1.0}), [1, 1, 1])
     with pytest.raises(ValueError, match="scales must be positive"):
-        make_reward("utility", cost_scale=0.0, latency_scale=1.0)(features, [True] * 3, pref)
+        make_reward({"type": "utility", "cost_scale_usd": 0.0, "latency_scale_s": 1.0})(
+            features, [True] * 3, pref
+        )
 
 
 def test_registry_binds_weights_and_rejects_unknown_names():
     assert REWARDS.names() == ["efficiency", "outcome", "preference", "utility"]
-    fn = make_reward("efficiency", cost_weight=2.0, latency_weight=0.0)
+    fn = make_reward(
+        {
+            "type": "efficiency",
+            "efficiency_alpha": 2.0,
+            "efficiency_beta": 0.0,
+            "efficiency_floor": 0,
+        }
+    )
     assert fn([{"cost": 0.25, "latency": 9.0}], [True], {}).tolist() == [0.5]
     with pytest.raises(ValueError, match="unknown reward"):
-        make_reward("vibes")
+        make_reward({"type": "vibes"})
     with pytest.raises(ValueError, match="bad weights"):
-        make_reward("efficiency", cost_weight=1.0)
+        make_reward({"type": "efficiency", "efficiency_alpha": 1.0})
 
 
 class Episode:
@@ -111,9 +120,9 @@ def test_group_rewards_walks_groups_in_order():
         Episode("b", True, 5.0, pref),
         Episode("b", False, 1.0, pref),
     ]
-    r = group_rewards(eps, 2, make_reward("preference"))
+    r = group_rewards(eps, 2, make_reward({"type": "preference"}))
     np.testing.assert_allclose(r, [1.0, 0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="mixes tasks"):
-        group_rewards(eps[1:3] + eps[:2], 2, make_reward("outcome"))
+        group_rewards(eps[1:3] + eps[:2], 2, make_reward({"type": "outcome"}))
     with pytest.raises(ValueError, match="groups of 3"):
-        group_rewards(eps, 3, make_reward("outcome"))
+        group_rewards(eps, 3, make_reward({"type": "outcome"}))

@@ -48,7 +48,7 @@ def test_round_trip_batched_and_in_order(server):
         try:
             return await client.generate(requests), await client.health()
         finally:
-            await client.close()
+            await client.aclose()
 
     completions, healthy = run(go())
     assert healthy
@@ -119,7 +119,7 @@ def test_single_prompt_native_shape_and_admin_routes(server):
             await client.update_weights_from_disk("/tmp/ckpt/v3", version=3)
             return info, await client.get_model_info()
         finally:
-            await client.close()
+            await client.aclose()
 
     before, after = run(admin())
     assert before[0]["model_path"] == "scripted" and after[0]["weight_version"] == "3"
@@ -153,7 +153,7 @@ def test_killed_server_retries_then_raises_clearly():
             await asyncio.to_thread(server.stop, abrupt=True)
             return await task
         finally:
-            await client.close()
+            await client.aclose()
 
     with pytest.raises(RolloutServerError, match="failed after 3 attempts") as info:
         run(go())
@@ -167,7 +167,7 @@ def test_unreachable_server_one_clear_error():
         try:
             return await client.health(), await client.generate([GenerateRequest([1])])
         finally:
-            await client.close()
+            await client.aclose()
 
     with pytest.raises(RolloutServerError, match="unreachable"):
         run(go())

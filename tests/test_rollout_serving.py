@@ -87,7 +87,7 @@ def test_weight_sync_through_hf_checkpoint(served, tmp_path):
             await client.update_weights(new_model, version=2)
             return await client.generate([request]), await client.get_model_info()
         finally:
-            await client.close()
+            await client.aclose()
 
     [completion], [info] = asyncio.run(go())
     assert (tmp_path / "v2" / "config.json").exists() and info["weight_version"] == "2"

@@ -26,8 +26,8 @@ def table_rows(schema):
     return {m[0]: (float(m[1]), float(m[2]), float(m[3])) for m in ROW.findall(doc)}
 
 
-def test_schema_lists_aliases_with_prices_like_the_reference(shared_dir):
-    reference = json.loads((shared_dir / "reference" / "toolorchestra_tools.json").read_text())
+def test_schema_lists_aliases_with_prices_like_the_reference(shared_file):
+    reference = json.loads(shared_file("reference/toolorchestra_tools.json").read_text())
     ref = {t["function"]["name"]: t for t in reference}
     aliases = [
         ModelAlias(f"reasoner-{i}", "enhance_reasoning", "b", pin, pout, lat)

@@ -35,7 +35,7 @@ class TinyMLP(nnx.Module):
         return self.down(jax.nn.relu(self.up(x)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trained_state(sharded=False):
     """Params and optimizer state after one AdamW step (so moments are non-zero).
 
@@ -59,7 +59,7 @@ def trained_state(sharded=False):
         return build()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def MESH():  # pylint: disable=invalid-name
     assert jax.device_count() == 8, "conftest fakes 8 CPU devices"
     return jax.make_mesh((2, 4), ("data", "fsdp"))
@@ -272,7 +272,7 @@ def test_nnx_optimizer_and_rngs_state_with_abstract_targets(tmp_path):
             opt_state=nnx.state(optimizer),
             rng=nnx.state(rngs),
         )
-    targets = [nnx.state(nnx.eval_shape(lambda: x)) for x in (optimizer, rngs)]
+    targets = [nnx.state(nnx.eval_shape(lambda x=x: x)) for x in (optimizer, rngs)]
     with Checkpointer(tmp_path) as ckpt:
         restored = ckpt.restore(
             params=abstract(nnx.state(model, nnx.Param)), opt_state=targets[0], rng=targets[1]

@@ -59,8 +59,7 @@ def two_steps(tmp_path_factory):
     before = _params(run.learner)
     grpo_loop.grpo_train(run)
     after = _params(run.learner)
-    if hasattr(run.engine, "close"):
-        run.engine.close()
+    run.engine.close()
     return config, workdir, before, after
 
 
@@ -70,8 +69,8 @@ def test_parameters_change_and_loss_is_finite(two_steps):
         not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
     ]
     assert any(changed), "no parameter moved in two GRPO steps"
-    lines = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
-    assert [l["step"] for l in lines] == [1, 2]
+    lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    assert [m["step"] for m in lines] == [1, 2]
     for line in lines:
         assert np.isfinite(line["learner/loss"]) and line["learner/skipped"] == 0
         for key in (
@@ -89,8 +88,8 @@ def test_parameters_change_and_loss_is_finite(two_steps):
 def test_policy_is_evaluated_every_eval_steps_apart_from_the_final_report(tmp_path):
     config = micro_config(tmp_path, **{"eval.every_steps": 1, "eval.num_tasks": 2})
     run_experiment(config)
-    lines = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
-    assert [l["step"] for l in lines] == [1, 2]
+    lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [m["step"] for m in lines] == [1, 2]
     # Step 1 is evaluated during training; the last step by the final evaluation.
     assert 0.0 <= lines[0]["eval/heldout_reward"] <= 1.0 and "time/eval_s" in lines[0]
     assert not any(k.startswith("eval/") for k in lines[1])
@@ -142,8 +141,7 @@ def test_checkpoint_restores_the_same_parameters(two_steps):
     assert len(engine_params) == len(model_params)
     for a, b in zip(jax.tree.leaves(after), engine_params):
         np.testing.assert_array_equal(a, np.asarray(b))
-    if hasattr(run.engine, "close"):
-        run.engine.close()
+    run.engine.close()
 
 
 def test_config_errors_are_listed_together(tmp_path):
@@ -241,9 +239,9 @@ def test_charge_measured_time_reaches_the_episode_loop():
     from orchestra_jax.training import builders
 
     config = grpo_hle.get_config("micro")
-    assert builders.loop_kwargs(config)["charge_tool_failure_time"] is False  # demo-derived
+    assert builders.loop_limits(config).charge_tool_failure_time is False  # demo-derived
     config.tools.charge_measured_time = True
-    assert builders.loop_kwargs(config)["charge_tool_failure_time"] is True
+    assert builders.loop_limits(config).charge_tool_failure_time is True
 
 
 def test_rl_schedule_reaches_the_learner_and_not_the_warm_start():

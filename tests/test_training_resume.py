@@ -10,7 +10,6 @@ import sys
 import jax
 import numpy as np
 
-from experiments.configs import grpo_hle
 from orchestra_jax.training.checkpointing import Checkpointer
 
 WORKER = pathlib.Path(__file__).with_name("resume_worker.py")
@@ -38,7 +37,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
 
     killed = _run(tmp_path / "killed", steps, kill_after=2)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    metrics = [json.loads(l) for l in open(tmp_path / "killed" / "metrics.jsonl")]
+    metrics = [json.loads(line) for line in open(tmp_path / "killed" / "metrics.jsonl")]
     assert [m["step"] for m in metrics] == [1, 2]
 
     resumed = _run(tmp_path / "killed", steps)
@@ -51,6 +50,6 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     for x, y in zip(leaves_a, leaves_b):
         np.testing.assert_array_equal(x, y)
     # Training really updated the parameters at every step, so equality is not trivial.
-    metrics = [json.loads(l) for l in open(tmp_path / "killed" / "metrics.jsonl")]
+    metrics = [json.loads(line) for line in open(tmp_path / "killed" / "metrics.jsonl")]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(m.get("learner/skipped", 1) == 0 for m in metrics)

@@ -40,7 +40,7 @@ def test_filters_and_advantages():
     exp = score_groups(
         trajs,
         group_size=2,
-        reward_fn=make_reward("outcome"),
+        reward_fn=make_reward({"type": "outcome"}),
         adv_clip=3.0,
         filter_reward_std=0.1,
         format_filter="episode",
@@ -58,7 +58,7 @@ def test_filters_and_advantages():
     loose = score_groups(
         trajs,
         group_size=2,
-        reward_fn=make_reward("outcome"),
+        reward_fn=make_reward({"type": "outcome"}),
         adv_clip=None,
         filter_reward_std=0.0,
         format_filter="off",
@@ -75,7 +75,14 @@ def test_dr_grpo_advantages_are_centred_not_scaled():
         _traj("b", True, 0.0),
         _traj("b", False, 0.0),
     ]
-    reward = make_reward("efficiency", cost_weight=1.0, latency_weight=0.0)
+    reward = make_reward(
+        {
+            "type": "efficiency",
+            "efficiency_alpha": 1.0,
+            "efficiency_beta": 0.0,
+            "efficiency_floor": 0,
+        }
+    )
     grpo_exp = score_groups(
         trajs,
         group_size=2,
@@ -133,7 +140,7 @@ def test_turn_format_filter_masks_only_malformed_turns():
     exp = score_groups(
         trajs,
         group_size=2,
-        reward_fn=make_reward("outcome"),
+        reward_fn=make_reward({"type": "outcome"}),
         adv_clip=3.0,
         filter_reward_std=0.0,
         format_filter="turn",
@@ -159,7 +166,7 @@ def test_unknown_format_filter_is_an_error():
         score_groups(
             [_two_turn_traj("a", True, True)] * 2,
             group_size=2,
-            reward_fn=make_reward("outcome"),
+            reward_fn=make_reward({"type": "outcome"}),
             adv_clip=3.0,
             filter_reward_std=0.0,
             format_filter="drop",
@@ -174,7 +181,7 @@ def test_penalty_format_filter_ranks_malformed_episodes_last():
     exp = score_groups(
         trajs,
         group_size=2,
-        reward_fn=make_reward("outcome"),
+        reward_fn=make_reward({"type": "outcome"}),
         adv_clip=3.0,
         filter_reward_std=0.0,
         format_filter="penalty",

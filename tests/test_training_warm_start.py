@@ -54,8 +54,7 @@ def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path):
     for ref, w in zip(_leaves(restarted.learner.ref_params), warm):
         np.testing.assert_array_equal(ref, w)
     for engine in (run.engine, restarted.engine):
-        if hasattr(engine, "close"):
-            engine.close()
+        engine.close()
 
 
 def test_missing_reference_is_a_clear_error(tmp_path):
@@ -63,8 +62,7 @@ def test_missing_reference_is_a_clear_error(tmp_path):
     run = grpo_loop.setup_run(config)
     with pytest.raises(FileNotFoundError, match="KL reference"):
         experiment.restore_reference(config, run)
-    if hasattr(run.engine, "close"):
-        run.engine.close()
+    run.engine.close()
 
 
 def _graded(correct, task_id="t", cost=0.0):
@@ -116,8 +114,7 @@ def _collect_seeded(config):
     for _ in range(2):
         run = grpo_loop.setup_run(config)
         collected.append(experiment.collect_demonstrations(config, run))
-        if hasattr(run.engine, "close"):
-            run.engine.close()
+        run.engine.close()
     demos, again = collected
     assert [d.token_ids for d in again] == [d.token_ids for d in demos]
     assert [(d.cost_usd, d.latency_s) for d in again] == [(d.cost_usd, d.latency_s) for d in demos]
@@ -218,5 +215,4 @@ def test_sft_ema_decay_reaches_the_warm_start(tmp_path, monkeypatch):
     run = grpo_loop.setup_run(config)
     experiment.run_warm_start(config, run)
     assert seen["ema_decay"] == 0.9
-    if hasattr(run.engine, "close"):
-        run.engine.close()
+    run.engine.close()

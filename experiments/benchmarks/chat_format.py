@@ -1,6 +1,8 @@
 """chat_format: our Qwen3 chat rendering and tokenization against Hugging Face's, same inputs.
 
-    python -m experiments.benchmarks.chat_format [--quick] [--qwen3 ../shared/qwen3]
+    python -m experiments.benchmarks.chat_format --qwen3 /path/to/Qwen3-0.6B [--quick]
+
+`--qwen3`: a Hugging Face Qwen3 folder with tokenizer.json and its chat template.
 
 Workload: seeded orchestration episodes like the agent loop's (system prompt,
 the three meta-tool schemas, a question, T turns of reasoning + one tool call +
@@ -24,7 +26,6 @@ from orchestra_jax.chat import template
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.chat.tool_calls import parse_tool_calls
 
-QWEN3 = pathlib.Path(__file__).resolve().parents[3] / "shared" / "qwen3"
 ALIASES = [
     "search-1",
     "search-2",
@@ -88,7 +89,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--qwen3", type=pathlib.Path, default=QWEN3)
+    parser.add_argument(
+        "--qwen3", type=pathlib.Path, required=True, help="a Qwen3 tokenizer folder"
+    )
     args = parser.parse_args()
     from transformers import AutoTokenizer  # the peer; imported here so --help stays fast
 
@@ -105,12 +108,14 @@ def main() -> None:
             if m["role"] == "assistant"
         ]
         timings = alternate_timings(
-            {
-                "render_ours": lambda: template.render(messages, tools=tools),
-                "render_hf": lambda: hf.apply_chat_template(messages, tools=tools, tokenize=False),
-                "encode_ours": lambda: ours.encode(text),
-                "encode_hf": lambda: hf(text, add_special_tokens=False),
-                "parse_ours": lambda: [parse_tool_calls(g, tools) for g in generated],
+            {  # each lambda binds this episode's messages, text and generated turns
+                "render_ours": lambda m=messages: template.render(m, tools=tools),
+                "render_hf": lambda m=messages: hf.apply_chat_template(
+                    m, tools=tools, tokenize=False
+                ),
+                "encode_ours": lambda t=text: ours.encode(t),
+                "encode_hf": lambda t=text: hf(t, add_special_tokens=False),
+                "parse_ours": lambda g=generated: [parse_tool_calls(x, tools) for x in g],
             },
             repeats=repeats,
         )

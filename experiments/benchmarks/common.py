@@ -21,7 +21,8 @@ import pathlib
 import platform
 import statistics
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent / "results"
 

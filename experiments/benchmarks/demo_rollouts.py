@@ -4,15 +4,15 @@
 
 The workload is the demo itself: the `demo` config's policy after a short warm
 start (`--sft-steps` behaviour-cloning steps on its demonstrator), then
-`--steps` GRPO rollout steps (the config's tasks per step x G: 8 x 4 when the
-result in docs/benchmarks.md was recorded, 4 x 8 in the demo config since; the
-synthetic environment, its tools and the agent loop), each after an
+`--steps` GRPO rollout steps (the config's tasks per step x G, on the synthetic
+environment, its tools and the agent loop; docs/benchmarks.md says which
+config its figure used), each after an
 `update_weights` as in training. Turns reach the engine as the agent loop hands
 them over, so admissions mix rows and suffix lengths as they do in a run.
 
 Ours: JaxEngine as built by the demo (prefill rows padded to at least 8, prompts
 and suffixes to at least 128 tokens, cached prefixes used only when they cover a
-quarter of the prompt). Peer: the same engine with the earlier settings (rows
+quarter of the prompt). Peer: the same engine without those floors (rows
 from 1, lengths from 16, any cached prefix of 16 tokens or more). Both run every
 step on the same weights, tasks and seeds, alternately (ours, peer) step by
 step; fresh engines, so every compile is counted and timed as in a run.

@@ -60,11 +60,11 @@ def write_synthetic(folder: pathlib.Path) -> int:
     """Write the synthetic checkpoint tensor by tensor; returns its tensor bytes."""
     import jax.numpy as jnp
     import ml_dtypes
+    from flax import nnx
 
     from orchestra_jax.models import hf_checkpoint
     from orchestra_jax.models import safetensors_stream as st
     from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from flax import nnx
 
     config = Qwen3Config(**SYNTHETIC, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
@@ -156,8 +156,7 @@ def main(folder: pathlib.Path, keep: bool) -> None:
             "shard_bytes": SHARD_BYTES,
             "phases": results,
             "target_peak_over_checkpoint": 1.25,
-            "note": "'save' excludes the load before it (peak RSS reset); machine shared with "
-            "other engineers' jobs",
+            "note": "'save' excludes the load before it (peak RSS reset)",
         },
     )
 

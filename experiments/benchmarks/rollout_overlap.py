@@ -45,7 +45,7 @@ import numpy as np
 from flax import nnx
 
 from experiments.benchmarks.common import RESULTS_DIR, write_result
-from orchestra_jax.agent.loop import EpisodeSpec, derive_seed, run_episodes
+from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, derive_seed, run_episodes
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.base import Task
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
@@ -152,19 +152,18 @@ def make_specs(n: int, latency_s: float) -> list[EpisodeSpec]:
 
 
 async def timed_run(variant: str, specs, engine, tokenizer, turns: int, max_new: int):
-    kwargs = dict(
-        sampling=SamplingParams(temperature=1.0),
-        max_turns=turns,
-        max_new_tokens_per_turn=max_new,
-        max_context_tokens=4096,
-    )
+    sampling = SamplingParams(temperature=1.0)
+    limits = LoopLimits(max_turns=turns, max_new_tokens_per_turn=max_new, max_context_tokens=4096)
     start = time.perf_counter()
     if variant == "sequential":
         trajs = [
-            t for spec in specs for t in await run_episodes([spec], engine, tokenizer, **kwargs)
+            t
+            for spec in specs
+            for t in await run_episodes([spec], engine, tokenizer, sampling=sampling, limits=limits)
         ]
     else:
-        trajs = await run_episodes(specs, engine, tokenizer, **kwargs, **VARIANTS[variant])
+        limits = dataclasses.replace(limits, **VARIANTS[variant])
+        trajs = await run_episodes(specs, engine, tokenizer, sampling=sampling, limits=limits)
     wall = time.perf_counter() - start
     assert all(t.finish_reason == "answer" and len(t.turns) == turns for t in trajs), [
         (t.finish_reason, len(t.turns)) for t in trajs
@@ -182,7 +181,7 @@ async def measure(args) -> dict:
     without = make_specs(args.episodes, 0.0)
     variants = list(VARIANTS) + (["sequential"] if args.sequential else [])
     # Staggered arrivals hit prefill row buckets 1, 2, 4, ...: compile them all before timing.
-    for passes in range(1, 7):
+    for passes in range(1, 7):  # noqa: B007 (reported after the loop)
         before = sum(jax_engine.compile_counts.values())
         for v in variants:
             for specs in (with_tools, without):
@@ -261,8 +260,8 @@ async def measure_demo(args) -> dict:
     engine = JaxEngine(
         model, max_batch_size=cfg.rollout.max_batch_size, max_seq_len=cfg.rollout.max_seq_len
     )
-    kwargs = dict(
-        sampling=SamplingParams(temperature=cfg.rollout.temperature),
+    sampling = SamplingParams(temperature=cfg.rollout.temperature)
+    limits = LoopLimits(
         max_turns=cfg.agent.max_turns,
         max_context_tokens=cfg.agent.max_context_tokens,
         max_new_tokens_per_turn=cfg.agent.max_new_tokens_per_turn,
@@ -275,7 +274,13 @@ async def measure_demo(args) -> dict:
         for v in walls:
             before = sum(engine.compile_counts.values())
             start = time.perf_counter()
-            trajs = await run_episodes(specs, engine, tokenizer, **kwargs, **VARIANTS[v])
+            trajs = await run_episodes(
+                specs,
+                engine,
+                tokenizer,
+                sampling=sampling,
+                limits=dataclasses.replace(limits, **VARIANTS[v]),
+            )
             wall = time.perf_counter() - start
             new = sum(engine.compile_counts.values()) - before
             if rep >= 0:

@@ -23,6 +23,9 @@ VARIANTS = ("demo", "micro", "qwen3_0p6b", "qwen3_8b")
 
 
 def _base() -> ml_collections.ConfigDict:
+    # The held-out reward's scales, shared by eval.* and reward.* (reward.type="utility").
+    cost_scale_usd = ml_collections.FieldReference(0.02)
+    latency_scale_s = ml_collections.FieldReference(120.0)
     c = ml_collections.ConfigDict()
     c.variant = ""
     c.seed = 0
@@ -84,10 +87,10 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- tasks -----------------------------------------------------------------
     c.data = ml_collections.ConfigDict()
-    # Comma-separated `source[:weight]` list; sources are data readers
-    # ("synthetic", "frames", "hle", "generalthought", "toolscale", "jsonl").
+    # Comma-separated `source[:weight]` list; a source is a task reader of
+    # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
-    c.data.paths = ml_collections.ConfigDict()  # source name -> file path.
+    c.data.paths = ml_collections.ConfigDict()  # Source (an import path's reader) -> file path.
     # The synthetic world's seed (organisations, corpus, every split's tasks),
     # apart from `seed` so that runs of different training seeds learn the same
     # world and are evaluated on the same held-out tasks.
@@ -103,8 +106,14 @@ def _base() -> ml_collections.ConfigDict:
     c.data.stratum_weights = ""
 
     # --- tools, prices, preferences ---------------------------------------------
+    # --- the environment: tasks, tools, grading ---------------------------------------
+    c.env = ml_collections.ConfigDict()
+    # A registered environment (envs/environment.py; "synthetic": the offline world of
+    # simulated experts, BM25 search and a sandbox) or "package.module:factory".
+    c.env.name = "synthetic"
     c.tools = ml_collections.ConfigDict()
-    c.tools.backends = "offline"  # "offline": simulated experts + BM25 + sandbox.
+    # Tools every task offers: meta-tools, plain tools ("python") or "package.module:attr".
+    c.tools.enabled = "search,enhance_reasoning,answer"
     c.tools.randomize = True  # Sample aliases, prices and preferences per task.
     c.tools.price_scale_min = 0.5  # Price multipliers sampled log-uniformly.
     c.tools.price_scale_max = 2.0
@@ -118,9 +127,11 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.preference_prob = 0.2  # Chance a task states a tool preference.
     c.tools.sleep_scale = 0.0  # Simulated tools really sleep latency × this.
     c.tools.description_style = "full"  # "full" (paper) | "compact" (short CPU prompts).
-    # Model-written code runs under bubblewrap ("bwrap", Linux). "rlimits" only
-    # limits resources (no network or file isolation): for trusted set-ups only.
-    c.tools.sandbox = "bwrap"
+    # Where model-written code runs (tools/python_sandbox.py): "auto" picks the
+    # first of bwrap (Linux namespaces) and wasm (CPython for WASI in wasmtime)
+    # that runs here; "rlimits" limits resources only and needs code_is_trusted.
+    c.tools.sandbox = "auto"
+    c.tools.code_is_trusted = False  # True: a sandbox with open escapes may run it.
     # Charge the sandbox's and the retriever's measured wall time (code cost,
     # latency), and a failing tool's. False: offline rewards depend on the seed
     # only, not on machine load, so runs repeat and a resumed run retraces an
@@ -133,11 +144,14 @@ def _base() -> ml_collections.ConfigDict:
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
     # "preference" (paper) | "efficiency" | "outcome" | "utility" (the held-out
-    # evaluation's reward, with eval.cost_scale_usd and eval.latency_scale_s).
+    # evaluation's reward) | "package.module:factory" (rewards/registry.py).
     c.reward.type = "preference"
     c.reward.efficiency_alpha = 1.0  # efficiency: 1 - alpha·cost - beta·latency.
     c.reward.efficiency_beta = 0.0
     c.reward.efficiency_floor = 0.0
+    # utility's scales: the held-out reward's (one value, set either field).
+    c.reward.cost_scale_usd = cost_scale_usd
+    c.reward.latency_scale_s = latency_scale_s
 
     # --- GRPO ------------------------------------------------------------------
     c.rl = ml_collections.ConfigDict()
@@ -155,6 +169,7 @@ def _base() -> ml_collections.ConfigDict:
     # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
     # each episode. Rows, and so rl.micro_batch_size, then count groups, not episodes.
     c.rl.share_prompts = False
+    c.rl.loss = "ppo_clip"  # A policy loss of rl/grpo.py POLICY_LOSSES, or "package.module:fn".
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28
     c.rl.dual_clip = 10.0
@@ -205,8 +220,8 @@ def _base() -> ml_collections.ConfigDict:
     c.eval.baselines = "always_strongest,always_cheapest,random"
     c.eval.temperature = 0.0  # 0: greedy decoding.
     # Held-out reward: correct * max(0, 1 - P_cost*cost/scale - P_latency*latency/scale).
-    c.eval.cost_scale_usd = 0.02
-    c.eval.latency_scale_s = 120.0
+    c.eval.cost_scale_usd = cost_scale_usd
+    c.eval.latency_scale_s = latency_scale_s
     c.log = ml_collections.ConfigDict()
     c.log.trajectories_every = 1  # Write trajectories JSONL every N steps.
     c.log.tensorboard = True
@@ -214,127 +229,56 @@ def _base() -> ml_collections.ConfigDict:
 
 
 def _demo(c):
-    # The demo preset's layout, halved in width and depth (~1M parameters): on a
-    # 2-core CPU every step costs about a second per 16k tokens.
+    # Notes on each choice: docs/notes/ (docs/notes/README.md lists them by topic).
+    # The demo preset halved in width and depth (~1M parameters): seconds a step on 2 cores.
     c.model.preset = "demo"
     c.model.overrides.hidden_size = 128
     c.model.overrides.intermediate_size = 384
     c.model.overrides.num_hidden_layers = 2
     c.model.overrides.head_dim = 32
-    # A tiny model learns which alias suits which domain; with the aliases
-    # shuffled per task it would first have to learn to read the price tables.
+    # Fixed alias order, all models offered, one-line prices: a tiny policy learns which
+    # alias suits which domain before it could learn to read price tables.
     c.tools.keep_probability = 1.0
     c.tools.shuffle_aliases = False
     c.tools.description_style = "compact"
-    c.tokenizer = "demo"
     c.num_steps = 30
-    c.rollout.max_batch_size = 64
     c.rollout.max_seq_len = 1536
     c.agent.max_turns = 4
     c.agent.max_context_tokens = 1536
     c.agent.max_new_tokens_per_turn = 48
     c.agent.tool_timeout_s = 30.0
-    # Without a bound the warm start's 2048 router episodes all called the
-    # sandbox at once, and half the demonstrations held a timed-out call whose
-    # count depended on the machine's load (docs/benchmarks.md, session 11).
-    c.agent.max_concurrent_episodes = 64
+    c.agent.max_concurrent_episodes = 64  # Routers' calls would queue past the timeout.
     c.agent.seconds_per_generated_token = 0.02  # An 8B model at 50 tokens/s.
     c.tools.charge_measured_time = False  # Rewards a function of the seed alone.
     c.tools.memoize_code = True  # The simulated experts' programs are pure.
-    # A ~1M-parameter policy sampled at T=1 writes mostly malformed calls; T=0.5
-    # keeps half of them well-formed (log-probs are taken at the same temperature).
-    # Evaluation samples at the same temperature: it scores the policy GRPO trained.
-    # Training rollouts at 0.7 (stratified) rescued a warm start that never
-    # sampled the frontier model on logic puzzles, but over seeds 0-6 gained
-    # +0.034 ± 0.036 against these settings' +0.027 ± 0.017 (session 13).
+    # Most calls of a ~1M-parameter policy at T=1 are malformed; evaluated as trained.
     c.rollout.temperature = 0.5
     c.eval.temperature = 0.5
-    # Eight tries per question: a logic puzzle's group holds a frontier answer
-    # more often than with four, so GRPO sees it pay (docs/benchmarks.md).
-    c.rl.group_size = 8
-    c.rl.tasks_per_step = 4
+    c.rl.tasks_per_step = 4  # G = 8 (the default): a logic group often holds a frontier answer.
     c.rl.lr = 2e-4
     c.rl.warmup_steps = 2
-    # Decay to 0 at the last step. At a constant rate the shared answer choice
-    # kept swinging to the end (session 14's seed 2 answered 18 of 24 logic
-    # episodes with the frontier model at step 13 and 1 of 16 at step 20, and
-    # its call format broke), so where the run stopped decided the result.
-    c.rl.schedule = "cosine"
-    # A KL penalty to the warm start (the paper's reference policy, at 3000x its
-    # coefficient). Entity and logic questions share the tiny policy's answer
-    # choice, so once GRPO moves entity questions to the cheapest model it can
-    # drag the logic puzzles along; without the penalty seed 0's logic puzzles
-    # left the frontier model in its last two steps (docs/benchmarks.md,
-    # session 11). Over five seeds 0.3 gained a little more than 0.1 (session 12).
-    # More GRPO steps let the shared choice swing further rather than settle
-    # (40 steps: seed 0 ended below its warm start).
+    c.rl.schedule = "cosine"  # The last updates, which decide the result, move least.
+    # KL to the warm start: domains share the answer choice; this keeps logic's.
     c.rl.kl_coef = 0.3
-    # Each group's ~670-token prompt runs once, not eight times (rl/shared_prompts.py);
-    # a micro-batch holds 2 groups, 16 episodes, per device.
-    c.rl.share_prompts = True
-    c.rl.micro_batch_size = 2
-    # Every step holds all three domains (the warm start's demonstrations are
-    # drawn from the same stream). With 4 tasks drawn at random one step in
-    # six held no logic puzzle: such a step can only pay for cheaper answers,
-    # and the tiny policy's answer choice is largely shared across domains.
-    # With the cosine decay above, GRPO gained on its warm start in 9 of 10
-    # seeds, +0.026 ± 0.022 (without both: 5 of 7, +0.024 ± 0.037; see
-    # docs/benchmarks.md, session 15).
-    c.data.stratify_by = "domain"
-    # Twice as many logic puzzles as the world holds, in the demonstrations and
-    # in GRPO (half of every step's tasks; held-out tasks keep the world's mix).
-    # Logic is the one domain that pays for the frontier answer, and the one
-    # whose answer choice is worth most on held-out tasks (about 0.39 a task
-    # against 0.11 for entity questions' cheapest-vs-frontier difference); with
-    # a third of the tasks its groups were outvoted on the answer choice the
-    # domains share, and the seeds whose warm start seldom sampled the frontier
-    # answer on logic lost it in GRPO. Over seeds 0-9 GRPO now gains on its warm
-    # start in all 10, +0.029 ± 0.013 (0.533 -> 0.562; without the weight 9 of
-    # 10, +0.026 ± 0.022 from 0.509; docs/benchmarks.md, session 16). Logic
-    # episodes are longer: walls rose to 448-586 s.
-    c.data.stratum_weights = "logic:2"
+    c.rl.share_prompts = True  # Each group's ~670-token prompt runs once, not 8 times.
+    c.rl.micro_batch_size = 2  # Groups per device: 16 episodes.
+    c.data.stratify_by = "domain"  # Every step holds all three domains.
+    c.data.stratum_weights = "logic:2"  # Logic pays for the frontier answer: twice its share.
     c.rl.filter_reward_std = 0.0
-    # Drop whole episodes with a malformed call (the recorded demo runs used this;
-    # "turn" with T=1 rollouts let the tiny policy's call format drift, see
-    # docs/benchmarks.md).
-    c.rl.format_filter = "episode"
-    # Steps of 64 up to 768 fit shared prompts (630-710 tokens) and the episodes'
-    # replies (200-400) closely; whole episodes (the warm start's) stay in multiples
-    # of 256, the block of the causal attention (models/qwen3_attention.py).
+    c.rl.format_filter = "episode"  # "turn" let the tiny policy's call format drift.
+    # Shared prompts (630-710 tokens) and replies (200-400) in steps of 64; whole
+    # episodes (the warm start's) in blocks of 256, the causal attention's block.
     c.rl.seq_buckets = tuple(range(64, 769, 64)) + (1024, 1280, 1536)
-    # The warm start imitates one fixed plan (search, enhance_reasoning, answer)
-    # with the cheapest search and reasoning models and an answer model drawn at
-    # random: every call is well formed from the start, and a group's rewards
-    # differ only by the answer model (and the experts' luck), the choice this
-    # environment's questions differ on (the frontier model answers logic
-    # puzzles; a cheap one reads off computed and retrieved results). Each task
-    # is played sft.demo_best_of times and its solved episode of highest utility
-    # kept (best-of-n rejection sampling under the task's own preferences), so
-    # the warm start already leans to the right answer model per question, and
-    # GRPO turns the lean into a choice. From unfiltered demonstrations GRPO's
-    # first move was one answer model for every question, dearer or cheaper
-    # depending on the seed (docs/benchmarks.md, sessions 8 to 10). Random-router
-    # demonstrations (random tools too) pair a tool with another tool's alias,
-    # which a ~1M-parameter policy does not learn to avoid within the budget.
+    # Warm start: the cheapest search and reasoner, a random answer model; of each
+    # task's 4 plays the solved one of highest utility (best-of-n behaviour cloning).
     c.sft.demo_policy = "random_answer"
     c.sft.demo_filter = "best"
     c.sft.steps = 100
     c.sft.lr = 5e-3
-    # At this constant learning rate the last step's answer choice swings with
-    # the last few batches (logic puzzles to the frontier model 4 % to 79 % of
-    # the time from one 10-step mark to the next), so the warm start, and what
-    # GRPO can sample from it, was a matter of where the swing ended. The
-    # moving average over ~10 steps keeps the demonstrations' lean instead: on
-    # the three seeds run both ways it raised every warm start and the trained
-    # policy by 0.04 on average, though not GRPO's gain over its warm start
-    # (docs/benchmarks.md, session 14).
-    c.sft.ema_decay = 0.9
+    c.sft.ema_decay = 0.9  # The average over ~10 steps, not the last step's swing.
     c.sft.batch_size = 8
-    c.sft.num_demos = 512
     c.checkpoint.every_steps = 8
-    # 192 held-out tasks: at 96 the evaluation's own noise (paired standard error
-    # ~0.025) was as large as the spread of GRPO's gain across seeds.
-    c.eval.num_tasks = 192
+    c.eval.num_tasks = 192  # At 96 the evaluation's own noise was as large as the seed spread.
     return c
 
 
@@ -385,7 +329,8 @@ def _qwen3_0p6b(c):
 
 
 def _qwen3_8b(c):
-    """The paper's settings (DESIGN.md: Advantage, Loss)."""
+    """The paper's settings (G=8, 16 tasks a step, lr 1e-6, clip 0.2/0.28, dual clip 10,
+    KL 1e-4 as ½Δ², 30 turns, 24k-token prompts and 8768-token responses)."""
     c.model.hf_path = "/path/to/Qwen3-8B"
     c.tokenizer = "/path/to/Qwen3-8B"
     c.model.param_dtype = "float32"

@@ -8,7 +8,8 @@ rollout replays exactly whatever else shares the engine's batch.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,7 +19,8 @@ class EpisodeSpec:
     """A task, its tool configuration and tools, which of the G samples, a seed.
 
     `tools` maps tool name -> `Tool`; a sequence of tools is accepted and keyed
-    by their names.
+    by their names. `state` is the environment's per-episode state
+    (`Environment.reset(task)`), handed to the tools in `ToolContext.state`.
     """
 
     task: Any  # envs.base.Task
@@ -26,10 +28,12 @@ class EpisodeSpec:
     tools: Mapping[str, Any]
     group_index: int = 0
     seed: int = 0
+    state: Any = None
 
     def __post_init__(self):
         if not isinstance(self.tools, Mapping):
-            object.__setattr__(self, "tools", {tool.name: tool for tool in self.tools})
+            tools = cast(Sequence[Any], self.tools)
+            object.__setattr__(self, "tools", {tool.name: tool for tool in tools})
 
 
 def derive_seed(*parts: int) -> int:
@@ -51,13 +55,15 @@ def make_group_specs(
     *,
     backends: Any = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    reset: Callable[[Any], Any] | None = None,
     task_indices: Sequence[int] | None = None,
 ) -> list[EpisodeSpec]:
     """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
 
     `tool_configs[i]` belongs to `tasks[i]`; its tools are `tools[i]` when given,
     else `make_tools(tool_configs[i], backends)`. The G episodes of a task share
-    its tools (tools keep per-episode state in their `ToolContext`). Episode
+    its tools (tools keep per-episode state in their `ToolContext`); `reset(task)`,
+    when given, makes each episode's own `state` (`Environment.reset`). Episode
     (i, g) gets seed derive_seed(seed, task_indices[i], g); task_indices default to
     0, 1, … (a host playing part of a step passes its tasks' places in the step).
     """
@@ -83,6 +89,7 @@ def make_group_specs(
             tools=task_tools,
             group_index=g,
             seed=derive_seed(seed, i, g),
+            state=None if reset is None else reset(task),
         )
         for i, task, config, task_tools in zip(indices, tasks, tool_configs, tools)
         for g in range(group_size)

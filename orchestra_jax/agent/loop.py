@@ -39,7 +39,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, cast
 
 from orchestra_jax.agent import tool_runner
 from orchestra_jax.agent.batcher import GenerationBatcher
@@ -66,7 +67,7 @@ IM_END = "<|im_end|>"
 
 @dataclasses.dataclass(frozen=True)
 class LoopLimits:
-    """The per-episode limits of `run_episodes` (see its docstring)."""
+    """The limits and concurrency knobs of `run_episodes` (see its docstring)."""
 
     max_turns: int = 30
     max_context_tokens: int = 32768
@@ -83,6 +84,15 @@ class LoopLimits:
     # False: a tool that raises is charged no latency rather than its measured
     # wall time, for the same reason (`tools.charge_measured_time=False`).
     charge_tool_failure_time: bool = True
+    # Episodes in flight at once (None: all). Engines that answer instantly
+    # (routers) would otherwise send every episode's tool calls at once, and the
+    # calls would queue for the sandbox's threads until they pass tool_timeout_s.
+    max_concurrent_episodes: int | None = None
+    # `GenerationBatcher`'s knobs: requests per engine call, how long the first
+    # waiting request waits for others, engine calls in flight at once.
+    max_batch_size: int = 256
+    batch_wait_s: float = 0.005
+    max_in_flight_batches: int = 64
 
     def __post_init__(self):
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
@@ -92,6 +102,10 @@ class LoopLimits:
             raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
         if self.seconds_per_generated_token is not None and self.seconds_per_generated_token < 0:
             raise ValueError("seconds_per_generated_token must be >= 0 or None")
+        if self.max_concurrent_episodes is not None and self.max_concurrent_episodes < 0:
+            raise ValueError(
+                f"max_concurrent_episodes must be >= 0, got {self.max_concurrent_episodes}"
+            )
 
 
 def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
@@ -124,7 +138,9 @@ class _Episode:
         self.config = spec.tool_config
         self.schemas = self.config.tool_schemas()
         features = self.config.feature_names()
-        self.ctx = ToolContext(task=spec.task, messages=initial_messages(spec), seed=spec.seed)
+        self.ctx = ToolContext(
+            task=spec.task, messages=initial_messages(spec), seed=spec.seed, state=spec.state
+        )
         self.traj = Trajectory(
             task_id=spec.task.id,
             group_index=spec.group_index,
@@ -270,60 +286,34 @@ async def run_episodes(
     tokenizer: Any,
     *,
     sampling: SamplingParams,
-    max_turns: int = 30,
-    max_context_tokens: int = 32768,
-    max_new_tokens_per_turn: int = 2048,
-    tool_timeout_s: float = 60.0,
-    enable_thinking: bool = True,
-    stop_on_no_tool_call: bool = False,
-    seconds_per_generated_token: float | None = None,
-    charge_tool_failure_time: bool = True,
-    max_batch_size: int = 256,
-    batch_wait_s: float = 0.005,
-    max_in_flight_batches: int = 64,
-    max_concurrent_episodes: int | None = None,
+    limits: LoopLimits = LoopLimits(),
 ) -> list[Trajectory]:
     """Run the episodes concurrently; trajectories come back in `specs` order.
 
     `sampling` gives temperature/top-p/top-k; per turn the loop sets
-    max_new_tokens = min(max_new_tokens_per_turn, room left in max_context_tokens),
-    adds `<|im_end|>` to the stop ids and sets seed = turn_seed(spec.seed, turn).
-    A tool call gets `tool_timeout_s` seconds. `seconds_per_generated_token` and
-    `charge_tool_failure_time`: see `LoopLimits`. `max_batch_size`, `batch_wait_s`
-    and `max_in_flight_batches` are `GenerationBatcher`'s knobs.
+    max_new_tokens = min(limits.max_new_tokens_per_turn, room left in
+    limits.max_context_tokens), adds `<|im_end|>` to the stop ids and sets
+    seed = turn_seed(spec.seed, turn). A tool call gets `limits.tool_timeout_s`
+    seconds.
 
-    `max_concurrent_episodes` (None or 0: all at once) runs at most that many
-    episodes at a time, each slot starting the next episode when its own ends.
-    Engines that answer instantly (routers) would otherwise send every episode's
-    tool calls at once, and the calls queue for the sandbox's threads until they
-    pass `tool_timeout_s`: the episodes would then depend on the machine's load.
+    `limits.max_concurrent_episodes` (None or 0: all at once) runs at most that
+    many episodes at a time, each slot starting the next episode when its own
+    ends, so that episodes do not depend on the machine's load (see `LoopLimits`).
     """
-    if max_concurrent_episodes is not None and max_concurrent_episodes < 0:
-        raise ValueError(f"max_concurrent_episodes must be >= 0, got {max_concurrent_episodes}")
-    limits = LoopLimits(
-        max_turns=max_turns,
-        max_context_tokens=max_context_tokens,
-        max_new_tokens_per_turn=max_new_tokens_per_turn,
-        tool_timeout_s=tool_timeout_s,
-        enable_thinking=enable_thinking,
-        stop_on_no_tool_call=stop_on_no_tool_call,
-        seconds_per_generated_token=seconds_per_generated_token,
-        charge_tool_failure_time=charge_tool_failure_time,
-    )
     batcher = GenerationBatcher(
         engine,
-        max_batch_size=max_batch_size,
-        max_wait_s=batch_wait_s,
-        max_in_flight=max_in_flight_batches,
+        max_batch_size=limits.max_batch_size,
+        max_wait_s=limits.batch_wait_s,
+        max_in_flight=limits.max_in_flight_batches,
     )
     prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)
     episodes = []
     for spec in specs:
         key = (id(spec.tool_config), spec.task.id)
         if key not in prompts:
-            prompts[key] = render_prompt(spec, tokenizer, enable_thinking=enable_thinking)
+            prompts[key] = render_prompt(spec, tokenizer, enable_thinking=limits.enable_thinking)
         episodes.append(_Episode(spec, prompts[key], tokenizer, limits))
-    num_slots = min(max_concurrent_episodes or len(episodes), len(episodes))
+    num_slots = min(limits.max_concurrent_episodes or len(episodes), len(episodes))
     results: list[Trajectory | None] = [None] * len(episodes)
     queue = iter(enumerate(episodes))  # shared by the slots: each takes the next episode
 
@@ -339,7 +329,7 @@ async def run_episodes(
     for _ in range(num_slots):
         batcher.episode_started()  # all live before any runs: the first batch waits for all
     await asyncio.gather(*(slot() for _ in range(num_slots)))
-    return results
+    return cast(list[Trajectory], results)  # every slot ran until the queue was empty
 
 
 def run_episodes_sync(*args, **kwargs) -> list[Trajectory]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from orchestra_jax.agent.trajectory import ToolCallRecord, ToolResultRecord
 from orchestra_jax.chat.tool_calls import ToolCall, ToolCallError

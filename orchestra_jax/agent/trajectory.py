@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error")
 
@@ -156,7 +157,7 @@ class Trajectory:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         data = dict(data)
         turns = []
         for t in data.pop("turns", []):

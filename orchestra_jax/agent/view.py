@@ -22,7 +22,8 @@ import json
 import pathlib
 import re
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from orchestra_jax.agent.trajectory import Trajectory, read_jsonl
 from orchestra_jax.agent.view_page import PAGE_TEMPLATE
@@ -170,7 +171,7 @@ def write_viewer(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m orchestra_jax.agent.view", description=__doc__.split("\n\n")[0]
+        prog="python -m orchestra_jax.agent.view", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("run_dir", help="run folder (with trajectories/*.jsonl) or one .jsonl")
     parser.add_argument(

@@ -34,7 +34,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -133,15 +133,21 @@ def parse_tool_calls(
         results.append(item)
 
 
+def _skip_space(content: str, pos: int) -> int:
+    """The position after the JSON white space at `pos` (`_JSON_SPACE` matches "" too)."""
+    match = _JSON_SPACE.match(content, pos)
+    return match.end() if match else pos
+
+
 def _parse_block(content: str, start: int, schemas) -> tuple[ToolCall | ToolCallError, int]:
     """The block opening at `start`, and where scanning resumes after it."""
-    body = _JSON_SPACE.match(content, start + len(TOOL_CALL_OPEN)).end()
+    body = _skip_space(content, start + len(TOOL_CALL_OPEN))
     try:
         value, end = _DECODER.raw_decode(content, body)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         value, end, problem = None, None, _json_problem(e, content, body)
     else:
-        close = _JSON_SPACE.match(content, end).end()
+        close = _skip_space(content, end)
         if content.startswith(TOOL_CALL_CLOSE, close):
             stop = close + len(TOOL_CALL_CLOSE)
             return check_call(value, content[start:stop], schemas), stop
@@ -201,6 +207,7 @@ def check_call(
     )
     if problem:
         return ToolCallError(f"Invalid tool call: {problem}. Write each call as {CALL_FORMAT}", raw)
+    name, arguments = cast(str, name), cast(dict, arguments)  # checked by `problem` above
     if schemas is not None:
         if name not in schemas:
             return ToolCallError(
@@ -254,7 +261,8 @@ def schema_errors(value: Any, schema: Any, path: str) -> list[str]:
 
 
 def _object_errors(value: dict, schema: Mapping[str, Any], path: str) -> list[str]:
-    properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+    declared = schema.get("properties")
+    properties: Mapping[str, Any] = declared if isinstance(declared, Mapping) else {}
     prefix = f"{path}." if path else ""
     errors = [
         f"missing required argument {prefix + key!r}"

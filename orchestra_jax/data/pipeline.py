@@ -42,7 +42,8 @@ Pipeline, per source i with weight w_i:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import grain
 import numpy as np
@@ -130,7 +131,7 @@ def task_batches(
     _validate(sources, tasks_per_step, num_epochs)
     if (shard_index is None) != (shard_count is None):
         raise ValueError("give both shard_index and shard_count, or neither")
-    if shard_index is None:
+    if shard_index is None or shard_count is None:
         shard_index, shard_count = host_shard()
     if not 0 <= shard_index < shard_count:
         raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")

@@ -26,12 +26,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from orchestra_jax.data.rows import MalformedRow, ReadReport, RowError, iter_rows, text_field
 from orchestra_jax.data.toolscale import toolscale_task
 from orchestra_jax.envs.base import ANSWER_TYPES, Task
-
+from orchestra_jax.registry import Registry
 
 # A converter turns one row into a Task, or None to skip it on purpose.
 RowConverter = Callable[[dict, str], "Task | None"]
@@ -223,34 +223,34 @@ def _jsonl(
     return read_file(path, lambda row, where: mapped_task(row, where, fields=fields), limit=limit)
 
 
-READERS: dict[str, Callable[..., tuple[list[Task], ReadReport]]] = {
-    "toolscale": _file_reader(toolscale_task),
-    "generalthought": _file_reader(generalthought_task),
-    "hle": _file_reader(hle_task),
-    "frames": _file_reader(frames_task),
-    "jsonl": _jsonl,
-    "synthetic": _synthetic,
-}
+# `data.sources` names: a reader is `(path, *, limit=None, **options) -> (tasks,
+# ReadReport)` ("synthetic" takes no path); "package.module:reader" names one's own.
+READERS: Registry[Callable[..., tuple[list[Task], ReadReport]]] = Registry("task source")
+READERS.register("toolscale", _file_reader(toolscale_task))
+READERS.register("generalthought", _file_reader(generalthought_task))
+READERS.register("hle", _file_reader(hle_task))
+READERS.register("frames", _file_reader(frames_task))
+READERS.register("jsonl", _jsonl)
+READERS.register("synthetic", _synthetic)
 
 
 def read_tasks(
     kind: str, path: str | os.PathLike | None = None, **options
 ) -> tuple[list[Task], ReadReport]:
-    """Reads tasks of format `kind` (a key of `READERS`).
+    """Reads tasks of format `kind` (a `READERS` name or "package.module:reader").
 
     File kinds need `path`; `"synthetic"` takes `seed`, `split`, `n` instead.
     Options per kind: `limit` (all file kinds), `answer_type` (generalthought,
     frames), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
     (jsonl: `FieldMap` or its kwargs).
     """
-    if kind not in READERS:
-        raise ValueError(f"unknown task source {kind!r}; known: {sorted(READERS)}")
+    reader = READERS.get(kind)
     if kind == "synthetic":
         if path is not None:
             raise ValueError(
                 "the 'synthetic' source takes no path (it generates tasks from a seed)"
             )
-        return READERS[kind](**options)
+        return reader(**options)
     if path is None:
         raise ValueError(f"task source {kind!r} needs a path")
-    return READERS[kind](path, **options)
+    return reader(path, **options)

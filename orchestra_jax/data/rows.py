@@ -14,7 +14,8 @@ import dataclasses
 import json
 import os
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, Literal, overload
 
 # How many error messages a report keeps; the count keeps going past it.
 MAX_REPORTED_ERRORS = 5
@@ -140,6 +141,14 @@ def _not_object(value) -> str:
 
 class MalformedRow(ValueError):
     """A decoded row that lacks what its format needs."""
+
+
+@overload
+def text_field(row: dict, *names: str, required: Literal[True] = True) -> str: ...
+
+
+@overload
+def text_field(row: dict, *names: str, required: bool) -> str | None: ...
 
 
 def text_field(row: dict, *names: str, required: bool = True) -> str | None:

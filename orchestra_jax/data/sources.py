@@ -14,7 +14,8 @@ share, and every other key is passed to the reader (`path`, `limit`,
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from orchestra_jax.data.pipeline import WeightedSource
 from orchestra_jax.data.readers import read_tasks
@@ -35,7 +36,8 @@ def load_sources(
         raise ValueError("data config lists no task sources")
     sources, reports = [], []
     for index, spec in enumerate(specs):
-        options = dict(spec.to_dict() if hasattr(spec, "to_dict") else spec)
+        to_dict = getattr(spec, "to_dict", None)  # a ConfigDict
+        options = dict(to_dict() if to_dict is not None else spec)
         if "kind" not in options:
             raise ValueError(f"task source #{index} has no 'kind' (one of the reader names)")
         kind = options.pop("kind")

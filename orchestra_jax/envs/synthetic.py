@@ -12,32 +12,35 @@ Task i of a split is a function of (seed, split, i) only, so `tasks(split, n)`
 is a prefix of `tasks(split, n + 1)`. Entity facts of the train and held-out
 splits concern disjoint sets of organisations; the corpus holds all of them.
 
-One call gives the agent loop everything it needs offline:
+It is the first `envs.environment.Environment` (registered as "synthetic";
+`from_config` builds it from an experiment config). One call gives the agent
+loop everything it needs offline:
 
     env = SyntheticOrchestrationEnv(seed=0)
-    backends = env.build_backends()                        # once
     config = env.tool_config_sampler(seed=0).sample(task)   # per task
-    tools = make_tools(config, backends)
+    tools = env.tools(config, seed=0)                       # {name: Tool}
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from orchestra_jax.envs import synthetic_models, synthetic_world
 from orchestra_jax.envs.base import Task
-from orchestra_jax.tools.config import (
+from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
+from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.config import ToolConfig, aliases_from_profiles
+from orchestra_jax.tools.config_sampler import (
     SamplerRanges,
-    ToolConfig,
     ToolConfigSampler,
-    aliases_from_profiles,
     fixed_eval_configs,
 )
 from orchestra_jax.tools.python_sandbox import run_python
-from orchestra_jax.tools.registry import Backends
+from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.tools.retrieval import BM25Retriever, Document
 
 DOMAINS = ("arithmetic", "entity_fact", "logic")
@@ -207,6 +210,30 @@ class SyntheticOrchestrationEnv:
             charge_measured_time=self.charge_measured_time,
         )
 
+    def tools(
+        self, tool_config: ToolConfig, *, seed: int = 0, sleep_scale: float = 0.0
+    ) -> dict[str, Tool]:
+        """The tools `tool_config` enables, on this env's offline backends."""
+        return make_tools(
+            tool_config, self.build_backends(tool_config, seed=seed, sleep_scale=sleep_scale)
+        )
+
+    # --- episodes ------------------------------------------------------------------
+
+    def reset(self, task: Task) -> None:
+        """No per-episode state: the world does not change during an episode."""
+        del task
+
+    def other_party(self, task: Task) -> None:
+        """No conversation partner: the orchestrator talks to its tools only."""
+        del task
+
+    async def grade(
+        self, task: Task, final_answer: str | None, *, judge: Judge | None = None
+    ) -> JudgeVerdict:
+        """Rule-based grading by the task's answer type (`rewards/judge.grade`)."""
+        return await grade(final_answer, task, judge=judge)
+
     # --- tool configurations -------------------------------------------------------
 
     @staticmethod
@@ -228,13 +255,33 @@ class SyntheticOrchestrationEnv:
         )
 
     def tool_config_sampler(
-        self, seed: int = 0, ranges: SamplerRanges = SamplerRanges(), **fields
+        self, seed: int = 0, ranges: SamplerRanges | None = None, **fields
     ) -> ToolConfigSampler:
         """Training-time randomisation over this env's models."""
-        return ToolConfigSampler(self.model_profiles(), ranges=ranges, seed=seed, **fields)
+        return ToolConfigSampler(
+            self.model_profiles(), ranges=ranges or SamplerRanges(), seed=seed, **fields
+        )
 
     def eval_tool_configs(
-        self, ranges: SamplerRanges = SamplerRanges(), **fields
+        self, ranges: SamplerRanges | None = None, **fields
     ) -> dict[str, ToolConfig]:
         """Held-out price configurations the training sampler never produces."""
-        return fixed_eval_configs(self.model_profiles(), ranges=ranges, **fields)
+        return fixed_eval_configs(self.model_profiles(), ranges=ranges or SamplerRanges(), **fields)
+
+
+def from_config(config: Any) -> SyntheticOrchestrationEnv:
+    """The env of an experiment config: `data.synthetic_seed`, `data.synthetic_num_entities`,
+    the sandbox `tools.sandbox` (memoized where `tools.memoize_code`) and
+    `tools.charge_measured_time`."""
+    from orchestra_jax.tools.python_sandbox import make_sandbox
+
+    return SyntheticOrchestrationEnv(
+        seed=config.data.synthetic_seed,
+        num_entities=config.data.synthetic_num_entities,
+        run_code=make_sandbox(
+            config.tools.sandbox,
+            code_is_trusted=config.tools.code_is_trusted,
+            memoize=config.tools.memoize_code,
+        ),
+        charge_measured_time=config.tools.charge_measured_time,
+    )

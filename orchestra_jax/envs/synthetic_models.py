@@ -17,14 +17,14 @@ then a cheap answer; logic -> answer with the frontier model.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
+from orchestra_jax.tools.meta_tool_table import meta_tool
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends
 from orchestra_jax.tools.simulated_expert import SimulatedExpert
-
-ROLE_OF_TOOL = {"search": "query", "enhance_reasoning": "code", "answer": "answer"}
 
 EXPERT_PARAMS: dict[str, dict[str, Any]] = {
     "sim-frontier": dict(
@@ -135,7 +135,7 @@ def simulated_experts(
     has no such alias, or without a config)."""
     latency: dict[str, dict[str, float]] = {}
     for p in MODEL_PROFILES:
-        latency.setdefault(p.backend, {})[ROLE_OF_TOOL[p.tool]] = p.latency_s
+        latency.setdefault(p.backend, {})[meta_tool(p.tool).role] = p.latency_s
     aliases = tool_config.aliases if tool_config is not None else ()
     unknown = sorted({a.backend for a in aliases} - set(EXPERT_PARAMS))
     if unknown:
@@ -143,7 +143,7 @@ def simulated_experts(
             f"no simulated expert for backends {unknown}; known: {sorted(EXPERT_PARAMS)}"
         )
     for a in aliases:
-        latency[a.backend][ROLE_OF_TOOL[a.tool]] = a.latency_s
+        latency[a.backend][meta_tool(a.tool).role] = a.latency_s
     return {
         name: SimulatedExpert(
             name, mean_latency_s=latency[name], sleep_scale=sleep_scale, seed=seed, **params

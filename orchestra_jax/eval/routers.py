@@ -25,11 +25,13 @@ says nothing about which plan suits it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from orchestra_jax.chat.template import to_json
+from orchestra_jax.registry import Registry
 from orchestra_jax.rollout.engine import GenerateRequest
 from orchestra_jax.rollout.scripted import ScriptedEngine
 
@@ -96,14 +98,14 @@ def _random(config, rng) -> Plan:
     return steps
 
 
-ROUTERS: dict[str, Callable[[Any, np.random.Generator], Plan]] = {
-    "always_strongest": _fixed_plan(max),
-    "always_cheapest": _fixed_plan(min),
-    "random_models": _random_models,
-    "random_answer": _random_answer,
-    "direct_strongest": _direct_strongest,
-    "random": _random,
-}
+# A router is `(tool_config, rng) -> Plan`; "package.module:plan_fn" names one's own.
+ROUTERS: Registry[Callable[[Any, np.random.Generator], Plan]] = Registry("router")
+ROUTERS.register("always_strongest", _fixed_plan(max))
+ROUTERS.register("always_cheapest", _fixed_plan(min))
+ROUTERS.register("random_models", _random_models)
+ROUTERS.register("random_answer", _random_answer)
+ROUTERS.register("direct_strongest", _direct_strongest)
+ROUTERS.register("random", _random)
 
 
 MIXTURE_SEPARATOR = "+"
@@ -111,17 +113,17 @@ MIXTURE_SEPARATOR = "+"
 
 def is_router(name: str) -> bool:
     """Whether `name` is a router or a "+" mixture of routers."""
-    return all(part in ROUTERS for part in name.split(MIXTURE_SEPARATOR))
+    return all(ROUTERS.problem(part) is None for part in name.split(MIXTURE_SEPARATOR))
 
 
 def router_parts(router: str) -> tuple[str, ...]:
     """The routers that `router` names: one, or the parts of a "+" mixture."""
     parts = tuple(router.split(MIXTURE_SEPARATOR))
-    unknown = [p for p in parts if p not in ROUTERS]
+    unknown = [p for p in parts if ROUTERS.problem(p) is not None]
     if unknown:
         raise ValueError(
             f"unknown router {unknown[0]!r} in {router!r}; choose from "
-            f"{sorted(ROUTERS)}, or join several with {MIXTURE_SEPARATOR!r}"
+            f"{ROUTERS.names()}, or join several with {MIXTURE_SEPARATOR!r}"
         )
     return parts
 
@@ -132,7 +134,7 @@ def make_plan(router: str, tool_config, seed: int) -> Plan:
     rng = np.random.default_rng(seed)
     if len(parts) > 1:
         router = parts[int(rng.integers(len(parts)))]
-    return ROUTERS[router](tool_config, rng)
+    return ROUTERS.get(router)(tool_config, rng)
 
 
 def parse_request_id(request_id: str) -> tuple[str, int, int]:

@@ -22,7 +22,8 @@ depends on the question shows there, not in the pooled mix.
 from __future__ import annotations
 
 import collections
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

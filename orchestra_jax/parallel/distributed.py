@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 

@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import AbstractMesh
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
@@ -128,9 +130,10 @@ class MemoryPlan:
                 f"  {d.name}: {_gib(d.memory_bytes)} per device, "
                 f"{_gib(d.usable_bytes)} usable ({d.usable_fraction:.0%})"
             )
-            verdict = "fits" if self.fits else "does NOT fit"
-            share = self.margin / d.usable_bytes
-            lines.append(f"  {verdict}: margin {_gib(self.margin)} ({share:+.0%} of usable)")
+            margin = d.usable_bytes - self.total
+            verdict = "fits" if margin >= 0 else "does NOT fit"
+            share = margin / d.usable_bytes
+            lines.append(f"  {verdict}: margin {_gib(margin)} ({share:+.0%} of usable)")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -156,17 +159,10 @@ def shard_shape(shape, spec, mesh_sizes: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class _Sizes:
-    """Stands in for a Mesh where only `.shape` is read (parallel/mesh.partition_spec)."""
-
-    def __init__(self, sizes: Mapping[str, int]):
-        self.shape = dict(sizes)
-
-
 def _param_specs(state, mesh_sizes):
     from orchestra_jax.parallel.mesh import _path_names, partition_spec
 
-    sizes = _Sizes(mesh_sizes)
+    sizes = AbstractMesh(tuple(mesh_sizes[a] for a in AXES), AXES)  # shapes only, no devices
     return jax.tree_util.tree_map_with_path(
         lambda path, x: partition_spec(_path_names(path), x.shape, sizes), state
     )

@@ -23,12 +23,13 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 
-_RULES: dict[tuple[str, str], tuple[Any, ...]] = {
+_RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
     ("embed_tokens", "embedding"): ("tensor", "fsdp"),
     ("q_proj", "kernel"): ("fsdp", "tensor"),
     ("k_proj", "kernel"): ("fsdp", "tensor"),
@@ -47,7 +48,7 @@ def resolve_axes(data: int, fsdp: int, tensor: int, num_devices: int) -> dict[st
     Raises ValueError naming the `mesh.*` config fields when the sizes cannot
     cover exactly `num_devices` devices.
     """
-    sizes = dict(zip(AXES, (data, fsdp, tensor)))
+    sizes: dict[str, int] = dict(zip(AXES, (data, fsdp, tensor)))
     bad = [f"mesh.{a}={s}" for a, s in sizes.items() if s == 0 or s < -1]
     if bad:
         raise ValueError(f"{', '.join(bad)}: each mesh axis is >= 1, or -1 for the rest")
@@ -151,7 +152,7 @@ def _path_names(path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh) -> P:
+def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh | AbstractMesh) -> P:
     """The PartitionSpec of the parameter at `names` (e.g. (..., "q_proj", "kernel"))."""
     if names[-1] == "scale":
         return P()

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import pickle
 import zlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -92,7 +93,7 @@ def global_batch(batch: Any, sharding: Any) -> Any:
     if jax.process_count() > 1:
         crc = 0
         for x in jax.tree.leaves(host):
-            crc = zlib.crc32(np.ascontiguousarray(x).view(np.uint8), crc)
+            crc = zlib.crc32(np.ascontiguousarray(x).tobytes(), crc)
         sums = _allgather(np.asarray([crc], np.int64))[:, 0]
         if len(set(sums.tolist())) > 1:
             raise RuntimeError(

@@ -21,7 +21,7 @@ that score directly, where the paper's reward only ranks a group's episodes.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,7 +49,9 @@ def efficiency_rewards(
         cost = np.asarray([float(f["cost"]) for f in features], dtype=np.float64)
         latency = np.asarray([float(f["latency"]) for f in features], dtype=np.float64)
     except KeyError as e:
-        raise ValueError(f"efficiency reward needs 'cost' and 'latency' features: missing {e}")
+        raise ValueError(
+            f"efficiency reward needs 'cost' and 'latency' features: missing {e}"
+        ) from None
     value = np.maximum(floor, 1.0 - cost_weight * cost - latency_weight * latency)
     return np.where(np.asarray(correct, dtype=bool), value, 0.0).astype(np.float32)
 

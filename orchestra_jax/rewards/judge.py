@@ -16,7 +16,8 @@ import inspect
 import json
 import os
 import re
-from typing import Any, MutableMapping, Protocol, runtime_checkable
+from collections.abc import MutableMapping
+from typing import Any, Protocol, runtime_checkable
 
 from orchestra_jax.rewards.outcome import GradableTask, is_correct, is_valid_answer
 from orchestra_jax.tools.pricing import token_cost
@@ -174,7 +175,7 @@ async def grade(
     """
     if task.answer_type != "judge":
         return JudgeVerdict(correct=is_correct(prediction, task))
-    if not is_valid_answer(prediction):
+    if prediction is None or not is_valid_answer(prediction):
         return JudgeVerdict(correct=False)
     if judge is None:
         raise ValueError(

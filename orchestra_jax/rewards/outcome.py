@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import re
 import string
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,9 +35,14 @@ _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
 class GradableTask(Protocol):
     """The fields of `envs/base.Task` that grading reads."""
 
-    question: str
-    answer: Any
-    answer_type: str
+    @property
+    def question(self) -> str: ...
+
+    @property
+    def answer(self) -> Any: ...
+
+    @property
+    def answer_type(self) -> str: ...
 
 
 def is_valid_answer(prediction: str | None) -> bool:
@@ -137,7 +143,7 @@ def is_correct(prediction: str | None, task: GradableTask) -> bool:
     answer_type = task.answer_type
     if answer_type not in ANSWER_TYPES:
         raise ValueError(f"unknown answer_type {answer_type!r}; expected one of {ANSWER_TYPES}")
-    if not is_valid_answer(prediction):
+    if prediction is None or not is_valid_answer(prediction):
         return False
     if answer_type == "exact":
         return exact_match(prediction, task.answer)

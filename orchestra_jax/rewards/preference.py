@@ -25,7 +25,7 @@ Normalisation runs over all G episodes, wrong ones included, as in the paper.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

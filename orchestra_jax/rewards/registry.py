@@ -5,66 +5,89 @@ Every reward is a *group* function with one signature,
     reward_fn(features, correct, preference) -> np.ndarray [G]
 
 over the G episodes of one task, so relative rewards (preference) and absolute
-ones (efficiency, outcome) are interchangeable. `make_reward(name, **weights)`
-binds the weights from the config:
+ones (efficiency, outcome) are interchangeable. `REWARDS` maps `reward.type` to
+a factory that reads its weights from the `reward` config section;
+`make_reward(config.reward)` builds the configured one:
 
     "preference"  the paper's reward (rewards/preference.py); no weights, the
                   task's preference vector P does the weighting;
     "efficiency"  1 − α·cost − β·latency with a floor (rewards/efficiency.py);
-                  weights: cost_weight, latency_weight, floor;
+                  α, β, floor = reward.efficiency_alpha, _beta, _floor;
     "utility"     the same with α, β from the task's preference vector, the
-                  held-out evaluation's reward; weights: cost_scale, latency_scale;
+                  held-out evaluation's reward; scales reward.cost_scale_usd and
+                  reward.latency_scale_s (the config ties them to eval's);
     "outcome"     1 if correct else 0 (rewards/outcome.py).
+
+A reward of one's own: a factory `(section) -> GroupReward` in any module,
+named by `reward.type="package.module:factory"`.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.efficiency import efficiency_rewards, utility_rewards
 from orchestra_jax.rewards.outcome import outcome_rewards
 from orchestra_jax.rewards.preference import preference_rewards
-from orchestra_jax.rl.registry import Registry
 
 GroupReward = Callable[
     [Sequence[Mapping[str, float]], Sequence[bool], Mapping[str, float]], np.ndarray
 ]
+# The `reward` config section (a ConfigDict or a plain mapping): `type` and weights.
+RewardSection = Mapping[str, Any]
 
-REWARDS: Registry[Callable[..., GroupReward]] = Registry("reward")
+REWARDS: Registry[Callable[[RewardSection], GroupReward]] = Registry("reward")
 
 
 @REWARDS.register("preference")
-def _preference() -> GroupReward:
+def _preference(section: RewardSection) -> GroupReward:
+    del section
     return preference_rewards
 
 
 @REWARDS.register("efficiency")
-def _efficiency(*, cost_weight: float, latency_weight: float, floor: float = 0.0) -> GroupReward:
+def _efficiency(section: RewardSection) -> GroupReward:
     return functools.partial(
-        efficiency_rewards, cost_weight=cost_weight, latency_weight=latency_weight, floor=floor
+        efficiency_rewards,
+        cost_weight=section["efficiency_alpha"],
+        latency_weight=section["efficiency_beta"],
+        floor=section["efficiency_floor"],
     )
 
 
 @REWARDS.register("utility")
-def _utility(*, cost_scale: float, latency_scale: float) -> GroupReward:
-    return functools.partial(utility_rewards, cost_scale=cost_scale, latency_scale=latency_scale)
+def _utility(section: RewardSection) -> GroupReward:
+    return functools.partial(
+        utility_rewards,
+        cost_scale=section["cost_scale_usd"],
+        latency_scale=section["latency_scale_s"],
+    )
 
 
 @REWARDS.register("outcome")
-def _outcome() -> GroupReward:
+def _outcome(section: RewardSection) -> GroupReward:
+    del section
     return outcome_rewards
 
 
-def make_reward(name: str, **weights: float) -> GroupReward:
-    """The group reward registered as `name`, with `weights` bound (clear error if wrong)."""
-    factory = REWARDS.get(name)
+def make_reward(section: RewardSection) -> GroupReward:
+    """The group reward `section["type"]` with its weights read from `section`.
+
+    Raises ValueError for an unknown type or a section without the fields the
+    reward reads.
+    """
+    factory = REWARDS.get(section["type"])
     try:
-        return factory(**weights)
-    except TypeError as e:
-        raise ValueError(f"bad weights {sorted(weights)} for reward {name!r}: {e}") from None
+        return factory(section)
+    except (KeyError, AttributeError) as e:
+        raise ValueError(
+            f"bad weights for reward {section['type']!r}: the reward section has no field {e}"
+        ) from None
 
 
 def group_rewards(

@@ -31,7 +31,8 @@ need the full width to stay unique).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -166,7 +167,7 @@ def build_train_batch(
     rows = _pack(lengths, seq_len) if config.pack else [[i] for i in range(len(seqs))]
     num_rows = bucket_rows(len(rows), config.row_multiple)
 
-    out = {
+    out: dict[str, np.ndarray] = {
         name: np.zeros((num_rows, seq_len), np.int32)
         for name in ("input_ids", "positions", "segment_ids", "target_ids")
     }

@@ -3,20 +3,56 @@
 Shapes: rewards and per-episode masks are flat [N] arrays ordered group by group
 (G consecutive episodes per task); per-token arrays are [B, T] and aligned with
 *targets*: index t holds quantities of the token predicted at position t.
+
+Registries (config strings, or "package.module:attr" for one's own):
+  ADVANTAGES     `rl.advantage`: (rewards [N], group_size, *, clip) -> advantages [N]
+  POLICY_LOSSES  `rl.loss`: a `PolicyLossFn` (see there)
+  KL_PENALTIES   `rl.kl_type`: (logprobs, ref_logprobs) -> per-token KL estimate
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 
+from orchestra_jax.registry import Registry
 from orchestra_jax.rl.aggregation import aggregate
-from orchestra_jax.rl.registry import Registry
+
+
+class PolicyLossFn(Protocol):
+    """One signature for every policy loss (as verl's `PolicyLossFn`).
+
+        loss, metrics = fn(logprobs, old_logprobs, advantages, loss_mask, config,
+                           importance_weights=w, denominator=d, segment_ids=s)
+
+    Per-token arrays are [B, T]; `advantages` is [B] or [B, T]. `config` is the
+    learner's (`rl/learner.LearnerConfig`: clip ranges, `agg`, `norm_length`, …).
+    `importance_weights` (or None) multiply each token's loss; `denominator` is
+    the full batch's loss denominator (micro-batch losses then add up to the
+    batch's); `segment_ids` tell packed sequences apart for the aggregation.
+    `metrics` holds "loss_sum", "loss_denominator" and any number of token-means
+    over the loss tokens (the learner logs them by name).
+    """
+
+    def __call__(
+        self,
+        logprobs: jax.Array,
+        old_logprobs: jax.Array,
+        advantages: jax.Array,
+        loss_mask: jax.Array,
+        config: Any,
+        *,
+        importance_weights: jax.Array | None = None,
+        denominator: jax.Array | float | None = None,
+        segment_ids: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
+
 
 ADVANTAGES = Registry("advantage estimator")
-POLICY_LOSSES = Registry("policy loss")
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 KL_PENALTIES = Registry("KL penalty")
 
 
@@ -212,7 +248,6 @@ METRIC_NAMES = {
 }
 
 
-@POLICY_LOSSES.register("ppo_clip")
 def policy_loss(
     logprobs: jax.Array,
     old_logprobs: jax.Array,
@@ -264,3 +299,33 @@ def policy_loss(
     for flag, name in METRIC_NAMES.items():
         metrics[name] = (flags[flag] * mask).sum() / num_tokens
     return loss, metrics
+
+
+@POLICY_LOSSES.register("ppo_clip")
+def ppo_clip_loss(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    loss_mask: jax.Array,
+    config: Any,
+    *,
+    importance_weights: jax.Array | None = None,
+    denominator: jax.Array | float | None = None,
+    segment_ids: jax.Array | None = None,
+) -> tuple[jax.Array, dict]:
+    """`policy_loss` as a `PolicyLossFn`: clip ranges, dual clip and aggregation
+    from `config` (`clip_low`, `clip_high`, `dual_clip`, `agg`, `norm_length`)."""
+    return policy_loss(
+        logprobs,
+        old_logprobs,
+        advantages,
+        loss_mask,
+        clip_low=config.clip_low,
+        clip_high=config.clip_high,
+        dual_clip=config.dual_clip,
+        agg=config.agg,
+        segment_ids=segment_ids,
+        norm_length=config.norm_length,
+        importance_weights=importance_weights,
+        denominator=denominator,
+    )

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
 from orchestra_jax.parallel.multihost import global_batch

@@ -22,12 +22,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.registry import Registry
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import aggregate
 from orchestra_jax.rl.batching import TrainBatch
-from orchestra_jax.rl.registry import Registry
-from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 from orchestra_jax.rl.sft import sft_loss
+from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 
 OBJECTIVES = Registry("learner objective")
 
@@ -126,15 +126,12 @@ def grpo_objective(
         old,
         micro.advantages,
         mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        dual_clip=config.dual_clip,
-        agg=config.agg,
+        config,
         importance_weights=weights,
         denominator=denominator,
-        **agg,
+        segment_ids=micro.segment_ids,
     )
-    num_tokens = jnp.maximum(mask.sum(), 1.0)  # policy_loss's fractions are over this count
+    num_tokens = jnp.maximum(mask.sum(), 1.0)  # the loss's token-means are over this count
     ratio = jnp.exp(logp - old)
     entropy = grpo.entropy_from_logits(logits, config.temperature)
     stats = {
@@ -145,12 +142,15 @@ def grpo_objective(
         "max/ratio_max": _masked_extreme(ratio, mask, jnp.max, -jnp.inf),
         "min/ratio_min": _masked_extreme(ratio, mask, jnp.min, jnp.inf),
     }
-    for flag in ("pg_clip_frac_low", "pg_clip_frac_high", "dual_clip_frac"):
-        stats["token/" + flag] = pg[flag] * num_tokens
+    for name, value in pg.items():  # the loss's own token-means (e.g. clip fractions)
+        if name not in ("loss_sum", "loss_denominator") and f"token/{name}" not in stats:
+            stats[f"token/{name}"] = value * num_tokens
     if weights is not None:
         stats["token/tis_weight_mean"] = _masked_sum(weights, mask)
     loss = pg_loss
     if config.kl_coef:
+        if ref_model is None:
+            raise ValueError("kl_coef > 0 needs a reference model")
         ref_logp, _, _ = loss_position_logprobs(ref_model, micro_full, config.temperature)
         kl = grpo.kl_penalty(logp, jax.lax.stop_gradient(ref_logp), config.kl_type)
         kl_loss = aggregate(kl, mask, config.agg, denominator=denominator, **agg)[0]

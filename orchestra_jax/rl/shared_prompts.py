@@ -30,7 +30,8 @@ m episodes are padded with empty episodes, and the group count to
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -112,10 +113,11 @@ def _prompt_length(seq: dict[str, np.ndarray]) -> int:
 def build_shared_prompt_batch(
     trajectories: Sequence[Any],
     advantages: Sequence[float] | None = None,
-    config: BatchingConfig = BatchingConfig(),
+    config: BatchingConfig | None = None,
 ) -> SharedPromptBatch:
     """Groups trajectories by prompt into one bucketed `SharedPromptBatch`
     (arguments as for `build_train_batch`; `config.pack` does not apply)."""
+    config = config or BatchingConfig()
     if config.pack:
         raise ValueError("shared-prompt batches keep one episode a row; pack=False")
     seqs = shifted_sequences(trajectories, advantages)
@@ -139,7 +141,7 @@ def build_shared_prompt_batch(
         for name in ("prompt_ids", "prompt_positions", "prompt_segment_ids")
     }
     shape = (num_groups, per_group, completion_len)
-    out = {
+    out: dict[str, np.ndarray] = {
         name: np.zeros(shape, np.int32)
         for name in ("input_ids", "positions", "segment_ids", "target_ids")
     }

@@ -17,8 +17,9 @@ log-probability under T = 1.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+
+from orchestra_jax.registry import Registry
 
 FinishReason = Literal["stop", "length", "abort"]
 FINISH_REASONS = ("stop", "length", "abort")
@@ -117,7 +118,9 @@ class RolloutEngine(Protocol):
 
     `generate` returns completions in request order.  `update_weights` takes a
     model (an `nnx.Module`) or its `nnx.State` and the learner's version
-    number; engines that cannot apply weights raise.
+    number; engines that cannot apply weights raise.  `close` releases what the
+    engine holds (worker threads, HTTP sessions); it is synchronous, safe to
+    call twice, and the engine serves no request after it.
     """
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]: ...
@@ -126,19 +129,17 @@ class RolloutEngine(Protocol):
 
     async def health(self) -> bool: ...
 
+    def close(self) -> None: ...
 
-# Engines are imported lazily so that, e.g., the scripted engine needs no JAX.
-_ENGINES = {
-    "jax": "orchestra_jax.rollout.jax_engine:JaxEngine",
-    "sglang": "orchestra_jax.rollout.sglang_client:SGLangClient",
-    "scripted": "orchestra_jax.rollout.scripted:ScriptedEngine",
-}
+
+# `rollout.engine` names. Engines are imported on first use, so that, e.g., the
+# scripted engine needs no JAX; "package.module:Class" names one's own.
+ENGINES: Registry[type] = Registry("rollout engine")
+ENGINES.register_lazy("jax", "orchestra_jax.rollout.jax_engine:JaxEngine")
+ENGINES.register_lazy("sglang", "orchestra_jax.rollout.sglang_client:SGLangClient")
+ENGINES.register_lazy("scripted", "orchestra_jax.rollout.scripted:ScriptedEngine")
 
 
 def make_engine(name: str, **kwargs) -> RolloutEngine:
     """Build the engine registered under `name` ("jax", "sglang", "scripted")."""
-    if name not in _ENGINES:
-        raise ValueError(f"unknown rollout engine {name!r}; choose from {sorted(_ENGINES)}")
-    module_name, class_name = _ENGINES[name].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**kwargs)
+    return ENGINES.get(name)(**kwargs)

@@ -101,6 +101,9 @@ class ScriptedEngine:
     async def health(self) -> bool:
         return self.healthy
 
+    def close(self) -> None:
+        """Nothing to release: a script holds no threads or connections."""
+
 
 def apply_stop_rules(
     ids: list[int], stop_token_ids: Sequence[int], max_new_tokens: int

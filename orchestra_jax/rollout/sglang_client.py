@@ -89,9 +89,23 @@ class SGLangClient:
             self._session_loop = loop
         return self._session
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
+        """Closes the HTTP session from inside its event loop."""
         if self._session is not None and not self._session.closed:
             await self._session.close()
+        self._session = None
+
+    def close(self) -> None:
+        """`RolloutEngine.close`: closes the HTTP session on its own event loop when
+        that loop is idle; a session whose loop has ended holds nothing to release."""
+        session, loop = self._session, self._session_loop
+        self._session = None
+        if session is None or session.closed or loop is None or loop.is_closed():
+            return
+        if loop.is_running():
+            loop.create_task(session.close())
+        else:
+            loop.run_until_complete(session.close())
 
     async def _request(
         self, method: str, path: str, payload: Any = None, *, url: str | None = None

@@ -61,6 +61,8 @@ class ToolContext:
       notes: other intermediate results (code outputs of `enhance_reasoning`).
       seed: the episode's seed; simulated tools derive their randomness from it
         so an episode replays identically.
+      state: the environment's per-episode state (`Environment.reset(task)`,
+        e.g. a database the tools read and change); None for stateless worlds.
     """
 
     task: Task
@@ -68,6 +70,7 @@ class ToolContext:
     documents: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     seed: int = 0
+    state: Any = None
 
 
 @runtime_checkable

@@ -32,7 +32,7 @@ def build(documents, kind: str, embedder_spec: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--corpus", help="JSONL corpus (id, text[, title])")
     source.add_argument(

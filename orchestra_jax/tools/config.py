@@ -18,14 +18,12 @@ lazily (a module `__getattr__`, since config_sampler imports this module).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from orchestra_jax.tools import descriptions
-from orchestra_jax.tools import function_tools
-from orchestra_jax.tools import pricing
+from orchestra_jax.tools import descriptions, function_tools, pricing
+from orchestra_jax.tools.meta_tool_table import META_TOOLS, PAPER_META_TOOLS, is_meta_tool
 
-META_TOOLS = ("search", "enhance_reasoning", "answer")
-ALIAS_PREFIX = {"search": "search", "enhance_reasoning": "reasoner", "answer": "answer"}
 BASE_FEATURES = ("accuracy", "cost", "latency")
 
 SYSTEM_PROMPT_HEAD = (
@@ -58,9 +56,10 @@ class ModelAlias:
     description: str = ""
 
     def __post_init__(self):
-        if self.tool not in META_TOOLS:
+        if not is_meta_tool(self.tool):
             raise ValueError(
-                f"alias {self.alias!r}: tool must be one of {META_TOOLS}, got {self.tool!r}"
+                f"alias {self.alias!r}: tool must be a meta-tool {META_TOOLS.names()}, "
+                f"got {self.tool!r}"
             )
         if min(self.price_in, self.price_out, self.latency_s) < 0:
             raise ValueError(f"alias {self.alias!r}: prices and latency must be non-negative")
@@ -87,7 +86,7 @@ class ToolConfig:
     """
 
     aliases: tuple[ModelAlias, ...]
-    tools: tuple[str, ...] = META_TOOLS
+    tools: tuple[str, ...] = PAPER_META_TOOLS
     preference: dict[str, float] = dataclasses.field(default_factory=lambda: {"accuracy": 1.0})
     preference_text: str | None = None
     code_price_per_s: float = pricing.CODE_PRICE_PER_SECOND
@@ -106,12 +105,12 @@ class ToolConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate model aliases: {names}")
         for tool in self.tools:
-            if tool in META_TOOLS:
+            if is_meta_tool(tool):
                 if not self.aliases_for(tool):
                     raise ValueError(f"tool {tool!r} is enabled but has no alias")
             elif not function_tools.is_plain_tool(tool):
                 raise ValueError(
-                    f"unknown tool {tool!r}; meta-tools {META_TOOLS}, "
+                    f"unknown tool {tool!r}; meta-tools {META_TOOLS.names()}, "
                     f"plain tools {function_tools.plain_tool_names()}"
                 )
         valid = set(self.feature_names())
@@ -144,14 +143,14 @@ class ToolConfig:
     def feature_names(self) -> list[str]:
         """ "accuracy", "cost", "latency", then "tool:<x>" per alias and plain tool."""
         tools = [f"tool:{a.alias}" for a in self.aliases if a.tool in self.tools]
-        tools += [f"tool:{t}" for t in self.tools if t not in META_TOOLS]
+        tools += [f"tool:{t}" for t in self.tools if not is_meta_tool(t)]
         return list(BASE_FEATURES) + tools
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """OpenAI function schemas of the enabled tools, price tables included."""
         out = []
         for tool in self.tools:
-            if tool in META_TOOLS:
+            if is_meta_tool(tool):
                 out.append(
                     descriptions.meta_tool_schema(
                         tool, self.aliases_for(tool), self.description_style
@@ -173,10 +172,10 @@ class ToolConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ToolConfig":
+    def from_dict(cls, d: dict[str, Any]) -> ToolConfig:
         d = dict(d)
         d["aliases"] = tuple(ModelAlias(**a) for a in d["aliases"])
-        d["tools"] = tuple(d.get("tools", META_TOOLS))
+        d["tools"] = tuple(d.get("tools", PAPER_META_TOOLS))
         return cls(**d)
 
 
@@ -212,11 +211,12 @@ def aliases_from_profiles(
     profiles: Sequence[ModelProfile], price_scales: Sequence[float], latency_scales: Sequence[float]
 ) -> tuple[ModelAlias, ...]:
     """Names profiles `<prefix>-1..n` per meta-tool in the given order."""
-    counters = {t: 0 for t in META_TOOLS}
+    counters: dict[str, int] = {}
     out = []
     for p, ps, ls in zip(profiles, price_scales, latency_scales):
-        counters[p.tool] += 1
-        out.append(alias_from_profile(p, f"{ALIAS_PREFIX[p.tool]}-{counters[p.tool]}", ps, ls))
+        counters[p.tool] = counters.get(p.tool, 0) + 1
+        prefix = META_TOOLS.get(p.tool).alias_prefix
+        out.append(alias_from_profile(p, f"{prefix}-{counters[p.tool]}", ps, ls))
     return tuple(out)
 
 

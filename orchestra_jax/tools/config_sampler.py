@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from orchestra_jax.envs.base import Task
 from orchestra_jax.tools import config as config_lib
+from orchestra_jax.tools.meta_tool_table import PAPER_META_TOOLS, is_meta_tool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,12 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
+def _meta_tools_in_order(tools: Sequence[str]) -> list[str]:
+    """The meta-tools of `tools`: the paper's first, in their order, then others as listed."""
+    paper = [t for t in PAPER_META_TOOLS if t in tools]
+    return paper + [t for t in tools if is_meta_tool(t) and t not in PAPER_META_TOOLS]
+
+
 def task_seed(seed: int, task_id: str) -> int:
     """A stable per-task seed: crc32 of the task id mixed with `seed`."""
     return (zlib.crc32(task_id.encode()) * 1_000_003 + seed) % (2**63)
@@ -90,7 +97,7 @@ class ToolConfigSampler:
         profiles: Sequence[config_lib.ModelProfile],
         *,
         ranges: SamplerRanges = SamplerRanges(),
-        tools: Sequence[str] = config_lib.META_TOOLS,
+        tools: Sequence[str] = PAPER_META_TOOLS,
         seed: int = 0,
         **config_fields,
     ):
@@ -100,7 +107,7 @@ class ToolConfigSampler:
         self.seed = seed
         self.config_fields = config_fields
         for tool in self.tools:
-            if tool in config_lib.META_TOOLS and not any(p.tool == tool for p in self.profiles):
+            if is_meta_tool(tool) and not any(p.tool == tool for p in self.profiles):
                 raise ValueError(f"no model profile for enabled meta-tool {tool!r}")
 
     def sample(
@@ -114,9 +121,7 @@ class ToolConfigSampler:
             rng = np.random.default_rng(seed)
         r = self.ranges
         chosen = []
-        for tool in config_lib.META_TOOLS:
-            if tool not in self.tools:
-                continue
+        for tool in _meta_tools_in_order(self.tools):
             pool = [p for p in self.profiles if p.tool == tool]
             keep = [p for p in pool if rng.random() < r.keep_probability]
             if not keep:
@@ -156,7 +161,7 @@ def fixed_eval_configs(
     profiles: Sequence[config_lib.ModelProfile],
     *,
     ranges: SamplerRanges = SamplerRanges(),
-    tools: Sequence[str] = config_lib.META_TOOLS,
+    tools: Sequence[str] = PAPER_META_TOOLS,
     preference: dict[str, float] | None = None,
     **config_fields,
 ) -> dict[str, config_lib.ToolConfig]:

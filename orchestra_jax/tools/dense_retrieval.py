@@ -20,7 +20,8 @@ import importlib.util
 import json
 import os
 import zlib
-from typing import Collection, Protocol, Sequence
+from collections.abc import Collection, Sequence
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -173,11 +174,12 @@ class DenseRetriever:
         q = self.embedder.embed([query])
         params = None
         if allowed_ids is not None:
-            rows = np.flatnonzero(retrieval.allowed_mask(self.ids, allowed_ids))
+            rows = np.flatnonzero(cast(np.ndarray, retrieval.allowed_mask(self.ids, allowed_ids)))
             if rows.size == 0:
                 return []
+            # faiss's constructor keeps the selector alive (its stubs omit the keyword).
             params = self._faiss.SearchParameters(
-                sel=self._faiss.IDSelectorBatch(rows.astype(np.int64))
+                sel=self._faiss.IDSelectorBatch(rows.astype(np.int64))  # pyright: ignore[reportCallIssue]
             )
         scores, idx = self._index.search(q, min(k, len(self.documents)), params=params)
         return [
@@ -201,7 +203,7 @@ class DenseRetriever:
             )
 
     @classmethod
-    def load(cls, folder: str, embedder: Embedder | None = None) -> "DenseRetriever":
+    def load(cls, folder: str, embedder: Embedder | None = None) -> DenseRetriever:
         import faiss
 
         with open(os.path.join(folder, retrieval.MANIFEST)) as f:

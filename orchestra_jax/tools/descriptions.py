@@ -3,31 +3,18 @@
 The meta-tools follow the paper's release: each has one `model` argument naming
 an alias; the argument's description lists the choices, one capability sentence
 per alias, and a table of price per million input/output tokens and average
-latency. The wording here is this project's own.
+latency. Each meta-tool's description and argument wording are its entry of
+`meta_tool_table.META_TOOLS`. The wording here is this project's own.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from orchestra_jax.tools.base import function_schema
+from orchestra_jax.tools.meta_tool_table import META_TOOLS
 
-META_TOOL_DESCRIPTIONS = {
-    "search": "Search for missing information. The chosen model reads the "
-    "conversation, writes a search query, and the retrieved "
-    "documents are returned.",
-    "enhance_reasoning": "Enhance reasoning: the chosen model analyses the "
-    "problem, writes Python code, runs it and returns the "
-    "code and its output as intermediate results.",
-    "answer": "Give the final answer. The chosen model reads the question, the "
-    "documents and intermediate results so far and answers; calling "
-    "this ends the episode.",
-}
-MODEL_ARGUMENT_VERB = {
-    "search": "search for missing information",
-    "enhance_reasoning": "reason and write code",
-    "answer": "answer",
-}
 TABLE_HEADER = (
     "Model | price per million input tokens | price per million output tokens | average latency"
 )
@@ -74,8 +61,9 @@ def meta_tool_schema(tool: str, aliases: list[Any], style: str = "full") -> dict
     of prices and latencies: about a third of the tokens, for small CPU demos
     where the prompt dominates the cost of every step.
     """
-    if tool not in META_TOOL_DESCRIPTIONS:
-        raise ValueError(f"unknown meta-tool {tool!r}; known: {sorted(META_TOOL_DESCRIPTIONS)}")
+    if tool not in META_TOOLS:
+        raise ValueError(f"unknown meta-tool {tool!r}; known: {META_TOOLS.names()}")
+    spec = META_TOOLS.get(tool)
     if not aliases:
         raise ValueError(f"meta-tool {tool!r} needs at least one model alias")
     if style not in DESCRIPTION_STYLES:
@@ -84,19 +72,19 @@ def meta_tool_schema(tool: str, aliases: list[Any], style: str = "full") -> dict
     if style == "compact":
         return function_schema(
             tool,
-            META_TOOL_DESCRIPTIONS[tool].split(". ")[0].rstrip(".") + ".",
+            spec.description.split(". ")[0].rstrip(".") + ".",
             {"model": {"type": "string", "enum": names, "description": compact_model_doc(aliases)}},
             ["model"],
         )
     blurbs = " ".join(f"{a.alias} {a.description}".rstrip() + "." for a in aliases if a.description)
     model_doc = (
-        f"The model used to {MODEL_ARGUMENT_VERB[tool]}. Choices: {names}. {blurbs}".rstrip()
+        f"The model used to {spec.argument_wording}. Choices: {names}. {blurbs}".rstrip()
         + "\nThe table below shows the pricing and latency of each "
         "model:\n" + price_table(aliases)
     )
     return function_schema(
         tool,
-        META_TOOL_DESCRIPTIONS[tool],
+        spec.description,
         {"model": {"type": "string", "enum": names, "description": model_doc}},
         ["model"],
     )

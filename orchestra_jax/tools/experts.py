@@ -13,7 +13,8 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 

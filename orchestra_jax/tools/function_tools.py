@@ -1,7 +1,7 @@
 """Plain tools: named functions the orchestrator calls directly.
 
 Unlike the meta-tools, a plain tool has no model alias; its feature name is
-"tool:<name>". Two kinds share one registry keyed by name:
+"tool:<name>". Two kinds share one registry keyed by name (`PLAIN_TOOLS`):
   * "python": the orchestrator writes code; it runs in the sandbox and is
     billed per second (`ToolConfig.code_price_per_s`);
   * any function registered with `register_function_tool` (its return value,
@@ -12,11 +12,15 @@ Unlike the meta-tools, a plain tool has no model alias; its feature name is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from orchestra_jax.registry import Registry
 from orchestra_jax.tools import pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result, function_schema
+from orchestra_jax.tools.meta_tool_table import is_meta_tool
 
 MAX_OBSERVATION_CHARS = 4000
 
@@ -129,10 +133,23 @@ def python_schema() -> dict[str, Any]:
     )
 
 
-# name -> (schema builder, factory(tool_config, backends) -> Tool)
-_PLAIN_TOOLS: dict[str, tuple[Callable[[], dict], Callable[[Any, Any], Any]]] = {
-    "python": (python_schema, PythonTool),
-}
+@dataclasses.dataclass(frozen=True)
+class PlainTool:
+    """A registered plain tool: its schema, and how a task's tool is made."""
+
+    schema: Callable[[], dict[str, Any]]
+    make: Callable[[Any, Any], Any]  # (tool_config, backends) -> Tool
+
+
+PLAIN_TOOLS: Registry[PlainTool] = Registry("plain tool")
+PLAIN_TOOLS.register("python", PlainTool(python_schema, PythonTool))
+
+
+def register_tool(tool: FunctionTool) -> None:
+    """Makes `tool.name` usable in `ToolConfig.tools` (raises if the name is taken)."""
+    if tool.name in PLAIN_TOOLS or is_meta_tool(tool.name):
+        raise ValueError(f"tool name {tool.name!r} is already registered")
+    PLAIN_TOOLS.register(tool.name, PlainTool(tool.schema, lambda config, backends: tool))
 
 
 def register_function_tool(
@@ -142,26 +159,23 @@ def register_function_tool(
     fn: Callable[..., Any],
     required: list[str] | None = None,
 ) -> None:
-    """Makes `name` usable in `ToolConfig.tools` (raises if the name is taken)."""
-    if name in _PLAIN_TOOLS or name in ("search", "enhance_reasoning", "answer"):
-        raise ValueError(f"tool name {name!r} is already registered")
-    tool = FunctionTool(name, description, parameters, fn, required)
-    _PLAIN_TOOLS[name] = (tool.schema, lambda config, backends: tool)
+    """Makes `name`, calling `fn`, usable in `ToolConfig.tools` (raises if taken)."""
+    register_tool(FunctionTool(name, description, parameters, fn, required))
 
 
 def is_plain_tool(name: str) -> bool:
-    return name in _PLAIN_TOOLS
+    return name in PLAIN_TOOLS
 
 
 def plain_tool_names() -> list[str]:
-    return sorted(_PLAIN_TOOLS)
+    return PLAIN_TOOLS.names()
 
 
 def plain_tool_schema(name: str) -> dict[str, Any]:
-    return _PLAIN_TOOLS[name][0]()
+    return PLAIN_TOOLS.get(name).schema()
 
 
 def make_plain_tool(name: str, tool_config: Any, backends: Any) -> Any:
-    if name not in _PLAIN_TOOLS:
+    if name not in PLAIN_TOOLS:
         raise KeyError(f"unknown plain tool {name!r}; known: {plain_tool_names()}")
-    return _PLAIN_TOOLS[name][1](tool_config, backends)
+    return PLAIN_TOOLS.get(name).make(tool_config, backends)

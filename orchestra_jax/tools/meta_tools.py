@@ -1,8 +1,9 @@
-"""The paper's meta-tools: `search`, `enhance_reasoning`, `answer`.
+"""Meta-tools: a model alias does the work, in the role of the tool's table entry.
 
 Each takes one argument, `model`, naming an alias of the task's `ToolConfig`;
 the alias's backend (an `ExpertClient` in `Backends.experts`) does the model
-work in its role (see `prompts`):
+work in its role (`meta_tool_table.META_TOOLS`, `prompts`). The entry's
+`result` picks what becomes of the reply; the paper's three:
 
   search:            the expert writes a query; the retriever returns
                      `search_top_k` documents (restricted to the task's
@@ -17,6 +18,8 @@ work in its role (see `prompts`):
   answer:            the expert answers; `ToolResult.final_answer` holds the
                      extracted answer and the episode ends.
                      cost = tokens; latency = expert latency
+  ("reply":          the expert's reply is the observation.
+                     cost = tokens; latency = expert latency)
 
 where tokens = (prompt_tokens * price_in + completion_tokens * price_out) / 1e6
 with the alias's prices, and * marks measured wall time, charged only where
@@ -36,6 +39,7 @@ from orchestra_jax.tools import descriptions, pricing, prompts
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.experts import ExpertError, ExpertReply
 from orchestra_jax.tools.function_tools import format_sandbox_result
+from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
 
 CONTEXT_CHARS = 2000
 
@@ -48,13 +52,15 @@ def conversation_context(messages: list[dict[str, Any]]) -> str:
 
 
 class MetaTool:
-    """Shared alias resolution and expert calling; subclasses set `name`/`role`."""
+    """Alias resolution and expert calling; the expert's reply is the observation.
 
-    name = ""
-    role = ""
+    Subclasses turn the reply into something else (`finish`). `name` and `role`
+    come from the tool's table entry.
+    """
 
-    def __init__(self, tool_config: Any, backends: Any):
-        self.config, self.backends = tool_config, backends
+    def __init__(self, tool_config: Any, backends: Any, spec: MetaToolSpec):
+        self.config, self.backends, self.spec = tool_config, backends, spec
+        self.name, self.role = spec.name, spec.role
 
     def schema(self) -> dict[str, Any]:
         return descriptions.meta_tool_schema(self.name, self.config.aliases_for(self.name))
@@ -113,11 +119,12 @@ class MetaTool:
     async def finish(
         self, reply: ExpertReply, ctx: ToolContext, cost: float, meta: dict[str, Any]
     ) -> ToolResult:
-        raise NotImplementedError
+        del ctx
+        return ToolResult(text=reply.text, cost_usd=cost, latency_s=reply.latency_s, metadata=meta)
 
 
 class SearchTool(MetaTool):
-    name, role = "search", "query"
+    """result "documents": the reply is a query; the retrieved documents are the result."""
 
     async def finish(self, reply, ctx, cost, meta):
         if self.backends.retriever is None:
@@ -150,7 +157,7 @@ class SearchTool(MetaTool):
 
 
 class EnhanceReasoningTool(MetaTool):
-    name, role = "enhance_reasoning", "code"
+    """result "code": the reply is a program; the sandbox runs it."""
 
     async def finish(self, reply, ctx, cost, meta):
         code = prompts.extract_code(reply.text)
@@ -175,7 +182,7 @@ class EnhanceReasoningTool(MetaTool):
 
 
 class AnswerTool(MetaTool):
-    name, role = "answer", "answer"
+    """result "answer": the reply's final answer ends the episode."""
 
     async def finish(self, reply, ctx, cost, meta):
         final = prompts.extract_final_answer(reply.text)
@@ -196,4 +203,15 @@ class AnswerTool(MetaTool):
         )
 
 
-META_TOOL_CLASSES = {cls.name: cls for cls in (SearchTool, EnhanceReasoningTool, AnswerTool)}
+TOOL_OF_RESULT = {
+    "documents": SearchTool,
+    "code": EnhanceReasoningTool,
+    "answer": AnswerTool,
+    "reply": MetaTool,
+}
+
+
+def make_meta_tool(name: str, tool_config: Any, backends: Any) -> MetaTool:
+    """The meta-tool `name` (a `META_TOOLS` entry) for one task's config and backends."""
+    spec = META_TOOLS.get(name)
+    return TOOL_OF_RESULT[spec.result](tool_config, backends, spec)

@@ -1,6 +1,7 @@
 """Role prompts for expert models, and parsing of what they write back.
 
-The meta-tools call an expert in one of three roles:
+The meta-tools call an expert in their role (`meta_tool_table.py`); the
+paper's three:
   "query":  write one search query for the missing information;
   "code":   write one Python program whose printed output helps answer;
   "answer": answer the question, ending with `Final answer: <answer>`.
@@ -11,27 +12,11 @@ from it (simulated experts use this, as a real model reads the prompt).
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-ROLE_PROMPTS = {
-    "query": (
-        "You write search queries. Read the task and the context, decide "
-        "what information is missing, and reply with a single concise "
-        "search query on one line and nothing else."
-    ),
-    "code": (
-        "You write Python code. Read the task and the context, and reply "
-        "with one Python program in a ```python code block that prints "
-        "the intermediate results needed to answer. Only the standard "
-        "library, numpy and sympy are available; there is no network."
-    ),
-    "answer": (
-        "You answer questions. Read the task, the documents and the "
-        "intermediate results, reason briefly, and end your reply with "
-        "a last line of the form `Final answer: <answer>` giving only "
-        "the answer."
-    ),
-}
+from orchestra_jax.tools.meta_tool_table import role_prompts
+
 FINAL_ANSWER_RE = re.compile(r"final answer\s*:\s*(.+)", re.IGNORECASE)
 BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 CODE_BLOCK_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
@@ -49,8 +34,9 @@ def role_messages(
     The user message holds the question, then the documents and intermediate
     results gathered so far (numbered), then optional extra context.
     """
-    if role not in ROLE_PROMPTS:
-        raise ValueError(f"unknown expert role {role!r}; known: {sorted(ROLE_PROMPTS)}")
+    prompts = role_prompts()
+    if role not in prompts:
+        raise ValueError(f"unknown expert role {role!r}; known: {sorted(prompts)}")
     parts = [f"Task: {question}"]
     if documents:
         parts.append("Documents:\n" + "\n".join(f"[{i + 1}] {d}" for i, d in enumerate(documents)))
@@ -61,7 +47,7 @@ def role_messages(
     if context:
         parts.append(f"Context:\n{context}")
     return [
-        {"role": "system", "content": ROLE_PROMPTS[role]},
+        {"role": "system", "content": prompts[role]},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 
@@ -69,7 +55,7 @@ def role_messages(
 def role_of(messages: Sequence[dict[str, Any]]) -> str | None:
     """The role whose system prompt opens `messages`, or None."""
     if messages and messages[0].get("role") == "system":
-        for role, prompt in ROLE_PROMPTS.items():
+        for role, prompt in role_prompts().items():
             if messages[0].get("content") == prompt:
                 return role
     return None
@@ -84,7 +70,7 @@ def extract_final_answer(text: str) -> str:
     boxed = BOXED_RE.findall(text)
     if boxed:
         return boxed[-1].strip()
-    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
 

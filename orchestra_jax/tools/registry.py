@@ -9,13 +9,15 @@ agent loop. `envs.synthetic.build_offline_backends` builds a full offline set.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from orchestra_jax.tools import config as config_lib
 from orchestra_jax.tools import function_tools
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.experts import ExpertClient
-from orchestra_jax.tools.meta_tools import META_TOOL_CLASSES
+from orchestra_jax.tools.meta_tool_table import is_meta_tool
+from orchestra_jax.tools.meta_tools import make_meta_tool
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.retrieval import Retriever
 
@@ -39,12 +41,12 @@ class Backends:
         (a resumed run retraces an uninterrupted one).
     """
 
-    experts: dict[str, ExpertClient]
+    experts: Mapping[str, ExpertClient]
     retriever: Retriever | None = None
     run_code: Callable[..., Any] = run_python
     expert_max_tokens: int = 2048
     expert_temperature: float = 0.0
-    experts_for_config: Callable[[Any], dict[str, ExpertClient]] | None = None
+    experts_for_config: Callable[[Any], Mapping[str, ExpertClient]] | None = None
     charge_measured_time: bool = True
 
     def charged_seconds(self, measured_s: float) -> float:
@@ -71,8 +73,8 @@ def make_tools(tool_config: config_lib.ToolConfig, backends: Backends) -> dict[s
         )
     tools = {}
     for name in tool_config.tools:
-        if name in META_TOOL_CLASSES:
-            tools[name] = META_TOOL_CLASSES[name](tool_config, backends)
+        if is_meta_tool(name):
+            tools[name] = make_meta_tool(name, tool_config, backends)
         else:
             tools[name] = function_tools.make_plain_tool(name, tool_config, backends)
     return tools

@@ -12,7 +12,8 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -155,7 +156,7 @@ class BM25Retriever:
             json.dump({"kind": self.kind, "num_documents": len(self.documents)}, f)
 
     @classmethod
-    def load(cls, folder: str) -> "BM25Retriever":
+    def load(cls, folder: str) -> BM25Retriever:
         import bm25s
 
         index = bm25s.BM25.load(os.path.join(folder, "bm25"), show_progress=False)

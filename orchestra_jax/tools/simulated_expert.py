@@ -32,7 +32,8 @@ import asyncio
 import math
 import re
 import zlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class SimulatedExpert:
         if isinstance(mean_latency_s, Mapping):
             self.latency_by_role = dict(mean_latency_s)
         else:
-            self.latency_by_role = {r: float(mean_latency_s) for r in prompts.ROLE_PROMPTS}
+            self.latency_by_role = {r: float(mean_latency_s) for r in prompts.role_prompts()}
         if (
             min(self.latency_by_role.values(), default=0.0) < 0
             or latency_sigma < 0

@@ -12,7 +12,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from typing import Collection
+from collections.abc import Collection
 
 from orchestra_jax.tools.retrieval import Document
 

@@ -1,21 +1,28 @@
-"""From an experiment config to the objects a run needs: one builder per part.
+"""From an experiment config to the parts a run needs: one builder per part,
+each beside the check of the config section it reads.
 
-Each builder reads only its own config section, so drivers (`grpo_hle.py`,
+`build_*(config)` builds a part; `check_*(config) -> list[str]` names every
+problem of that part's config section, one message each (choices are read from
+the part's registry). `config_checks.validate` runs every check of
+`SECTION_CHECKS` and reports all problems at once. Drivers (`grpo_hle.py`,
 `sft.py`, `evaluate.py`) assemble exactly the parts they use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import inspect
 import logging
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
+from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
@@ -25,31 +32,92 @@ from orchestra_jax.parallel.mesh import (
     mesh_errors,
     num_batch_shards,
 )
+from orchestra_jax.registry import Registry, is_import_path
+from orchestra_jax.rewards.registry import GroupReward, make_reward
+from orchestra_jax.rl import grpo
+from orchestra_jax.rl.aggregation import AGGREGATIONS
 from orchestra_jax.rl.batching import BatchingConfig
-from orchestra_jax.rl.learner import LearnerConfig
-from orchestra_jax.rollout.engine import SamplingParams
-from orchestra_jax.tools.config import SamplerRanges
-from orchestra_jax.training.config_checks import ConfigError, parse_sources, split_list
+from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
+from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
+from orchestra_jax.tools.config_sampler import SamplerRanges
+from orchestra_jax.tools.enabled import enabled_tools
+from orchestra_jax.tools.python_sandbox import sandbox_config_errors
+from orchestra_jax.training.config_checks import (
+    ConfigError,
+    parse_sources,
+    split_list,
+    stratum_weights,
+)
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def build_tokenizer(config) -> ChatTokenizer:
+def _field(config: Any, name: str) -> Any:
+    value = config
+    for part in name.split("."):
+        value = value[part]
+    return value
+
+
+def _positive(config: Any, *names: str, allow_zero: bool = False) -> list[str]:
+    """One message per field of `names` that is not > 0 (>= 0 with `allow_zero`)."""
+    errors = []
+    for name in names:
+        value = _field(config, name)
+        if not (value >= 0 if allow_zero else value > 0):
+            errors.append(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return errors
+
+
+def _choice(field: str, value: str, choices: Any) -> list[str]:
+    """A message when `value` is not among `choices` (a `Registry`, or a sequence)."""
+    if isinstance(choices, Registry):
+        problem = choices.problem(value)
+        if problem is None:
+            return []
+        if is_import_path(value):  # say why the import failed
+            return [f"{field}: {problem}"]
+        names = choices.names()
+        return [f"{field} must be one of {names} or 'package.module:attr', got {value!r}"]
+    return [] if value in choices else [f"{field} must be one of {tuple(choices)}, got {value!r}"]
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+def check_run(config: Any) -> list[str]:
+    """num_steps, the seeds, checkpoint.*."""
+    return _positive(config, "num_steps", "checkpoint.keep") + _positive(
+        config,
+        "checkpoint.every_steps",
+        "seed",
+        "data.synthetic_seed",
+        "eval.seed",
+        allow_zero=True,
+    )
+
+
+# --- the policy: tokenizer, mesh, model --------------------------------------------
+
+
+def build_tokenizer(config: Any) -> ChatTokenizer:
     return load_tokenizer(config.tokenizer)
 
 
-def build_mesh(config) -> jax.sharding.Mesh:
-    """The mesh over every device of the job; a config that cannot fit it exits naming
-    the fields to change (`parallel/mesh.mesh_errors`)."""
+def build_mesh(config: Any) -> jax.sharding.Mesh:
+    """The mesh over every device of the job; a config that cannot run on them fails
+    naming the fields to change (`parallel/mesh.mesh_errors`)."""
     errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
     if errors:
         raise ConfigError("invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
-def build_model(config, mesh, tokenizer: ChatTokenizer) -> tuple[Qwen3ForCausalLM, Qwen3Config]:
+def build_model(
+    config: Any, mesh: jax.sharding.Mesh, tokenizer: ChatTokenizer
+) -> tuple[Qwen3ForCausalLM, Qwen3Config]:
     """The policy: a preset initialised on the mesh, or a Hugging Face checkpoint."""
     runtime = dict(
         param_dtype=DTYPES[config.model.param_dtype],
@@ -83,67 +151,74 @@ def build_model(config, mesh, tokenizer: ChatTokenizer) -> tuple[Qwen3ForCausalL
     return model, model_config
 
 
-def build_learner_config(config, *, total_steps: int | None = None, mesh=None) -> LearnerConfig:
-    """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
-    each of the mesh's batch shards (one device's share when `mesh` is None)."""
-    rl = config.rl
-    return LearnerConfig(
-        learning_rate=rl.lr,
-        weight_decay=rl.weight_decay,
-        grad_clip=rl.grad_clip,
-        schedule=rl.schedule,
-        warmup_steps=rl.warmup_steps,
-        total_steps=total_steps,
-        micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
-        clip_low=rl.clip_low,
-        clip_high=rl.clip_high,
-        dual_clip=rl.dual_clip or None,
-        agg=rl.loss_agg,
-        kl_coef=rl.kl_coef,
-        kl_type=rl.kl_type,
-        temperature=max(config.rollout.temperature, 1e-6),
-        tis_cap=rl.tis_cap or None,
-    )
-
-
-def build_sft_learner_config(config) -> LearnerConfig:
-    return dataclasses.replace(
-        build_learner_config(config, total_steps=config.num_steps),
-        learning_rate=config.sft.lr,
-        kl_coef=0.0,
-        schedule=config.sft.schedule,
-        warmup_steps=config.sft.warmup_steps,
-        total_steps=config.sft.steps,
-        micro_batch_size=None,
-        temperature=1.0,
-    )
-
-
-def build_batching(config, row_multiple: int) -> BatchingConfig:
-    return BatchingConfig(seq_buckets=tuple(config.rl.seq_buckets), row_multiple=row_multiple)
-
-
-def build_engine(config, model, model_config, tokenizer):
-    """The rollout engine named by `rollout.engine` (in-process JAX or SGLang servers)."""
-    from orchestra_jax.rollout.engine import make_engine
-
-    if config.rollout.engine == "jax":
-        return make_engine(
-            "jax",
-            model=model,
-            max_batch_size=config.rollout.max_batch_size,
-            max_seq_len=config.rollout.max_seq_len,
-            prefix_cache=config.rollout.prefix_cache,
+def check_model(config: Any) -> list[str]:
+    """model.*, tokenizer, mesh.*."""
+    errors = []
+    model = config.model
+    if bool(model.preset) == bool(model.hf_path):
+        errors.append(
+            "model: set exactly one of model.preset and model.hf_path "
+            f"(got preset={model.preset!r}, hf_path={model.hf_path!r})"
         )
-    return make_engine(
-        "sglang",
-        urls=split_list(config.rollout.urls),
+    if model.preset:
+        try:
+            Qwen3Config.preset(model.preset)
+        except (KeyError, ValueError) as e:
+            errors.append(f"model.preset: {e}")
+    if model.hf_path and not os.path.isfile(os.path.join(model.hf_path, "config.json")):
+        errors.append(f"model.hf_path: no config.json in {model.hf_path!r}")
+    for name in ("param_dtype", "dtype"):
+        errors += _choice(f"model.{name}", model[name], DTYPES)
+    if config.tokenizer != "demo" and not os.path.exists(
+        os.path.join(config.tokenizer, "tokenizer.json")
+    ):
+        errors.append(
+            f"tokenizer: 'demo' or a folder with tokenizer.json, got {config.tokenizer!r}"
+        )
+    for axis in ("data", "fsdp", "tensor"):
+        if config.mesh[axis] == 0 or config.mesh[axis] < -1:
+            errors.append(f"mesh.{axis} must be >= 1 or -1 (the rest), got {config.mesh[axis]}")
+    return errors
+
+
+# --- rollouts: engine, sampling, episode limits ------------------------------------
+
+
+def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) -> dict:
+    """Everything a rollout engine may take from the config; each engine takes the
+    arguments its constructor names (`build_engine`)."""
+    r = config.rollout
+    return dict(
+        model=model,
         model_config=model_config,
-        weights_dir=config.rollout.weights_dir,
+        max_batch_size=r.max_batch_size,
+        max_seq_len=r.max_seq_len,
+        prefix_cache=r.prefix_cache,
+        urls=split_list(r.urls),
+        weights_dir=r.weights_dir,
     )
 
 
-def sampling_params(config) -> SamplingParams:
+# The config field behind each engine argument that a config must set when the
+# engine takes it (the others have working defaults).
+_ENGINE_FIELDS = {"urls": "rollout.urls", "weights_dir": "rollout.weights_dir"}
+
+
+def _engine_parameters(engine_class: Any) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(engine_class).parameters)
+
+
+def build_engine(config: Any, model: Any, model_config: Any) -> RolloutEngine:
+    """The rollout engine `rollout.engine` names ("jax": in process, "sglang": servers),
+    given the config's arguments its constructor takes."""
+    engine_class = ENGINES.get(config.rollout.engine)
+    parameters = _engine_parameters(engine_class)
+    arguments = _engine_arguments(config, model, model_config)
+    return engine_class(**{k: v for k, v in arguments.items() if k in parameters})
+
+
+def sampling_params(config: Any) -> SamplingParams:
+    """Training rollouts' sampling (`rollout.*`)."""
     r = config.rollout
     return SamplingParams(
         temperature=r.temperature,
@@ -153,10 +228,21 @@ def sampling_params(config) -> SamplingParams:
     )
 
 
-def loop_kwargs(config) -> dict[str, Any]:
-    """Keyword arguments of `agent.loop.run_episodes` from `config.agent`."""
+def eval_sampling_params(config: Any) -> SamplingParams:
+    """Held-out evaluation's sampling: `eval.temperature`, no truncation."""
+    return SamplingParams(
+        temperature=config.eval.temperature,
+        top_p=1.0,
+        top_k=-1,
+        max_new_tokens=config.agent.max_new_tokens_per_turn,
+    )
+
+
+def loop_limits(config: Any) -> LoopLimits:
+    """The agent loop's limits from `agent.*`, `tools.charge_measured_time` and
+    `rollout.max_batch_size`."""
     a = config.agent
-    return dict(
+    return LoopLimits(
         max_turns=a.max_turns,
         max_context_tokens=a.max_context_tokens,
         max_new_tokens_per_turn=a.max_new_tokens_per_turn,
@@ -164,12 +250,136 @@ def loop_kwargs(config) -> dict[str, Any]:
         enable_thinking=a.enable_thinking,
         seconds_per_generated_token=a.seconds_per_generated_token or None,
         charge_tool_failure_time=config.tools.charge_measured_time,
-        max_batch_size=config.rollout.max_batch_size,
         max_concurrent_episodes=a.max_concurrent_episodes or None,
+        max_batch_size=config.rollout.max_batch_size,
     )
 
 
-def sampler_ranges(config) -> SamplerRanges:
+def check_rollout(config: Any) -> list[str]:
+    """rollout.*, agent.*."""
+    rollout = config.rollout
+    errors = _choice("rollout.engine", rollout.engine, ENGINES)
+    if not errors:
+        parameters = _engine_parameters(ENGINES.get(rollout.engine))
+        arguments = _engine_arguments(config)
+        for name, param in parameters.items():
+            if name in _ENGINE_FIELDS and not arguments[name]:
+                errors.append(f"{_ENGINE_FIELDS[name]}: the {rollout.engine!r} engine needs it")
+            elif name not in arguments and param.default is inspect.Parameter.empty:
+                if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                    errors.append(
+                        f"rollout.engine={rollout.engine!r} cannot be built from a config "
+                        f"(its constructor needs {name!r})"
+                    )
+    errors += _positive(
+        config,
+        "rollout.max_batch_size",
+        "rollout.max_seq_len",
+        "agent.max_turns",
+        "agent.max_context_tokens",
+        "agent.max_new_tokens_per_turn",
+        "agent.tool_timeout_s",
+    )
+    errors += _positive(
+        config,
+        "rollout.temperature",
+        "agent.seconds_per_generated_token",
+        "agent.max_concurrent_episodes",
+        allow_zero=True,
+    )
+    if not 0 < rollout.top_p <= 1:
+        errors.append(f"rollout.top_p must be in (0, 1], got {rollout.top_p}")
+    if config.agent.max_context_tokens > rollout.max_seq_len and rollout.engine == "jax":
+        errors.append(
+            f"agent.max_context_tokens ({config.agent.max_context_tokens}) exceeds "
+            f"rollout.max_seq_len ({rollout.max_seq_len}), the KV-cache length"
+        )
+    return errors
+
+
+# --- tasks ----------------------------------------------------------------------
+
+
+def source_specs(config: Any, split: str, num_synthetic: int) -> list[dict[str, Any]]:
+    """`data.sources` as specs for `data.sources.load_sources`."""
+    specs = []
+    for name, weight in parse_sources(config.data.sources):
+        spec: dict[str, Any] = {"kind": name, "weight": weight}
+        if name == "synthetic":
+            spec.update(
+                seed=config.data.synthetic_seed,
+                split=split,
+                n=num_synthetic,
+                num_entities=config.data.synthetic_num_entities,
+            )
+        else:
+            spec["path"] = config.data.paths[_path_key(name)]
+        specs.append(spec)
+    return specs
+
+
+def _path_key(source: str) -> str:
+    """The `data.paths` key of a source: its name, or an import path's attribute name."""
+    return source.rpartition(":")[2] if is_import_path(source) else source
+
+
+def check_data(config: Any) -> list[str]:
+    """data.*."""
+    from orchestra_jax.data.pipeline import STRATIFY_FIELDS
+    from orchestra_jax.data.readers import READERS
+
+    errors = []
+    try:
+        sources = parse_sources(config.data.sources)
+        if not sources:
+            errors.append("data.sources is empty")
+        for name, weight in sources:
+            problem = READERS.problem(name)
+            if problem is not None:
+                errors.append(f"data.sources: {problem}")
+            elif name != "synthetic" and _path_key(name) not in config.data.paths:
+                errors.append(
+                    f"data.sources: {name!r} needs a file in data.paths.{_path_key(name)}"
+                )
+            if weight <= 0:
+                errors.append(f"data.sources: weight of {name!r} must be > 0")
+    except ConfigError as e:
+        errors.append(str(e))
+    if config.data.stratify_by:
+        errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
+    try:
+        weights = stratum_weights(config)
+        if weights and not config.data.stratify_by:
+            errors.append(
+                "data.stratum_weights needs data.stratify_by (the field whose values it weighs)"
+            )
+        for value, weight in weights.items():
+            if weight <= 0:
+                errors.append(f"data.stratum_weights: weight of {value!r} must be > 0")
+    except ConfigError as e:
+        errors.append(str(e))
+    return errors
+
+
+# --- the environment and its tools ------------------------------------------------
+
+
+def build_env(config: Any) -> Environment:
+    """The environment `env.name` names (`envs/environment.ENVIRONMENTS`), e.g. the
+    offline synthetic world with the sandbox `tools.sandbox`."""
+    return make_env(config)
+
+
+def tool_config_fields(config: Any) -> dict[str, Any]:
+    """`ToolConfig` fields every task's configuration gets: the enabled tools
+    (`tools.enabled`) and the description style."""
+    return dict(
+        tools=enabled_tools(config.tools.enabled),
+        description_style=config.tools.description_style,
+    )
+
+
+def sampler_ranges(config: Any) -> SamplerRanges:
     t = config.tools
     return SamplerRanges(
         price_scale=(t.price_scale_min, t.price_scale_max),
@@ -183,38 +393,212 @@ def sampler_ranges(config) -> SamplerRanges:
     )
 
 
-def build_env(config):
-    """The offline environment: tasks of the synthetic source, corpus, simulated
-    experts, and the sandbox named by `tools.sandbox` (memoized where
-    `tools.memoize_code`)."""
-    from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-    from orchestra_jax.tools.python_sandbox import run_python
-    from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
+def check_env(config: Any) -> list[str]:
+    """env.name, tools.*."""
+    from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
 
-    run_code = functools.partial(run_python, isolation=config.tools.sandbox)
-    if config.tools.memoize_code:
-        run_code = MemoizedSandbox(run_code)
-    return SyntheticOrchestrationEnv(
-        seed=config.data.synthetic_seed,
-        num_entities=config.data.synthetic_num_entities,
-        run_code=run_code,
-        charge_measured_time=config.tools.charge_measured_time,
+    errors = _choice("env.name", config.env.name, ENVIRONMENTS)
+    errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
+    try:
+        enabled_tools(config.tools.enabled)
+    except ValueError as e:
+        errors.append(f"tools.enabled: {e}")
+    errors += _choice("tools.description_style", config.tools.description_style, DESCRIPTION_STYLES)
+    for lo, hi in (
+        ("price_scale_min", "price_scale_max"),
+        ("latency_scale_min", "latency_scale_max"),
+    ):
+        if not 0 < config.tools[lo] <= config.tools[hi]:
+            errors.append(
+                f"tools.{lo}/{hi}: need 0 < min <= max, got {config.tools[lo]}, {config.tools[hi]}"
+            )
+    for name in ("keep_probability", "preference_prob", "efficiency_off_prob"):
+        if not 0 <= config.tools[name] <= 1:
+            errors.append(f"tools.{name} must be a probability, got {config.tools[name]}")
+    return errors
+
+
+# --- reward ------------------------------------------------------------------------
+
+
+def build_reward(config: Any) -> GroupReward:
+    """The group reward `reward.type` names, its weights from the `reward` section."""
+    return make_reward(config.reward)
+
+
+def check_reward(config: Any) -> list[str]:
+    """reward.*."""
+    from orchestra_jax.rewards.registry import REWARDS
+
+    errors = _choice("reward.type", config.reward.type, REWARDS)
+    if not errors:
+        try:
+            make_reward(config.reward)
+        except ValueError as e:
+            errors.append(f"reward: {e}")
+    return errors
+
+
+# --- the learner ----------------------------------------------------------------------
+
+
+def build_learner_config(
+    config: Any, *, total_steps: int | None = None, mesh: Any = None
+) -> LearnerConfig:
+    """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
+    each of the mesh's batch shards (one device's share when `mesh` is None)."""
+    rl = config.rl
+    return LearnerConfig(
+        learning_rate=rl.lr,
+        weight_decay=rl.weight_decay,
+        grad_clip=rl.grad_clip,
+        schedule=rl.schedule,
+        warmup_steps=rl.warmup_steps,
+        total_steps=total_steps,
+        micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
+        loss=rl.loss,
+        clip_low=rl.clip_low,
+        clip_high=rl.clip_high,
+        dual_clip=rl.dual_clip or None,
+        agg=rl.loss_agg,
+        kl_coef=rl.kl_coef,
+        kl_type=rl.kl_type,
+        temperature=max(config.rollout.temperature, 1e-6),
+        tis_cap=rl.tis_cap or None,
     )
 
 
-def source_specs(config, split: str, num_synthetic: int) -> list[dict[str, Any]]:
-    """`data.sources` as specs for `data.sources.load_sources`."""
-    specs = []
-    for name, weight in parse_sources(config.data.sources):
-        spec: dict[str, Any] = {"kind": name, "weight": weight}
-        if name == "synthetic":
-            spec.update(
-                seed=config.data.synthetic_seed,
-                split=split,
-                n=num_synthetic,
-                num_entities=config.data.synthetic_num_entities,
+def build_batching(config: Any, row_multiple: int) -> BatchingConfig:
+    return BatchingConfig(seq_buckets=tuple(config.rl.seq_buckets), row_multiple=row_multiple)
+
+
+def check_rl(config: Any) -> list[str]:
+    """rl.*."""
+    rl = config.rl
+    errors = _positive(
+        config, "rl.group_size", "rl.tasks_per_step", "rl.lr", "rl.grad_clip", "rl.micro_batch_size"
+    )
+    errors += _positive(
+        config,
+        "rl.kl_coef",
+        "rl.weight_decay",
+        "rl.warmup_steps",
+        "rl.filter_reward_std",
+        "rl.tis_cap",
+        allow_zero=True,
+    )
+    if rl.group_size < 2:
+        errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
+    errors += _choice("rl.loss", rl.loss, grpo.POLICY_LOSSES)
+    errors += _choice("rl.loss_agg", rl.loss_agg, AGGREGATIONS)
+    errors += _choice("rl.advantage", rl.advantage, grpo.ADVANTAGES)
+    errors += _choice("rl.kl_type", rl.kl_type, grpo.KL_PENALTIES)
+    format_errors = _choice("rl.format_filter", rl.format_filter, grpo.FORMAT_FILTERS)
+    errors += format_errors
+    if (
+        not format_errors
+        and rl.format_filter != "penalty"
+        and rl.format_penalty != grpo.DEFAULT_FORMAT_PENALTY
+    ):
+        errors.append(
+            f"rl.format_penalty={rl.format_penalty} has no effect unless rl.format_filter='penalty'"
+        )
+    if rl.clip_low <= 0 or rl.clip_high <= 0:
+        errors.append("rl.clip_low and rl.clip_high must be > 0")
+    if rl.dual_clip and rl.dual_clip <= 1:
+        errors.append(f"rl.dual_clip must be > 1 (or 0 to disable), got {rl.dual_clip}")
+    buckets = list(rl.seq_buckets)
+    if not buckets or buckets != sorted(set(buckets)):
+        errors.append(f"rl.seq_buckets must be ascending and distinct, got {buckets}")
+    elif buckets[-1] < config.agent.max_context_tokens:
+        errors.append(
+            f"rl.seq_buckets: the largest ({buckets[-1]}) must hold "
+            f"agent.max_context_tokens ({config.agent.max_context_tokens})"
+        )
+    schedule_errors = _choice("rl.schedule", rl.schedule, SCHEDULES)
+    errors += schedule_errors
+    if not schedule_errors and rl.schedule != "constant" and rl.warmup_steps >= config.num_steps:
+        errors.append(
+            f"rl.schedule={rl.schedule!r} decays after rl.warmup_steps "
+            f"({rl.warmup_steps}), which must be < num_steps ({config.num_steps})"
+        )
+    return errors
+
+
+# --- the warm start ----------------------------------------------------------------
+
+
+def build_sft_learner_config(config: Any) -> LearnerConfig:
+    return dataclasses.replace(
+        build_learner_config(config, total_steps=config.num_steps),
+        learning_rate=config.sft.lr,
+        kl_coef=0.0,
+        schedule=config.sft.schedule,
+        warmup_steps=config.sft.warmup_steps,
+        total_steps=config.sft.steps,
+        micro_batch_size=None,
+        temperature=1.0,
+    )
+
+
+def check_sft(config: Any) -> list[str]:
+    """sft.*."""
+    from orchestra_jax.eval.routers import ROUTERS, is_router
+    from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
+
+    sft = config.sft
+    errors = _positive(config, "sft.steps", allow_zero=True)
+    errors += _choice("sft.schedule", sft.schedule, SCHEDULES)
+    if sft.warmup_steps < 0 or (sft.steps and sft.warmup_steps >= sft.steps):
+        errors.append(f"sft.warmup_steps must be in [0, sft.steps), got {sft.warmup_steps}")
+    if not 0 <= sft.ema_decay < 1:
+        errors.append(f"sft.ema_decay must be in [0, 1), got {sft.ema_decay}")
+    errors += _choice("sft.demo_filter", sft.demo_filter, DEMO_FILTERS)
+    if sft.demo_best_of < 1:
+        errors.append(f"sft.demo_best_of must be >= 1, got {sft.demo_best_of}")
+    elif sft.demo_filter != "best" and sft.demo_best_of != DEFAULT_DEMO_BEST_OF:
+        errors.append(
+            f"sft.demo_best_of={sft.demo_best_of} has no effect unless sft.demo_filter='best'"
+        )
+    if sft.steps and not is_router(sft.demo_policy):
+        errors.append(
+            f"sft.demo_policy must be a router {ROUTERS.names()} or a '+' mixture of them, "
+            f"got {sft.demo_policy!r}"
+        )
+    return errors
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+
+def check_eval(config: Any) -> list[str]:
+    """eval.*."""
+    from orchestra_jax.eval.routers import ROUTERS, is_router
+
+    errors = _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
+    if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
+        errors.append(
+            "eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
+            "the held-out reward and reward.type='utility')"
+        )
+    for name in split_list(config.eval.baselines):
+        if not is_router(name):
+            errors.append(
+                f"eval.baselines: unknown router {name!r}; known: {ROUTERS.names()} "
+                "or a '+' mixture of them"
             )
-        else:
-            spec["path"] = config.data.paths[name]
-        specs.append(spec)
-    return specs
+    return errors
+
+
+# Every section's check, in the order `config_checks.validate` reports them.
+SECTION_CHECKS = (
+    check_run,
+    check_model,
+    check_rollout,
+    check_data,
+    check_env,
+    check_reward,
+    check_rl,
+    check_sft,
+    check_eval,
+)

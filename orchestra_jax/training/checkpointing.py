@@ -133,7 +133,7 @@ class Checkpointer:
                 f"no checkpoint for step {step} in {self.directory}; have {self.all_steps()}"
             )
         rng_target = None if rng is None else {"rng": _abstract_key_data(rng)}
-        restored = self._manager.restore(
+        restored: Any = self._manager.restore(
             step,
             args=ocp.args.Composite(
                 params=_array_restore(params),
@@ -172,7 +172,7 @@ class Checkpointer:
         """Finishes pending writes and releases Orbax's threads."""
         self._manager.close()
 
-    def __enter__(self) -> "Checkpointer":
+    def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -208,7 +208,7 @@ def _array_restore(target: Any, *, already_abstract: bool = False) -> ocp.args.S
 
 def _is_typed_key(x: Any) -> bool:
     """True for typed PRNG key arrays and their abstract `ShapeDtypeStruct`s."""
-    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _keys_to_data(tree: Any) -> Any:

@@ -11,8 +11,10 @@ episode; the group-relative training reward is not):
 
     R = correct · max(0, 1 − P_cost · cost / cost_scale − P_latency · latency / latency_scale)
 
-Writes `<workdir>/eval_<policy>.json` (see `eval.summary.summarize`) and the
-episodes to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
+An `Evaluator` holds the test (tasks, their configurations, the episodes' seed
+and sampling) and plays it with any engine; it writes
+`<workdir>/eval_<policy>.json` (see `eval.summary.summarize`) and the episodes
+to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
 """
 
 from __future__ import annotations
@@ -20,15 +22,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from orchestra_jax.agent.trajectory import write_jsonl
-from orchestra_jax.parallel.multihost import is_primary
+from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.summary import summarize
+from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.efficiency import utility_rewards
-from orchestra_jax.training.rollouts import run_graded_episodes
+from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
+from orchestra_jax.training.seeds import Stream
 
 EVAL_PREFERENCES = (
     {"accuracy": 1.0, "cost": 0.5, "latency": 0.0},
@@ -38,14 +46,14 @@ EVAL_PREFERENCES = (
 
 
 def eval_tool_configs(
-    env, tasks: Sequence[Any], *, seed: int = 0, **config_fields
-) -> dict[str, Any]:
+    env: Environment, tasks: Sequence[Task], *, seed: int = 0, **config_fields: Any
+) -> dict[str, ToolConfig]:
     """task id -> a held-out ToolConfig with a stated preference (see module docstring).
 
     `config_fields` are further ToolConfig fields (e.g. description_style).
     """
     base = list(env.eval_tool_configs(**config_fields).values())
-    rng = np.random.default_rng([seed, 11])
+    rng = np.random.default_rng([seed, Stream.HELDOUT_PREFERENCES])
     out = {}
     for i, task in enumerate(tasks):
         config = base[i % len(base)]
@@ -76,53 +84,68 @@ def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) ->
     ).astype(np.float32)
 
 
-async def evaluate_policy(
-    name: str,
-    engine,
-    *,
-    tasks: Sequence[Any],
-    tool_configs: Mapping[str, Any],
-    env,
-    tokenizer,
-    sampling,
-    loop_kwargs: dict,
-    workdir: str,
-    seed: int,
-    cost_scale: float,
-    latency_scale: float,
-    backend_seed: int = 0,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Runs `engine` on `tasks` (one episode each), writes and returns its summary."""
-    configs = [tool_configs[t.id] for t in tasks]
-    trajectories = await run_graded_episodes(
-        tasks,
-        configs,
-        engine=engine,
-        tokenizer=tokenizer,
-        backends_for=lambda c: env.build_backends(c, seed=backend_seed),
-        group_size=1,
-        seed=seed,
-        sampling=sampling,
-        loop_kwargs=loop_kwargs,
-    )
-    rewards = heldout_rewards(trajectories, cost_scale=cost_scale, latency_scale=latency_scale)
-    for traj, r in zip(trajectories, rewards):
-        traj.reward = float(r)
-    summary = {
-        "policy": name,
-        **summarize(trajectories, tool_configs=tool_configs),
-        "heldout_reward": float(rewards.mean()),
-        "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
-        if len(rewards) > 1
-        else 0.0,
-        "reward_definition": "correct * max(0, 1 - P_cost*cost/%g - P_latency*latency/%g)"
-        % (cost_scale, latency_scale),
-        **(extra or {}),
-    }
-    if is_primary():  # on several hosts, process 0 alone writes
-        os.makedirs(workdir, exist_ok=True)
-        write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
-        with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
-            json.dump(summary, f, indent=2, sort_keys=True)
-    return summary
+class Evaluator:
+    """Held-out evaluation of any policy on one fixed test, built once per experiment.
+
+    The test is fixed at construction: `tasks` (one episode each), their held-out
+    `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling. Each
+    `evaluate(name, engine)` plays the test with that policy and writes
+    `<workdir>/eval_<name>.json` and `<workdir>/trajectories/eval_<name>.jsonl`.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        tool_configs: Mapping[str, ToolConfig],
+        episodes: Episodes,
+        *,
+        seed: int,
+        cost_scale: float,
+        latency_scale: float,
+        workdir: str,
+    ):
+        missing = [t.id for t in tasks if t.id not in tool_configs]
+        if missing:
+            raise ValueError(f"no held-out tool configuration for tasks {missing[:5]}")
+        self.tasks, self.tool_configs = list(tasks), dict(tool_configs)
+        self.episodes, self.seed, self.workdir = episodes, seed, workdir
+        self.cost_scale, self.latency_scale = cost_scale, latency_scale
+
+    async def evaluate(
+        self,
+        name: str,
+        engine: RolloutEngine,
+        *,
+        extra: Mapping[str, Any] | None = None,
+        workdir: str | None = None,
+    ) -> dict[str, Any]:
+        """Runs `engine` on the test, writes and returns its summary (into `workdir`,
+        default the evaluator's); `extra` fields are added to the summary."""
+        workdir = workdir or self.workdir
+        configs = [self.tool_configs[t.id] for t in self.tasks]
+        how = dataclasses.replace(self.episodes, engine=engine, group_size=1)
+        trajectories = await run_graded_episodes(self.tasks, configs, how, seed=self.seed)
+        rewards = heldout_rewards(
+            trajectories, cost_scale=self.cost_scale, latency_scale=self.latency_scale
+        )
+        for traj, r in zip(trajectories, rewards):
+            traj.reward = float(r)
+        summary = {
+            "policy": name,
+            **summarize(trajectories, tool_configs=self.tool_configs),
+            "heldout_reward": float(rewards.mean()),
+            "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+            if len(rewards) > 1
+            else 0.0,
+            "reward_definition": (
+                f"correct * max(0, 1 - P_cost*cost/{self.cost_scale:g} "
+                f"- P_latency*latency/{self.latency_scale:g})"
+            ),
+            **(extra or {}),
+        }
+        if is_primary():  # on several hosts, process 0 alone writes
+            os.makedirs(workdir, exist_ok=True)
+            write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+            with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
+                json.dump(summary, f, indent=2, sort_keys=True)
+        return summary

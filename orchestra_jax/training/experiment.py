@@ -19,18 +19,25 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
-from orchestra_jax.agent.loop import derive_seed
+from orchestra_jax.agent.trajectory import Trajectory
+from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.sources import load_sources
+from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
-from orchestra_jax.rollout.engine import SamplingParams
-from orchestra_jax.training import builders, grpo_loop, warm_start
-from orchestra_jax.training.checkpointing import restore_params, save_params
-from orchestra_jax.training.config_checks import split_list
-from orchestra_jax.training.evaluation import eval_tool_configs, evaluate_policy, heldout_rewards
 from orchestra_jax.parallel.multihost import is_primary
+from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.training import builders, grpo_loop, seeds, warm_start
+from orchestra_jax.training.checkpointing import restore_params, save_params
+from orchestra_jax.training.config_checks import ExperimentConfig, split_list
+from orchestra_jax.training.evaluation import Evaluator, eval_tool_configs, heldout_rewards
 from orchestra_jax.training.metrics import plot_metrics
+from orchestra_jax.training.rollouts import Episodes
 from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
@@ -47,7 +54,8 @@ CURVES = (
 )
 
 
-def eval_tasks(config):
+def eval_tasks(config: ExperimentConfig) -> list[Task]:
+    """The first `eval.num_tasks` tasks of `data.eval_split`."""
     specs = builders.source_specs(
         config, config.data.eval_split, num_synthetic=config.eval.num_tasks
     )
@@ -55,24 +63,45 @@ def eval_tasks(config):
     return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
 
 
-def heldout_tool_configs(config, env, tasks) -> dict:
+def heldout_tool_configs(
+    config: ExperimentConfig, env: Environment, tasks: list[Task]
+) -> dict[str, ToolConfig]:
     """task id -> its held-out tool configuration, drawn from `eval.seed`."""
     return eval_tool_configs(
-        env, tasks, seed=config.eval.seed, description_style=config.tools.description_style
+        env, tasks, seed=config.eval.seed, **builders.tool_config_fields(config)
     )
 
 
-def baseline_router(config, router: str, tokenizer, tool_configs) -> RouterEngine:
+def baseline_router(
+    config: ExperimentConfig,
+    router: str,
+    tokenizer: ChatTokenizer,
+    tool_configs: Mapping[str, ToolConfig],
+) -> RouterEngine:
     """Baseline `router` playing `tool_configs`, its draws from `eval.seed`."""
     return RouterEngine(router, tokenizer, tool_configs, seed=config.eval.seed)
 
 
-def _eval_sampling(config) -> SamplingParams:
-    return SamplingParams(
-        temperature=config.eval.temperature,
-        top_p=1.0,
-        top_k=-1,
-        max_new_tokens=config.agent.max_new_tokens_per_turn,
+def build_evaluator(
+    config: ExperimentConfig, env: Environment, tokenizer: ChatTokenizer
+) -> Evaluator:
+    """The experiment's held-out test (`eval.*`): its tasks, their held-out tool
+    configurations, the episodes' seed and sampling."""
+    tasks = eval_tasks(config)
+    episodes = Episodes(
+        env=env,
+        tokenizer=tokenizer,
+        sampling=builders.eval_sampling_params(config),
+        limits=builders.loop_limits(config),
+    )
+    return Evaluator(
+        tasks,
+        heldout_tool_configs(config, env, tasks),
+        episodes,
+        seed=seeds.eval_episode_seed(config.eval.seed),
+        cost_scale=config.eval.cost_scale_usd,
+        latency_scale=config.eval.latency_scale_s,
+        workdir=grpo_loop.workdir_of(config),
     )
 
 
@@ -80,25 +109,15 @@ EVAL_METRICS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s",
 
 
 def evaluate(
-    config, name: str, engine, *, env, tokenizer, tasks, tool_configs, extra=None, workdir=None
-):
-    summary = run_sync(
-        evaluate_policy(
-            name,
-            engine,
-            tasks=tasks,
-            tool_configs=tool_configs,
-            env=env,
-            tokenizer=tokenizer,
-            sampling=_eval_sampling(config),
-            loop_kwargs=builders.loop_kwargs(config),
-            workdir=workdir or grpo_loop.workdir_of(config),
-            seed=derive_seed(config.eval.seed, 99),
-            cost_scale=config.eval.cost_scale_usd,
-            latency_scale=config.eval.latency_scale_s,
-            extra=extra,
-        )
-    )
+    evaluator: Evaluator,
+    name: str,
+    engine: RolloutEngine,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
+    """`evaluator.evaluate` from synchronous code, logged in one line."""
+    summary = run_sync(evaluator.evaluate(name, engine, extra=extra, workdir=workdir))
     log.info(
         "eval %-18s accuracy %.3f  cost $%.5f  latency %.1fs  held-out reward %.3f",
         name,
@@ -110,7 +129,7 @@ def evaluate(
     return summary
 
 
-def run_warm_start(config, run) -> None:
+def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
     """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
     on the demonstrations `config.sft.demo_filter` keeps."""
     demos = collect_demonstrations(config, run)
@@ -143,7 +162,7 @@ def run_warm_start(config, run) -> None:
         run.learner.set_reference(learner.params)
 
 
-def collect_demonstrations(config, run) -> list:
+def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list[Trajectory]:
     """`config.sft.num_demos` demonstrations that pass `config.sft.demo_filter`.
 
     Rounds of `num_demos` training tasks are played by the demonstrator until
@@ -167,14 +186,9 @@ def collect_demonstrations(config, run) -> list:
             demo_tasks.extend(next(tasks))
         demo_tasks = demo_tasks[:want]
         configs = [
-            run.sampler.sample(t, derive_seed(config.seed, 7, round_index * want + i))
+            run.sampler.sample(t, seeds.demo_tool_config_seed(config.seed, round_index * want + i))
             for i, t in enumerate(demo_tasks)
         ]
-        # Round 0 keeps the seeds demonstrations had before rounds existed, so runs
-        # without a filter (one round) play exactly the recorded demonstrations.
-        round_seed = (
-            derive_seed(config.seed, 8, round_index) if round_index else derive_seed(config.seed, 8)
-        )
         demos = run_sync(
             warm_start.router_demonstrations(
                 config.sft.demo_policy,
@@ -182,8 +196,8 @@ def collect_demonstrations(config, run) -> list:
                 configs,
                 env=run.env,
                 tokenizer=run.tokenizer,
-                loop_kwargs=builders.loop_kwargs(config),
-                seed=round_seed,
+                limits=builders.loop_limits(config),
+                seed=seeds.demo_episode_seed(config.seed, round_index),
                 group_size=best_of,
             )
         )
@@ -212,11 +226,11 @@ def collect_demonstrations(config, run) -> list:
     return kept[:want]
 
 
-def warm_start_dir(config) -> str:
+def warm_start_dir(config: ExperimentConfig) -> str:
     return os.path.join(grpo_loop.workdir_of(config), "warm_start_params")
 
 
-def restore_reference(config, run) -> None:
+def restore_reference(config: ExperimentConfig, run: grpo_loop.Run) -> None:
     """On resume after a warm start: the KL reference is the saved warm-start policy."""
     path = warm_start_dir(config)
     if not os.path.isdir(path):
@@ -227,7 +241,7 @@ def restore_reference(config, run) -> None:
     run.learner.set_reference(restore_params(path, run.learner.params))
 
 
-def run_experiment(config) -> dict:
+def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     """Runs every stage of the module docstring; returns the evaluation summaries."""
     workdir = grpo_loop.workdir_of(config)
     primary = is_primary()  # on several hosts, process 0 alone writes files
@@ -236,8 +250,7 @@ def run_experiment(config) -> dict:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     run = grpo_loop.setup_run(config)
-    tasks = eval_tasks(config)
-    tool_configs = heldout_tool_configs(config, run.env, tasks)
+    evaluator = build_evaluator(config, run.env, run.tokenizer)
     summaries = {}
     fresh = run.checkpointer.latest_step() is None
     if fresh and config.sft.steps:
@@ -251,26 +264,14 @@ def run_experiment(config) -> dict:
     elif config.sft.steps and config.rl.kl_coef:
         restore_reference(config, run)
     if fresh and config.eval.num_tasks:
-        summaries["warm_start"] = evaluate(
-            config,
-            "warm_start",
-            run.engine,
-            env=run.env,
-            tokenizer=run.tokenizer,
-            tasks=tasks,
-            tool_configs=tool_configs,
-        )
+        summaries["warm_start"] = evaluate(evaluator, "warm_start", run.engine)
 
     def evaluate_during_training(step):
         # Kept apart from the final evaluations, which eval_report.md compares.
         summary = evaluate(
-            config,
+            evaluator,
             f"step_{step:06d}",
             run.engine,
-            env=run.env,
-            tokenizer=run.tokenizer,
-            tasks=tasks,
-            tool_configs=tool_configs,
             extra={"steps": step},
             workdir=os.path.join(workdir, "eval_steps"),
         )
@@ -279,35 +280,22 @@ def run_experiment(config) -> dict:
     grpo_loop.grpo_train(run, evaluate=evaluate_during_training if config.eval.num_tasks else None)
     if config.eval.num_tasks:
         summaries["grpo"] = evaluate(
-            config,
-            "grpo",
-            run.engine,
-            env=run.env,
-            tokenizer=run.tokenizer,
-            tasks=tasks,
-            tool_configs=tool_configs,
-            extra={"steps": config.num_steps},
+            evaluator, "grpo", run.engine, extra={"steps": config.num_steps}
         )
         for router in split_list(config.eval.baselines):
-            engine = baseline_router(config, router, run.tokenizer, tool_configs)
-            summaries[router] = evaluate(
-                config,
-                router,
-                engine,
-                env=run.env,
-                tokenizer=run.tokenizer,
-                tasks=tasks,
-                tool_configs=tool_configs,
-                extra={"baseline": True},
-            )
-        if primary:
-            md, png = write_report(workdir)
-            log.info("evaluation report: %s, %s", md, png)
+            engine = baseline_router(config, router, run.tokenizer, evaluator.tool_configs)
+            summaries[router] = evaluate(evaluator, router, engine, extra={"baseline": True})
+            engine.close()
+        try:
+            if primary:
+                md, png = write_report(workdir)
+                log.info("evaluation report: %s, %s", md, png)
+        except Exception:  # eval_*.json are written; the run's end must not be lost to a report
+            log.exception("writing the evaluation report failed (eval_*.json are in %s)", workdir)
     metrics_file = os.path.join(workdir, "metrics.jsonl")
     if primary and os.path.exists(metrics_file):
         plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
-    if hasattr(run.engine, "close"):
-        run.engine.close()
+    run.engine.close()
     if primary:
         with open(os.path.join(workdir, "summary.json"), "w") as f:
             json.dump(summaries, f, indent=2, sort_keys=True)

@@ -24,19 +24,31 @@ from typing import Any
 import jax
 import numpy as np
 
-from orchestra_jax.agent.loop import derive_seed
 from orchestra_jax.agent.trajectory import write_jsonl
+from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.data.sources import load_sources
-from orchestra_jax.rewards.registry import make_reward
-from orchestra_jax.rl.batching import build_train_batch
+from orchestra_jax.envs.environment import Environment
+from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.parallel import multihost
+from orchestra_jax.rewards.registry import GroupReward
+from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.parallel import multihost
-from orchestra_jax.training import builders, config_checks, host_rollouts
+from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.tools.config_sampler import ToolConfigSampler
+from orchestra_jax.training import builders, config_checks, host_rollouts, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
+from orchestra_jax.training.config_checks import ExperimentConfig
 from orchestra_jax.training.metrics import MetricsWriter
-from orchestra_jax.training.rollouts import Timer, run_graded_episodes, score_groups
+from orchestra_jax.training.rollouts import (
+    Episodes,
+    StepExperience,
+    Timer,
+    run_graded_episodes,
+    score_groups,
+)
 from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
@@ -46,57 +58,39 @@ log = logging.getLogger(__name__)
 class Run:
     """Everything a GRPO run holds between steps (built by `setup_run`)."""
 
-    config: Any
+    config: ExperimentConfig
     workdir: str
-    tokenizer: Any
-    mesh: Any
-    model: Any
-    model_config: Any
-    env: Any
-    sampler: Any
-    reward_fn: Any
+    tokenizer: ChatTokenizer
+    mesh: jax.sharding.Mesh
+    model: Qwen3ForCausalLM
+    model_config: Qwen3Config
+    env: Environment
+    sampler: ToolConfigSampler
+    reward_fn: GroupReward
     learner: Learner
-    engine: Any
-    batching: Any
+    engine: RolloutEngine
+    batching: BatchingConfig
     checkpointer: Checkpointer
     # Several hosts with the JAX engine: its host-local parameters' shardings
     # (training/host_rollouts.py); None: the engine reads the learner's parameters.
     engine_shardings: Any = None
 
 
-def workdir_of(config) -> str:
+def workdir_of(config: ExperimentConfig) -> str:
     return config.workdir or os.path.join("runs", config.variant or "run")
 
 
-def make_reward_fn(config):
-    if config.reward.type == "efficiency":
-        return make_reward(
-            "efficiency",
-            cost_weight=config.reward.efficiency_alpha,
-            latency_weight=config.reward.efficiency_beta,
-            floor=config.reward.efficiency_floor,
-        )
-    if config.reward.type == "utility":  # The held-out evaluation's own utility.
-        return make_reward(
-            "utility",
-            cost_scale=config.eval.cost_scale_usd,
-            latency_scale=config.eval.latency_scale_s,
-        )
-    return make_reward(config.reward.type)
-
-
-def setup_run(config, *, model=None, model_config=None) -> Run:
-    """Builds the parts; `model` may come from a warm start."""
+def setup_run(config: ExperimentConfig) -> Run:
+    """Builds every part of a run from its config."""
     workdir = workdir_of(config)
     tokenizer = builders.build_tokenizer(config)
     mesh = builders.build_mesh(config)
-    if model is None:
-        model, model_config = builders.build_model(config, mesh, tokenizer)
+    model, model_config = builders.build_model(config, mesh, tokenizer)
     env = builders.build_env(config)
     sampler = env.tool_config_sampler(
         seed=config.seed,
         ranges=builders.sampler_ranges(config),
-        description_style=config.tools.description_style,
+        **builders.tool_config_fields(config),
     )
     learner = Learner(
         model,
@@ -108,7 +102,7 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
         engine_model, engine_shardings = host_rollouts.host_local_engine_model(
             model, mesh.shape["tensor"]
         )
-    engine = builders.build_engine(config, engine_model, model_config, tokenizer)
+    engine = builders.build_engine(config, engine_model, model_config)
     batching = builders.build_batching(config, learner.row_multiple())
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -116,24 +110,24 @@ def setup_run(config, *, model=None, model_config=None) -> Run:
         save_interval_steps=max(1, config.checkpoint.every_steps),
     )
     return Run(
-        config,
-        workdir,
-        tokenizer,
-        mesh,
-        model,
-        model_config,
-        env,
-        sampler,
-        make_reward_fn(config),
-        learner,
-        engine,
-        batching,
-        checkpointer,
-        engine_shardings,
+        config=config,
+        workdir=workdir,
+        tokenizer=tokenizer,
+        mesh=mesh,
+        model=model,
+        model_config=model_config,
+        env=env,
+        sampler=sampler,
+        reward_fn=builders.build_reward(config),
+        learner=learner,
+        engine=engine,
+        batching=batching,
+        checkpointer=checkpointer,
+        engine_shardings=engine_shardings,
     )
 
 
-def train_task_iterator(config):
+def train_task_iterator(config: ExperimentConfig):
     specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
     sources, _ = load_sources(specs)
     return task_iterator(
@@ -170,28 +164,30 @@ def restore(run: Run, iterator) -> int:
     return restored.step
 
 
-async def collect_experience(run: Run, tasks, step: int):
+async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
     """Rollouts of one step, graded and scored (see `training/rollouts.py`); on several
     hosts, this host's share of the step, exchanged (`training/host_rollouts.py`)."""
     config = run.config
     positions = host_rollouts.task_positions(config.rl.tasks_per_step)
     tool_configs = [
-        run.sampler.sample(task, derive_seed(config.seed, step, i))
+        run.sampler.sample(task, seeds.step_tool_config_seed(config.seed, step, i))
         for i, task in zip(positions, tasks)
     ]
-    backend_seed = derive_seed(config.seed, step, 1 << 20)
+    how = Episodes(
+        env=run.env,
+        engine=run.engine,
+        tokenizer=run.tokenizer,
+        sampling=builders.sampling_params(config),
+        limits=builders.loop_limits(config),
+        group_size=config.rl.group_size,
+        tools_seed=seeds.step_backend_seed(config.seed, step),
+        sleep_scale=config.tools.sleep_scale,
+    )
     trajectories = await run_graded_episodes(
         tasks,
         tool_configs,
-        engine=run.engine,
-        tokenizer=run.tokenizer,
-        backends_for=lambda c: run.env.build_backends(
-            c, seed=backend_seed, sleep_scale=config.tools.sleep_scale
-        ),
-        group_size=config.rl.group_size,
-        seed=derive_seed(config.seed, step),
-        sampling=builders.sampling_params(config),
-        loop_kwargs=builders.loop_kwargs(config),
+        how,
+        seed=seeds.step_episode_seed(config.seed, step),
         task_indices=positions,
     )
     trajectories = host_rollouts.gather_step(trajectories, config.rl.group_size)
@@ -208,7 +204,7 @@ async def collect_experience(run: Run, tasks, step: int):
     )
 
 
-def train_step(run: Run, experience) -> dict[str, float]:
+def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     """One learner update on the kept episodes (skipped, and said so, when none are kept)."""
     kept = experience.kept
     if not kept:

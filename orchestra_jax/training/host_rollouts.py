@@ -16,7 +16,8 @@ collective per decode step. SGLang servers are shared by all hosts.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 from flax import nnx

@@ -24,7 +24,8 @@ import numbers
 import os
 import pathlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -130,7 +131,7 @@ class MetricsWriter:
         reserved = {"step", "time"} & flat.keys()
         if reserved:
             raise ValueError(f"metric names {sorted(reserved)} are reserved for the record itself")
-        if not self.enabled:
+        if self._file is None:  # disabled: not process 0
             return flat
         # Strict JSON has no NaN/Infinity: non-finite values are written as null.
         finite = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
@@ -162,7 +163,7 @@ class MetricsWriter:
 
     def truncate_after(self, step: int) -> int:
         """Drops already-written records with step > `step` (resume decided late)."""
-        if not self.enabled:
+        if self._file is None:
             return 0
         self._file.close()
         dropped = truncate_jsonl(self.path, step)
@@ -170,20 +171,20 @@ class MetricsWriter:
         return dropped
 
     def flush(self) -> None:
-        if not self.enabled:
+        if self._file is None:
             return
         self._file.flush()
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
-        if not self.enabled:
+        if self._file is None:
             return
         self._file.close()
         if self._tb is not None:
             self._tb.close()
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc) -> None:

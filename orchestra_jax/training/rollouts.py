@@ -1,8 +1,9 @@
 """One step's experience: episodes for a batch of tasks, graded, rewarded, advantaged.
 
     tasks ─▶ ToolConfig per task ─▶ G episodes per task (agent loop, concurrent)
-          ─▶ grade each final answer ─▶ group reward ─▶ group advantages
-          ─▶ filters (reward std, format, no valid answer) ─▶ kept trajectories
+          ─▶ the environment grades each final answer ─▶ group reward
+          ─▶ group advantages ─▶ filters (reward std, format, no valid answer)
+          ─▶ kept trajectories
 
 Episodes are ordered task by task (G consecutive per task), the layout every
 group function of `rl/grpo.py` and `rewards/registry.py` expects.
@@ -14,17 +15,22 @@ import asyncio
 import collections
 import dataclasses
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from orchestra_jax.agent.loop import make_group_specs, run_episodes
+from orchestra_jax.agent.loop import LoopLimits, make_group_specs, run_episodes
 from orchestra_jax.agent.trajectory import Trajectory
-from orchestra_jax.rewards.judge import grade
+from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.environment import Environment
+from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rewards.outcome import is_valid_answer
 from orchestra_jax.rewards.registry import group_rewards
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.grpo import FORMAT_FILTERS
+from orchestra_jax.rollout.engine import RolloutEngine, SamplingParams
+from orchestra_jax.tools.config import ToolConfig
 
 
 @dataclasses.dataclass
@@ -52,45 +58,82 @@ class StepExperience:
 
 
 async def grade_all(
-    trajectories: Sequence[Trajectory], tasks: Mapping[str, Any], *, judge=None
+    trajectories: Sequence[Trajectory],
+    tasks: Mapping[str, Task],
+    env: Environment,
+    *,
+    judge: Judge | None = None,
 ) -> None:
-    """Sets `correct` on every trajectory (concurrently, for LLM judges)."""
+    """Sets `correct` on every trajectory: `env.grade` (concurrently, for LLM judges)."""
     verdicts = await asyncio.gather(
-        *(grade(t.final_answer, tasks[t.task_id], judge=judge) for t in trajectories)
+        *(env.grade(tasks[t.task_id], t.final_answer, judge=judge) for t in trajectories)
     )
     for traj, verdict in zip(trajectories, verdicts):
         traj.correct = bool(verdict.correct)
 
 
+@dataclasses.dataclass(frozen=True)
+class Episodes:
+    """How to play a batch of tasks: G episodes each, on which engine and tools.
+
+    `engine` may be left out of a template (an evaluator's) and set per use.
+    `tools_seed` seeds the environment's tools (simulated experts' draws) and
+    `sleep_scale` makes simulated tools really wait (`Environment.tools`).
+    """
+
+    env: Environment
+    tokenizer: Any
+    sampling: SamplingParams
+    limits: LoopLimits
+    engine: RolloutEngine | None = None
+    group_size: int = 1
+    tools_seed: int = 0
+    sleep_scale: float = 0.0
+    judge: Judge | None = None
+
+
 async def run_graded_episodes(
-    tasks: Sequence[Any],
-    tool_configs: Sequence[Any],
+    tasks: Sequence[Task],
+    tool_configs: Sequence[ToolConfig],
+    how: Episodes,
     *,
-    engine,
-    tokenizer,
-    backends_for: Callable[[Any], Any],
-    group_size: int,
     seed: int,
-    sampling,
-    loop_kwargs: dict,
-    judge=None,
     task_indices: Sequence[int] | None = None,
 ) -> list[Trajectory]:
-    """G episodes per task with its ToolConfig and tools, then graded (`task_indices`:
-    the tasks' places in the step, for their seeds; see `make_group_specs`)."""
-    tools = [_make_tools(config, backends_for(config)) for config in tool_configs]
+    """`how.group_size` episodes per task with its ToolConfig and tools, then graded.
+
+    Episode (i, g) has seed derive_seed(seed, task_indices[i], g) (task_indices:
+    the tasks' places in the step, default 0, 1, …) and its own state
+    `env.reset(task)`. Environments with a conversation partner
+    (`other_party`) need a dialogue loop, which `run_episodes` is not.
+    """
+    env = how.env
+    if how.engine is None:
+        raise ValueError("Episodes.engine is not set: which policy plays the episodes?")
+    for task in tasks:
+        if env.other_party(task) is not None:
+            raise ValueError(
+                f"task {task.id!r} has a conversation partner (Environment.other_party); "
+                "the agent loop runs episodes between the orchestrator and its tools only"
+            )
+    tools = [
+        env.tools(config, seed=how.tools_seed, sleep_scale=how.sleep_scale)
+        for config in tool_configs
+    ]
     specs = make_group_specs(
-        tasks, tool_configs, group_size, seed, tools=tools, task_indices=task_indices
+        tasks,
+        tool_configs,
+        how.group_size,
+        seed,
+        tools=tools,
+        reset=env.reset,
+        task_indices=task_indices,
     )
-    trajectories = await run_episodes(specs, engine, tokenizer, sampling=sampling, **loop_kwargs)
-    await grade_all(trajectories, {t.id: t for t in tasks}, judge=judge)
+    trajectories = await run_episodes(
+        specs, how.engine, how.tokenizer, sampling=how.sampling, limits=how.limits
+    )
+    await grade_all(trajectories, {t.id: t for t in tasks}, env, judge=how.judge)
     return trajectories
-
-
-def _make_tools(config, backends):
-    from orchestra_jax.tools.registry import make_tools
-
-    return make_tools(config, backends)
 
 
 def score_groups(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 
 def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -14,48 +14,57 @@ are trained on (`conversation_example`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.template import render
+from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
-from orchestra_jax.training.rollouts import run_graded_episodes
+from orchestra_jax.rollout.engine import SamplingParams
+from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
+from orchestra_jax.training.seeds import Stream
 
 log = logging.getLogger(__name__)
 
 
 async def router_demonstrations(
     router: str,
-    tasks: Sequence[Any],
-    tool_configs: Sequence[Any],
+    tasks: Sequence[Task],
+    tool_configs: Sequence[ToolConfig],
     *,
-    env,
-    tokenizer,
-    loop_kwargs: dict,
+    env: Environment,
+    tokenizer: Any,
+    limits: LoopLimits,
     seed: int,
     group_size: int = 1,
 ) -> list[Trajectory]:
     """`group_size` demonstration episodes per task, task by task, played by `router`
-    (each with its own plan: a router's plan depends on the episode's group index)."""
+    (each with its own plan: a router's plan depends on the episode's group index).
+
+    `seed` seeds the plans, the tools and the episodes; routers decode greedily.
+    """
     engine = RouterEngine(
         router, tokenizer, {t.id: c for t, c in zip(tasks, tool_configs)}, seed=seed
     )
-    return await run_graded_episodes(
-        tasks,
-        tool_configs,
+    how = Episodes(
+        env=env,
         engine=engine,
         tokenizer=tokenizer,
-        backends_for=lambda c: env.build_backends(c, seed=seed),
+        sampling=SamplingParams(temperature=0.0, max_new_tokens=limits.max_new_tokens_per_turn),
+        limits=limits,
         group_size=group_size,
-        seed=seed,
-        sampling=_greedy(loop_kwargs),
-        loop_kwargs=loop_kwargs,
+        tools_seed=seed,
     )
+    return await run_graded_episodes(tasks, tool_configs, how, seed=seed)
 
 
 DEMO_FILTERS = ("none", "correct", "best")
@@ -97,12 +106,6 @@ def keep_demonstrations(
                 kept.append(demos[max(solved, key=lambda i: (scores[i], -i))])
         return kept
     raise ValueError(f"unknown demo filter {demo_filter!r}; choose one of {DEMO_FILTERS}")
-
-
-def _greedy(loop_kwargs):
-    from orchestra_jax.rollout.engine import SamplingParams
-
-    return SamplingParams(temperature=0.0, max_new_tokens=loop_kwargs["max_new_tokens_per_turn"])
 
 
 def conversation_example(
@@ -155,7 +158,7 @@ def sft_batches(
     """`steps` batches of `batch_size` examples, reshuffled every epoch (seeded)."""
     if not examples:
         raise ValueError("no demonstrations to train on")
-    rng = np.random.default_rng([seed, 5])
+    rng = np.random.default_rng([seed, Stream.SFT_BATCHES])
     order: list[int] = []
     for _ in range(steps):
         while len(order) < batch_size:
@@ -204,11 +207,10 @@ def run_sft(
 
     `ema_decay` > 0 leaves the learner with the moving average of its parameters
     over the steps (`parameter_ema`) instead of the last step's. At a constant
-    learning rate the last step's parameters carry the last few batches' noise:
-    the demo's warm start, imitating demonstrations whose answer model varies
-    within each kind of question, swung between answering logic puzzles with the
-    frontier model 4 % and 79 % of the time from one 10-step mark to the next
-    (docs/benchmarks.md, session 14); the average keeps the demonstrations' lean.
+    learning rate the last step's parameters carry the last few batches' noise
+    (a choice the demonstrations make one way or another at random swings with
+    them); the average keeps the demonstrations' lean
+    (docs/notes/2026-11-24-demo-one-test-and-warm-start-average.md).
     """
     history = []
 

@@ -1,0 +1,72 @@
+"""The `Environment` protocol: a world of tasks an orchestrator is trained and tested in.
+
+An environment gives everything about a task that is not the policy:
+
+    tasks(split, n)               the tasks of a split ("train", "heldout", …)
+    tool_config_sampler(...)      per-task tools, aliases, prices, preferences (training)
+    eval_tool_configs(...)        held-out tool configurations (evaluation)
+    tools(tool_config, seed=…)    the tools an episode offers: {name: Tool}, each
+                                  with its schema and the backend that runs it
+    reset(task)                   fresh per-episode state (e.g. a database the
+                                  tools change); None for stateless worlds. Each
+                                  episode's tools find it in `ToolContext.state`
+    other_party(task)             the other side of the conversation (a simulated
+                                  user), or None where the orchestrator only
+                                  talks to tools (QA, the synthetic world)
+    grade(task, answer, judge=…)  is the episode's final answer right
+
+`ENVIRONMENTS` maps `env.name` to a factory `(experiment config) -> Environment`;
+`training/builders.build_env` goes through it, and `env.name` may also be
+"package.module:factory" for an environment in one's own module. The offline
+synthetic world (`envs/synthetic.py`) is registered as "synthetic".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from orchestra_jax.envs.base import Task
+from orchestra_jax.registry import Registry
+from orchestra_jax.rewards.judge import Judge, JudgeVerdict
+from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """What a run asks of a task world (see the module docstring)."""
+
+    def tasks(self, split: str, n: int) -> list[Task]: ...
+
+    def tool_config_sampler(
+        self, seed: int = 0, ranges: SamplerRanges | None = None, **fields: Any
+    ) -> ToolConfigSampler: ...
+
+    def eval_tool_configs(
+        self, ranges: SamplerRanges | None = None, **fields: Any
+    ) -> dict[str, ToolConfig]: ...
+
+    def tools(
+        self, tool_config: ToolConfig, *, seed: int = 0, sleep_scale: float = 0.0
+    ) -> dict[str, Tool]: ...
+
+    def reset(self, task: Task) -> Any: ...
+
+    def other_party(self, task: Task) -> Any | None: ...
+
+    async def grade(
+        self, task: Task, final_answer: str | None, *, judge: Judge | None = None
+    ) -> JudgeVerdict: ...
+
+
+EnvironmentFactory = Callable[[Any], Environment]
+
+ENVIRONMENTS: Registry[EnvironmentFactory] = Registry("environment")
+ENVIRONMENTS.register_lazy("synthetic", "orchestra_jax.envs.synthetic:from_config")
+
+
+def make_env(config: Any) -> Environment:
+    """The environment `config.env.name` names, built from the experiment config."""
+    return ENVIRONMENTS.get(config.env.name)(config)
