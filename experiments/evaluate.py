@@ -36,7 +36,7 @@ _POLICIES = flags.DEFINE_string(
 
 def main(argv):
     del argv
-    flags_util.init_distributed()
+    flags_util.init_distributed(_CONFIG.value)
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.training import builders, experiment, grpo_loop
