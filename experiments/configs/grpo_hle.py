@@ -207,6 +207,11 @@ def _base() -> ml_collections.ConfigDict:
     # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
     # each episode. Rows, and so rl.micro_batch_size, then count groups, not episodes.
     c.rl.share_prompts = False
+    # PPO mini-batches: each rollout batch is split into num_minibatches mini-batches,
+    # each one optimizer update, gone over num_epochs times; 1 and 1: one update a
+    # step (the PPO ratio stays 1 and the clips never act; the paper's setting).
+    c.rl.num_minibatches = 1
+    c.rl.num_epochs = 1
     c.rl.loss = "ppo_clip"  # A policy loss of rl/grpo.py POLICY_LOSSES, or "package.module:fn".
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28
