@@ -525,8 +525,12 @@ def check_rl(config: Any) -> list[str]:
         "rl.filter_reward_std",
         "rl.tis_cap",
         "rl.lm_head_chunk",
+        "rl.max_staleness",
+        "rl.rollout_restarts",
         allow_zero=True,
     )
+    if rl.stale_groups not in ("regenerate", "drop"):
+        errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
     if rl.reference_dtype:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
     if rl.group_size < 2:
