@@ -215,3 +215,38 @@ def test_several_hosts_are_refused_naming_the_field(monkeypatch):
     config = micro_config("unused", **{"rl.max_staleness": 1})
     with pytest.raises(async_loop.ConfigError, match="rl.max_staleness"):
         async_loop.check_async(config)
+
+
+def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
+    """The rollout engine behind the project's server: weights go over as versioned
+    HF folders, and every turn carries the version the server's engine reports."""
+    from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
+    from orchestra_jax.rollout.sglang_client import SGLangClient
+
+    config = micro_config(
+        tmp_path, **{"rl.max_staleness": 1, "num_steps": 3, "log.tensorboard": False}
+    )
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = ranked_reward
+    engine = run.engine  # the in-process JAX engine, now behind the server
+    server_config = ServerConfig(model_path="micro", tokenizer_path="demo")
+    try:
+        with serve_in_thread(
+            engine,
+            server_config,
+            tokenizer=run.tokenizer,
+            weight_loader=lambda path: load_model(path, like=run.model_config),
+        ) as server:
+            run.engine = SGLangClient(
+                server.url, weights_dir=str(tmp_path / "weights"), model_config=run.model_config
+            )
+            grpo_loop.grpo_train(run)
+    finally:
+        engine.close()
+    lines = metrics_lines(tmp_path)
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert all(m["async/versions_behind_max"] <= 1 for m in lines)
+    assert engine.weight_version == 3 and (tmp_path / "weights" / "v3").is_dir()
+    trajectories = read_jsonl(os.path.join(tmp_path, "trajectories", "step_000003.jsonl"))
+    versions = {turn.weight_version for t in trajectories for turn in t.turns}
+    assert versions and versions <= {1, 2}, versions  # step 3 played by versions 2 (or 1)

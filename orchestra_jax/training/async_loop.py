@@ -213,6 +213,9 @@ class RolloutProducer:
             self.wait_stopped()
         if self._thread.is_alive():
             self._call(self._drain()).result()
+            aclose = getattr(self._engine, "aclose", None)  # an HTTP client's session
+            if aclose is not None:
+                self._call(aclose()).result()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()
