@@ -23,6 +23,7 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.8",
     "math-verify>=0.7",
     "pyarrow>=15",
+    "pyyaml>=6",  # model catalogues (experiments/configs/models_*.yaml)
 ]
 
 EXTRAS = {
@@ -53,7 +54,10 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["orchestra_jax*", "experiments*"]),
-    package_data={"orchestra_jax": ["chat/assets/*.json", "envs/assets/*"]},
+    package_data={
+        "orchestra_jax": ["chat/assets/*.json", "envs/assets/*"],
+        "experiments": ["configs/*.yaml", "data/*.jsonl"],
+    },
     include_package_data=True,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -65,7 +65,7 @@ def test_lazy_entries_import_on_first_use():
 
 def test_the_library_registries():
     assert {"jax", "sglang", "scripted"} <= set(ENGINES.names())
-    assert ENVIRONMENTS.names() == ["synthetic"]
+    assert {"synthetic", "qa"} <= set(ENVIRONMENTS.names())
     assert SANDBOXES.names() == ["bwrap", "rlimits"]
     assert sandbox_problem("rlimits") is None
     assert "unknown sandbox 'docker'" in sandbox_problem("docker")

@@ -18,7 +18,9 @@ An environment gives everything about a task that is not the policy:
 `ENVIRONMENTS` maps `env.name` to a factory `(experiment config) -> Environment`;
 `training/builders.build_env` goes through it, and `env.name` may also be
 "package.module:factory" for an environment in one's own module. The offline
-synthetic world (`envs/synthetic.py`) is registered as "synthetic".
+synthetic world (`envs/synthetic.py`) is registered as "synthetic", question
+answering on benchmark files with live experts, search and judge
+(`envs/qa.py`) as "qa".
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ EnvironmentFactory = Callable[[Any], Environment]
 
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry("environment")
 ENVIRONMENTS.register_lazy("synthetic", "orchestra_jax.envs.synthetic:from_config")
+ENVIRONMENTS.register_lazy("qa", "orchestra_jax.envs.qa:from_config")
 
 
 def make_env(config: Any) -> Environment:

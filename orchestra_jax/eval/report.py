@@ -2,7 +2,8 @@
 
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
 `eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
-tool mix; accuracy, cost and tool mix per task domain) and `eval_pareto.png`
+tool mix; accuracy, cost and tool mix per task domain and per benchmark
+category; the rows each data source read, skipped and held out) and `eval_pareto.png`
 (accuracy against mean cost, one point per policy, the non-dominated ones
 joined). A policy is dominated when another is at least as accurate and at
 most as expensive, and strictly better in one.
@@ -13,7 +14,8 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def load_summaries(folder: str) -> list[dict[str, Any]]:
@@ -58,26 +60,38 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
     for s in summaries:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in s.get("backend_mix", {}).items())
         mix.append(f"- {s['policy']}: {parts or 'no calls'}")
-    return head + "\n".join(rows) + "\n" + "\n".join(mix) + "\n" + _domain_table(summaries)
+    return (
+        head
+        + "\n".join(rows)
+        + "\n"
+        + "\n".join(mix)
+        + "\n"
+        + _group_table(summaries, "by_domain", "domain", min_groups=2)
+        + _group_table(summaries, "by_category", "category", min_groups=1)
+        + _data_table(summaries)
+    )
 
 
-def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """Per task domain and policy: accuracy, cost, and each tool's most used backend."""
-    domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
-    if len(domains) < 2:
+def _group_table(
+    summaries: Sequence[dict[str, Any]], field: str, what: str, *, min_groups: int
+) -> str:
+    """Per group (a summary's `field`: domain or category) and policy: accuracy, cost,
+    and each tool's most used backend; empty with fewer than `min_groups` groups."""
+    groups = sorted({d for s in summaries for d in s.get(field, {})})
+    if len(groups) < min_groups:
         return ""
     lines = [
         "",
-        "Per domain (accuracy, mean cost in USD; per tool, its most used backend "
+        f"Per {what} (accuracy, mean cost in USD; per tool, its most used backend "
         "and that backend's share of the tool's calls):",
         "",
-        "| policy | " + " | ".join(domains) + " |",
-        "|---|" + "---|" * len(domains),
+        "| policy | " + " | ".join(groups) + " |",
+        "|---|" + "---|" * len(groups),
     ]
     for s in summaries:
         cells = []
-        for d in domains:
-            row = s.get("by_domain", {}).get(d)
+        for d in groups:
+            row = s.get(field, {}).get(d)
             cells.append(
                 "—"
                 if row is None
@@ -88,6 +102,26 @@ def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _data_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """What each data source of the evaluation read (the first summary that says)."""
+    reports = next((s["data"] for s in summaries if s.get("data")), [])
+    if not reports:
+        return ""
+    lines = [
+        "",
+        "Data (rows read; skipped on purpose, e.g. image questions; malformed; held-out tasks):",
+        "",
+        "| source | file | rows | skipped | malformed | held-out tasks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        lines.append(
+            f"| {r.get('source')} | {r.get('source_file', '')} | {r.get('rows', 0)} "
+            f"| {r.get('skipped', 0)} | {r.get('malformed', 0)} | {r.get('split_tasks', 0)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _top_backend_per_tool(mix: dict[str, float]) -> str:
     by_tool: dict[str, dict[str, float]] = {}
     for key, share in mix.items():
@@ -95,7 +129,7 @@ def _top_backend_per_tool(mix: dict[str, float]) -> str:
         by_tool.setdefault(tool, {})[backend or tool] = share
     parts = []
     for tool, backends in sorted(by_tool.items()):
-        top = max(backends, key=backends.get)
+        top = max(backends, key=lambda b: backends[b])
         parts.append(f"{tool}/{top} {backends[top] / sum(backends.values()):.2f}")
     return ", ".join(parts) or "no calls"
 

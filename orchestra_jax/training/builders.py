@@ -28,6 +28,7 @@ from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel.mesh import create_sharded_model, make_mesh
 from orchestra_jax.registry import Registry, is_import_path
+from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
 from orchestra_jax.rewards.registry import GroupReward, make_reward
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import AGGREGATIONS
@@ -36,6 +37,7 @@ from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
+from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
 from orchestra_jax.tools.sandboxes import sandbox_problem
 from orchestra_jax.training.config_checks import (
     ConfigError,
@@ -290,27 +292,32 @@ def check_rollout(config: Any) -> list[str]:
 # --- tasks ----------------------------------------------------------------------
 
 
-def source_specs(config: Any, split: str, num_synthetic: int) -> list[dict[str, Any]]:
-    """`data.sources` as specs for `data.sources.load_sources`."""
-    specs = []
-    for name, weight in parse_sources(config.data.sources):
-        spec: dict[str, Any] = {"kind": name, "weight": weight}
-        if name == "synthetic":
-            spec.update(
-                seed=config.data.synthetic_seed,
-                split=split,
-                n=num_synthetic,
-                num_entities=config.data.synthetic_num_entities,
-            )
-        else:
-            spec["path"] = config.data.paths[_path_key(name)]
-        specs.append(spec)
-    return specs
+def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The `data.sources` tasks of `split` ("train" or the held-out split) as weighted
+    sources for the pipeline, and a read report per source (`data/splits.load_split`:
+    file sources are split by `data.eval_paths` or `data.eval_fraction`)."""
+    from orchestra_jax.data.splits import load_split
+
+    return load_split(config, split)
 
 
 def _path_key(source: str) -> str:
-    """The `data.paths` key of a source: its name, or an import path's attribute name."""
-    return source.rpartition(":")[2] if is_import_path(source) else source
+    from orchestra_jax.data.splits import source_path_key
+
+    return source_path_key(source)
+
+
+# Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
+# the reference grades it: exact match, then the judge).
+JUDGED_SOURCES = ("frames", "generalthought", "toolscale", "hle")
+
+
+def file_sources(config: Any) -> list[str]:
+    """The `data.sources` names other than "synthetic" (an unparsable list gives [])."""
+    try:
+        return [name for name, _ in parse_sources(config.data.sources) if name != "synthetic"]
+    except ConfigError:
+        return []
 
 
 def check_data(config: Any) -> list[str]:
@@ -335,6 +342,7 @@ def check_data(config: Any) -> list[str]:
                 errors.append(f"data.sources: weight of {name!r} must be > 0")
     except ConfigError as e:
         errors.append(str(e))
+    errors += _check_heldout_split(config)
     if config.data.stratify_by:
         errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
     try:
@@ -351,21 +359,54 @@ def check_data(config: Any) -> list[str]:
     return errors
 
 
+def _check_heldout_split(config: Any) -> list[str]:
+    """data.eval_paths, data.eval_fraction, data.search_whitelist: every file source has
+    a held-out split disjoint from training (when there is an evaluation)."""
+    data, errors = config.data, []
+    if not 0 <= data.eval_fraction <= 1:
+        errors.append(f"data.eval_fraction must be in [0, 1], got {data.eval_fraction}")
+    keys = {_path_key(name) for name in file_sources(config)}
+    for key, path in data.eval_paths.items():
+        if key not in keys:
+            errors.append(f"data.eval_paths.{key}: no such file source in data.sources")
+        elif not os.path.isfile(path):
+            errors.append(f"data.eval_paths.{key}: no file {path!r}")
+        elif key in data.paths and os.path.abspath(path) == os.path.abspath(data.paths[key]):
+            errors.append(
+                f"data.eval_paths.{key} is data.paths.{key}: the held-out split would "
+                "overlap training (give another file, or data.eval_fraction)"
+            )
+    if config.eval.num_tasks and data.eval_fraction == 0:
+        for key in sorted(keys - set(data.eval_paths)):
+            errors.append(
+                f"data.sources: {key!r} has no held-out split for evaluation: set "
+                f"data.eval_paths.{key} or data.eval_fraction > 0"
+            )
+    if data.search_whitelist and not os.path.isfile(data.search_whitelist):
+        errors.append(f"data.search_whitelist: no file {data.search_whitelist!r}")
+    return errors
+
+
 # --- the environment and its tools ------------------------------------------------
 
 
 def build_env(config: Any) -> Environment:
     """The environment `env.name` names (`envs/environment.ENVIRONMENTS`), e.g. the
-    offline synthetic world with the sandbox `tools.sandbox`."""
-    return make_env(config)
+    offline synthetic world with the sandbox `tools.sandbox`. An expert endpoint that
+    does not answer, or a key that is not set, is a `ConfigError` naming it."""
+    try:
+        return make_env(config)
+    except ExpertError as e:
+        raise ConfigError(f"env.name={config.env.name!r}: {e}") from None
 
 
 def tool_config_fields(config: Any) -> dict[str, Any]:
     """`ToolConfig` fields every task's configuration gets: the enabled tools
-    (`tools.enabled`) and the description style."""
+    (`tools.enabled`), the description style and the documents per search."""
     return dict(
         tools=enabled_tools(config.tools.enabled),
         description_style=config.tools.description_style,
+        search_top_k=config.tools.search_top_k,
     )
 
 
@@ -407,6 +448,81 @@ def check_env(config: Any) -> list[str]:
     for name in ("keep_probability", "preference_prob", "efficiency_off_prob"):
         if not 0 <= config.tools[name] <= 1:
             errors.append(f"tools.{name} must be a probability, got {config.tools[name]}")
+    errors += _positive(
+        config,
+        "tools.search_top_k",
+        "tools.search_min_docs",
+        "tools.expert_max_tokens",
+        "tools.expert_timeout_s",
+    )
+    errors += _positive(config, "tools.expert_retries", "tools.expert_temperature", allow_zero=True)
+    return errors + _check_backends(config)
+
+
+def _check_backends(config: Any) -> list[str]:
+    """tools.backends, tools.catalogue, tools.search*: what serves each tool, and that
+    no simulated expert (which reads the gold answer) meets non-synthetic data."""
+    from orchestra_jax.tools import live_backends
+    from orchestra_jax.tools.catalogue import (
+        CatalogueError,
+        check_roles_cover,
+        load_catalogue,
+        missing_api_keys,
+    )
+
+    t = config.tools
+    try:
+        tools = enabled_tools(t.enabled)
+        kinds = live_backends.parse_backends(t.backends, tools)
+    except ValueError as e:
+        return [str(e)]
+    errors = []
+    offline = live_backends.tools_of_kind(kinds, "offline")
+    live = live_backends.tools_of_kind(kinds, "live")
+    real_data = file_sources(config)
+    if offline and real_data:
+        errors.append(
+            f"tools.backends: the simulated experts of {offline} read the gold answer and "
+            f"may serve synthetic data only, but data.sources has {real_data}: set "
+            "tools.backends='live' (env.name='qa')"
+        )
+    if config.env.name == "synthetic":
+        if live:
+            errors.append(
+                f"tools.backends: env.name='synthetic' runs its simulated experts only; "
+                f"{live} live needs env.name='qa'"
+            )
+        if t.search != "index" or t.search_index:
+            errors.append(
+                "tools.search / tools.search_index: env.name='synthetic' searches its own "
+                "corpus; other search backends need env.name='qa'"
+            )
+        return errors
+    if config.env.name != "qa":  # an environment of one's own reads what it needs
+        return errors
+    if live:
+        try:
+            catalogue = load_catalogue(t.catalogue)
+            errors += check_roles_cover(catalogue, live)
+            errors += [
+                f"tools.catalogue: {m}" for m in missing_api_keys(catalogue.models_for(live))
+            ]
+        except CatalogueError as e:
+            errors.append(f"tools.catalogue: {e}")
+    if "search" in tools:
+        if t.search not in live_backends.SEARCH_BACKENDS:
+            errors.append(
+                f"tools.search must be one of {live_backends.SEARCH_BACKENDS}, got {t.search!r}"
+            )
+        if "index" in t.search.split("+") and not os.path.isfile(
+            os.path.join(t.search_index, "manifest.json")
+        ):
+            errors.append(
+                f"tools.search_index: {t.search_index!r} is not an index folder (build one "
+                "with python -m orchestra_jax.tools.build_index --corpus docs.jsonl --out DIR)"
+            )
+        if "tavily" in t.search.split("+") and not os.environ.get("TAVILY_API_KEY"):
+            errors.append(f"tools.search={t.search!r}: $TAVILY_API_KEY is not set")
     return errors
 
 
@@ -416,6 +532,44 @@ def check_env(config: Any) -> list[str]:
 def build_reward(config: Any) -> GroupReward:
     """The group reward `reward.type` names, its weights from the `reward` section."""
     return make_reward(config.reward)
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """A config section (or a dict) as plain, JSON-ready dicts."""
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if to_dict is not None else dict(value)
+
+
+def build_judge(config: Any, cache_path: str | None = None) -> LLMJudge | None:
+    """The LLM judge of `reward.judge` (None when `reward.judge.base_url` is empty):
+    an `OpenAIChatExpert` on that endpoint, the prompt style `reward.judge.prompt`,
+    verdicts cached in `cache_path` (JSON lines). Its endpoint must answer now
+    (ConfigError naming it otherwise)."""
+    j = config.reward.judge
+    if not j.base_url:
+        return None
+    problem = probe_endpoint(j.base_url, api_key_env=j.api_key_env or None)
+    if problem:
+        raise ConfigError(f"reward.judge: the judge {j.model!r}: {problem}")
+    name = f"{j.model} ({j.prompt} prompt)"
+    client = OpenAIChatExpert(
+        j.base_url,
+        j.model,
+        api_key_env=j.api_key_env or None,
+        retries=j.retries,
+        timeout=j.timeout_s,
+        name=f"judge {j.model}",
+        extra_body=_plain(j.get("extra_body") or {}),
+    )
+    return LLMJudge(
+        client,
+        JudgeCache(cache_path),
+        price_in=j.price_in,
+        price_out=j.price_out,
+        max_tokens=j.max_tokens,
+        name=name,
+        prompt=JUDGE_PROMPTS.get(j.prompt),
+    )
 
 
 def check_reward(config: Any) -> list[str]:
@@ -428,6 +582,37 @@ def check_reward(config: Any) -> list[str]:
             make_reward(config.reward)
         except ValueError as e:
             errors.append(f"reward: {e}")
+    return errors + _check_judge(config)
+
+
+def _check_judge(config: Any) -> list[str]:
+    """reward.judge.*: complete where set, and set where the data needs it."""
+    j = config.reward.judge
+    judged = [s for s in file_sources(config) if s in JUDGED_SOURCES]
+    if not j.base_url:
+        if judged:
+            return [
+                f"reward.judge.base_url: data.sources {judged} are graded by an LLM judge; "
+                "set reward.judge.base_url and reward.judge.model"
+            ]
+        return []
+    errors = _choice("reward.judge.prompt", j.prompt, JUDGE_PROMPTS)
+    if not j.base_url.startswith(("http://", "https://")):
+        errors.append(
+            f"reward.judge.base_url must start with http:// or https://, got {j.base_url!r}"
+        )
+    if not j.model:
+        errors.append("reward.judge.model: the judge's model name is empty")
+    if j.api_key_env and not os.environ.get(j.api_key_env):
+        errors.append(f"reward.judge.api_key_env: ${j.api_key_env} is not set")
+    errors += _positive(config, "reward.judge.max_tokens", "reward.judge.timeout_s")
+    errors += _positive(
+        config,
+        "reward.judge.retries",
+        "reward.judge.price_in",
+        "reward.judge.price_out",
+        allow_zero=True,
+    )
     return errors
 
 

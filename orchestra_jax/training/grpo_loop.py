@@ -26,10 +26,10 @@ import numpy as np
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import task_iterator
-from orchestra_jax.data.sources import load_sources
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
@@ -65,6 +65,7 @@ class Run:
     env: Environment
     sampler: ToolConfigSampler
     reward_fn: GroupReward
+    judge: LLMJudge | None  # grades "judge" tasks (reward.judge); None: none configured
     learner: Learner
     engine: RolloutEngine
     batching: BatchingConfig
@@ -73,6 +74,11 @@ class Run:
 
 def workdir_of(config: ExperimentConfig) -> str:
     return config.workdir or os.path.join("runs", config.variant or "run")
+
+
+def judge_cache_path(config: ExperimentConfig) -> str:
+    """Where the LLM judge's verdicts are kept across restarts."""
+    return os.path.join(workdir_of(config), "judge_cache.jsonl")
 
 
 def setup_run(config: ExperimentConfig) -> Run:
@@ -107,6 +113,7 @@ def setup_run(config: ExperimentConfig) -> Run:
         env=env,
         sampler=sampler,
         reward_fn=builders.build_reward(config),
+        judge=builders.build_judge(config, judge_cache_path(config)),
         learner=learner,
         engine=engine,
         batching=batching,
@@ -115,8 +122,7 @@ def setup_run(config: ExperimentConfig) -> Run:
 
 
 def train_task_iterator(config: ExperimentConfig):
-    specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
-    sources, _ = load_sources(specs)
+    sources, _ = builders.build_task_sources(config, "train")
     return task_iterator(
         sources,
         tasks_per_step=config.rl.tasks_per_step,
@@ -167,6 +173,7 @@ async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
         group_size=config.rl.group_size,
         tools_seed=seeds.step_backend_seed(config.seed, step),
         sleep_scale=config.tools.sleep_scale,
+        judge=run.judge,
     )
     trajectories = await run_graded_episodes(
         tasks, tool_configs, how, seed=seeds.step_episode_seed(config.seed, step)
@@ -265,6 +272,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                     **learner_metrics,
                     **eval_metrics,
                     **timer.pop(),
+                    **(run.judge.stats() if run.judge is not None else {}),
                     "episode_tool_latency_s": tool_time,
                 },
             )
