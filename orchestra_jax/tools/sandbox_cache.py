@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class MemoizedSandbox:

@@ -38,7 +38,7 @@ from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
-from orchestra_jax.tools.sandboxes import sandbox_problem
+from orchestra_jax.tools.python_sandbox import sandbox_config_errors
 from orchestra_jax.training.config_checks import (
     ConfigError,
     parse_sources,
@@ -429,9 +429,7 @@ def check_env(config: Any) -> list[str]:
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
-    problem = sandbox_problem(config.tools.sandbox)
-    if problem is not None:
-        errors.append(problem)
+    errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     try:
         enabled_tools(config.tools.enabled)
     except ValueError as e:

@@ -293,8 +293,11 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
             engine = baseline_router(config, router, run.tokenizer, evaluator.tool_configs)
             summaries[router] = evaluate(evaluator, router, engine, extra={"baseline": True})
             engine.close()
-        md, png = write_report(workdir)
-        log.info("evaluation report: %s, %s", md, png)
+        try:
+            md, png = write_report(workdir)
+            log.info("evaluation report: %s, %s", md, png)
+        except Exception:  # eval_*.json are written; the run's end must not be lost to a report
+            log.exception("writing the evaluation report failed (eval_*.json are in %s)", workdir)
     metrics_file = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(metrics_file):
         plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
