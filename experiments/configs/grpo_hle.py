@@ -25,6 +25,7 @@ import os
 import ml_collections
 
 from orchestra_jax.rl import grpo
+from orchestra_jax.tools import pricing
 from orchestra_jax.training import warm_start
 
 VARIANTS = ("demo", "micro", "live_tiny", "qwen3_0p6b", "qwen3_8b")
@@ -166,6 +167,9 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.search_index = ""  # A folder from python -m orchestra_jax.tools.build_index.
     c.tools.search_min_docs = 3
     c.tools.search_top_k = 3  # Documents each search returns.
+    # USD per search call and per document it returns (web search's prices).
+    c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
+    c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
 
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
@@ -358,6 +362,8 @@ def _live(c):
     c.tools.search = "index"
     c.tools.search_index = "/data/search_index"  # build_index over your corpus (jsonl).
     c.tools.search_top_k = 50  # The reference's retrieval depth.
+    # A local index returns documents for nothing; a search is charged Tavily's $0.01.
+    c.tools.search_price_per_document = 0.0
     c.agent.tool_timeout_s = 900.0  # A frontier expert call with retries.
     # Live costs and latencies are measured: the orchestrator's turns, the sandbox,
     # the retriever, failing calls (whatever a base variant set for offline runs).

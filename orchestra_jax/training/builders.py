@@ -402,11 +402,15 @@ def build_env(config: Any) -> Environment:
 
 def tool_config_fields(config: Any) -> dict[str, Any]:
     """`ToolConfig` fields every task's configuration gets: the enabled tools
-    (`tools.enabled`), the description style and the documents per search."""
+    (`tools.enabled`), the description style, the documents per search and the
+    search's prices."""
+    t = config.tools
     return dict(
-        tools=enabled_tools(config.tools.enabled),
-        description_style=config.tools.description_style,
-        search_top_k=config.tools.search_top_k,
+        tools=enabled_tools(t.enabled),
+        description_style=t.description_style,
+        search_top_k=t.search_top_k,
+        search_price_per_query=t.search_price_per_query,
+        search_price_per_document=t.search_price_per_document,
     )
 
 
@@ -453,7 +457,14 @@ def check_env(config: Any) -> list[str]:
         "tools.expert_max_tokens",
         "tools.expert_timeout_s",
     )
-    errors += _positive(config, "tools.expert_retries", "tools.expert_temperature", allow_zero=True)
+    errors += _positive(
+        config,
+        "tools.expert_retries",
+        "tools.expert_temperature",
+        "tools.search_price_per_query",
+        "tools.search_price_per_document",
+        allow_zero=True,
+    )
     return errors + _check_backends(config)
 
 

@@ -84,10 +84,12 @@ def judge_cache_path(config: ExperimentConfig) -> str:
 def setup_run(config: ExperimentConfig) -> Run:
     """Builds every part of a run from its config."""
     workdir = workdir_of(config)
+    # The environment and the judge first: an endpoint that is down fails in seconds.
+    env = builders.build_env(config)
+    judge = builders.build_judge(config, judge_cache_path(config))
     tokenizer = builders.build_tokenizer(config)
     mesh = builders.build_mesh(config)
     model, model_config = builders.build_model(config, mesh, tokenizer)
-    env = builders.build_env(config)
     sampler = env.tool_config_sampler(
         seed=config.seed,
         ranges=builders.sampler_ranges(config),
@@ -113,7 +115,7 @@ def setup_run(config: ExperimentConfig) -> Run:
         env=env,
         sampler=sampler,
         reward_fn=builders.build_reward(config),
-        judge=builders.build_judge(config, judge_cache_path(config)),
+        judge=judge,
         learner=learner,
         engine=engine,
         batching=batching,
