@@ -215,9 +215,7 @@ def from_config(config: Any) -> QAEnvironment:
         profiles,
         experts,
         retriever=retriever,
-        run_code=make_sandbox(
-            t.sandbox, code_is_trusted=t.code_is_trusted, memoize=t.memoize_code
-        ),
+        run_code=make_sandbox(t.sandbox, code_is_trusted=t.code_is_trusted, memoize=t.memoize_code),
         load_tasks=load_tasks,
         offline_backends=sorted({p.backend for p in profiles if p.tool in offline}),
         charge_measured_time=t.charge_measured_time,
