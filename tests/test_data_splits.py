@@ -108,7 +108,7 @@ def test_config_checks_name_missing_and_overlapping_splits(tmp_path):
     assert "data.eval_paths.frames is data.paths.frames: the held-out split would overlap" in str(
         e.value
     )
-    config.data.eval_paths = {}
+    config.data.eval_paths.frames = ""  # "": no eval file
     config.data.eval_fraction = 1.5
     with pytest.raises(ConfigError, match=r"data.eval_fraction must be in \[0, 1\]"):
         validate(config)
@@ -133,3 +133,14 @@ def test_a_whitelist_restricts_the_listed_questions_searches(tmp_path):
     path.write_text(json.dumps({"wiki____0": "d1"}))
     with pytest.raises(ValueError, match="question id"):
         splits.load_split(config, "train")
+
+
+def test_every_file_reader_has_its_path_keys_in_every_variant():
+    """So that --config.data.paths.<source>=... works on a locked config."""
+    from orchestra_jax.data.readers import READERS
+
+    assert set(grpo_hle.FILE_SOURCES) == set(READERS.names()) - {"synthetic"}
+    for variant in grpo_hle.VARIANTS:
+        config = grpo_hle.get_config(variant)
+        assert set(grpo_hle.FILE_SOURCES) <= set(config.data.paths)
+        assert set(grpo_hle.FILE_SOURCES) <= set(config.data.eval_paths)

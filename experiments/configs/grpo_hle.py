@@ -33,6 +33,9 @@ CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
 # The model catalogues (orchestra_jax/tools/catalogue.py) shipped beside this file.
 PAPER_CATALOGUE = os.path.join(CONFIGS_DIR, "models_paper.yaml")
+# The file readers of data/readers.py: their data.paths / data.eval_paths keys exist in
+# every variant, so --config.data.paths.frames=... works on the command line.
+FILE_SOURCES = ("frames", "generalthought", "hle", "jsonl", "toolscale")
 LOCAL_CATALOGUE = os.path.join(CONFIGS_DIR, "models_local.yaml")
 
 
@@ -94,11 +97,12 @@ def _base() -> ml_collections.ConfigDict:
     # Comma-separated `source[:weight]` list; a source is a task reader of
     # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
-    c.data.paths = ml_collections.ConfigDict()  # Source (an import path's reader) -> file path.
+    # File source (a reader, or an import path's attribute name) -> its file ("": none).
+    c.data.paths = ml_collections.ConfigDict(dict.fromkeys(FILE_SOURCES, ""))
     # Held-out questions of file sources (data/splits.py), never trained on: a second
     # file per source (source -> path), or this share of each file by a seeded hash
     # of the question id (1.0: all of it, an evaluation-only config).
-    c.data.eval_paths = ml_collections.ConfigDict()
+    c.data.eval_paths = ml_collections.ConfigDict(dict.fromkeys(FILE_SOURCES, ""))
     c.data.eval_fraction = 0.0
     c.data.split_seed = 0
     # JSON {question id: [document ids]}: those questions search only those documents.

@@ -150,7 +150,7 @@ def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]
             continue
         key = source_path_key(name)
         tasks, report = read_tasks(name, data.paths[key])
-        eval_path = data.eval_paths.get(key) if "eval_paths" in data else None
+        eval_path = data.eval_paths.get(key) if "eval_paths" in data else None  # "": none
         if eval_path:
             eval_tasks, eval_report = read_tasks(name, eval_path)
             check_disjoint(

@@ -334,7 +334,7 @@ def check_data(config: Any) -> list[str]:
             problem = READERS.problem(name)
             if problem is not None:
                 errors.append(f"data.sources: {problem}")
-            elif name != "synthetic" and _path_key(name) not in config.data.paths:
+            elif name != "synthetic" and not config.data.paths.get(_path_key(name)):
                 errors.append(
                     f"data.sources: {name!r} needs a file in data.paths.{_path_key(name)}"
                 )
@@ -366,18 +366,19 @@ def _check_heldout_split(config: Any) -> list[str]:
     if not 0 <= data.eval_fraction <= 1:
         errors.append(f"data.eval_fraction must be in [0, 1], got {data.eval_fraction}")
     keys = {_path_key(name) for name in file_sources(config)}
-    for key, path in data.eval_paths.items():
+    eval_paths = {key: path for key, path in data.eval_paths.items() if path}
+    for key, path in eval_paths.items():
         if key not in keys:
             errors.append(f"data.eval_paths.{key}: no such file source in data.sources")
         elif not os.path.isfile(path):
             errors.append(f"data.eval_paths.{key}: no file {path!r}")
-        elif key in data.paths and os.path.abspath(path) == os.path.abspath(data.paths[key]):
+        elif data.paths.get(key) and os.path.abspath(path) == os.path.abspath(data.paths[key]):
             errors.append(
                 f"data.eval_paths.{key} is data.paths.{key}: the held-out split would "
                 "overlap training (give another file, or data.eval_fraction)"
             )
     if config.eval.num_tasks and data.eval_fraction == 0:
-        for key in sorted(keys - set(data.eval_paths)):
+        for key in sorted(keys - set(eval_paths)):
             errors.append(
                 f"data.sources: {key!r} has no held-out split for evaluation: set "
                 f"data.eval_paths.{key} or data.eval_fraction > 0"
