@@ -41,6 +41,9 @@ EXTRAS = {
         "nbclient>=0.10",
         "ipykernel>=6.29",
         "faiss-cpu>=1.8",
+        "openai>=1.40",  # the official client must parse the OpenAI-compatible endpoint
+        "msgspec>=0.18",  # SGLang's request validation (conformance test; sglang --no-deps)
+        "requests>=2.31",  # the server-process test
     ],
     # scripts/check_style.sh: formatter + linter, and the type checker (pinned: newer
     # versions format or check differently).

@@ -6,7 +6,15 @@
 # MODEL_DIR: an HF folder (config.json + safetensors + tokenizer), e.g. one written
 # by save_hf_checkpoint. Flags and the pinned version: third_party/sglang/README.md.
 # Override with environment variables: HOST, TP_SIZE, DP_SIZE, MEM_FRACTION,
-# CONTEXT_LENGTH, ATTENTION_BACKEND, SEED, DETERMINISTIC (1/0), SGLANG_PYTHON.
+# CONTEXT_LENGTH, ATTENTION_BACKEND, SEED, DETERMINISTIC (1/0), PARSERS (1/0),
+# SGLANG_PYTHON.
+#
+# DETERMINISTIC=1 (the default) adds --enable-deterministic-inference: without it
+# SGLang ignores every request's sampling_seed, so seeded rollouts (as JaxEngine
+# gives them) are not reproducible. Set 0 for throughput when that does not matter.
+# PARSERS=1 adds --tool-call-parser qwen25 --reasoning-parser qwen3, so the
+# server's /v1/chat/completions returns Qwen3 tool calls and reasoning parsed
+# (for an expert model; the policy's /generate is token-out either way).
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 ]]; then
@@ -38,6 +46,11 @@ args=(
 )
 if [[ "${DETERMINISTIC:-1}" == "1" ]]; then
   args+=(--enable-deterministic-inference)
+else
+  echo "note: DETERMINISTIC=0: SGLang ignores sampling_seed (samples are not reproducible)" >&2
+fi
+if [[ "${PARSERS:-0}" == "1" ]]; then
+  args+=(--tool-call-parser qwen25 --reasoning-parser qwen3)
 fi
 
 echo "starting SGLang: ${PYTHON} -m sglang.launch_server ${args[*]}" >&2

@@ -10,7 +10,7 @@ from flax import nnx
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, bucket, cache_bucket
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, bucket, cache_bucket
 
 MAX_LEN = 64
 
@@ -24,11 +24,13 @@ def model():
 def engine(model):
     engine = JaxEngine(
         model,
-        max_batch_size=4,
-        max_seq_len=MAX_LEN,
-        steps_per_call=4,
-        min_cache_len=32,
-        min_prefill_len=MAX_LEN,
+        JaxEngineConfig(
+            max_batch_size=4,
+            max_seq_len=MAX_LEN,
+            steps_per_call=4,
+            min_cache_len=32,
+            min_prefill_len=MAX_LEN,
+        ),
     )  # few buckets, few compiles
     yield engine
     engine.close()
@@ -189,7 +191,7 @@ def test_sharded_parameters_give_the_same_tokens(model):
 
     sharded = shard_model(nnx.merge(*nnx.split(model)), make_mesh(fsdp=4, tensor=2))
     assert len(jax.tree.leaves(nnx.state(sharded))[0].sharding.device_set) == 8
-    engine = JaxEngine(sharded, max_batch_size=2, max_seq_len=32, steps_per_call=4)
+    engine = JaxEngine(sharded, JaxEngineConfig(max_batch_size=2, max_seq_len=32, steps_per_call=4))
     try:
         prompt = [3, 1, 4, 1, 5]
         [c] = generate(
@@ -222,7 +224,7 @@ def test_tied_head_and_scanned_layers_decode_greedily():
     tied = Qwen3ForCausalLM(
         Qwen3Config.preset("tiny", tie_word_embeddings=True, scan_layers=True), rngs=nnx.Rngs(1)
     )
-    engine = JaxEngine(tied, max_batch_size=2, max_seq_len=32, steps_per_call=4)
+    engine = JaxEngine(tied, JaxEngineConfig(max_batch_size=2, max_seq_len=32, steps_per_call=4))
     try:
         prompt = [2, 7, 1, 8]
         [c] = generate(

@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, common_prefix
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, common_prefix
+from tests.decode_gate import DecodeGate, wait_until
 from tests.test_rollout_jax_engine import (
     MAX_LEN,
     assert_greedy_matches_full_forward,
@@ -24,12 +25,14 @@ def engine(model):
     # One cache and prompt bucket (64 slots), so the engine compiles few functions.
     engine = JaxEngine(
         model,
-        max_batch_size=4,
-        max_seq_len=MAX_LEN,
-        steps_per_call=4,
-        min_cache_len=MAX_LEN,
-        min_prefill_len=MAX_LEN,
-        min_cached_prefix=8,
+        JaxEngineConfig(
+            max_batch_size=4,
+            max_seq_len=MAX_LEN,
+            steps_per_call=4,
+            min_cache_len=MAX_LEN,
+            min_prefill_len=MAX_LEN,
+            min_cached_prefix=8,
+        ),
     )
     yield engine
     engine.close()
@@ -38,11 +41,11 @@ def engine(model):
 @contextlib.contextmanager
 def cache_off(engine):
     """The same engine (its compiled functions) with prefix caching off, the reference."""
-    engine.prefix_cache = False
+    engine.planner.enabled = False
     try:
         yield engine
     finally:
-        engine.prefix_cache = True
+        engine.planner.enabled = True
 
 
 def uncached(engine, *requests):
@@ -158,16 +161,20 @@ def test_update_weights_invalidates_parked_rows(model, engine):
     assert after.output_ids == before.output_ids
 
 
-def test_live_rows_are_reused_and_compiles_stay_bounded(engine):
+def test_live_rows_are_reused_and_compiles_stay_bounded(engine, monkeypatch):
     """A request arriving while a row with its prefix still decodes copies that row."""
     long = GenerateRequest(prompt(6), SamplingParams(temperature=0.0, max_new_tokens=30))
     follow = GenerateRequest(prompt(6) + [3, 4, 5], GREEDY)
 
     async def staggered():
+        # The long row's first decode call is held until the follower is queued.
+        gate = DecodeGate(engine, monkeypatch)
         first = asyncio.ensure_future(engine.generate([long]))
-        while not any(engine._slots):  # until the long row is admitted (it decodes for a while)
-            await asyncio.sleep(0.001)
-        return [(await engine.generate([follow]))[0], (await first)[0]]
+        await wait_until(lambda: gate.calls > 0, what="the long row decoding")
+        second = asyncio.ensure_future(engine.generate([follow]))
+        await wait_until(lambda: engine.running() >= 2, what="the follower queued")
+        gate.open()
+        return [(await second)[0], (await first)[0]]
 
     on = asyncio.run(staggered())
     with cache_off(engine):

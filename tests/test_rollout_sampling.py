@@ -101,3 +101,59 @@ def test_greedy_rows_take_the_first_maximum_beside_sampled_rows():
     scale = jnp.where(temperature == 0, 1.0, temperature)[:, None]
     expected = jax.nn.log_softmax(logits / scale, axis=-1)[jnp.arange(6), tokens]
     np.testing.assert_allclose(logp, expected, rtol=1e-6)
+
+
+def test_min_p_keeps_tokens_within_a_factor_of_the_most_likely():
+    probs = np.array([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25], [0.7, 0.2, 0.06, 0.04]])
+    logp = jnp.log(jnp.asarray(probs)) + 3.0  # any per-row shift
+    mask = jax.jit(sampling.min_p_mask)(logp, jnp.array([0.3, 1.0, 0.0]))
+    # 0.3 * 0.5 = 0.15 keeps 0.5, 0.3, 0.15; all equal under 1.0; 0 keeps everything.
+    assert np.asarray(mask).tolist() == [[True, True, True, False], [True] * 4, [True] * 4]
+    draws = np.asarray(
+        [
+            sample_tokens(
+                jnp.log(jnp.asarray(probs)),
+                sampling.row_keys(jnp.full(3, seed, jnp.uint32), jnp.arange(3), jnp.zeros(3)),
+                jnp.ones(3),
+                jnp.ones(3),
+                jnp.full(3, -1),
+                jnp.array([0.3, 0.0, 0.5]),
+            )[0]
+            for seed in range(40)
+        ]
+    )
+    # Row 0 never draws token 3 (0.05 < 0.15); row 2 only its most likely (0.2 < 0.35).
+    assert set(draws[:, 0]) <= {0, 1, 2} and set(draws[:, 2]) == {0}
+
+
+def test_the_most_likely_token_survives_a_vanishing_top_p():
+    """top_p of 1e-40 is a float32 zero: the row still draws its most likely token."""
+    logits = jax.random.normal(jax.random.key(5), (3, 40))
+    keys = sampling.row_keys(
+        jnp.zeros(3, jnp.uint32), jnp.arange(3, dtype=jnp.uint32), jnp.zeros(3)
+    )
+    tokens, _ = sample_tokens(logits, keys, jnp.ones(3), jnp.full(3, 1e-40), jnp.full(3, -1))
+    np.testing.assert_array_equal(tokens, np.argmax(logits, -1))
+
+
+def test_penalties_by_hand():
+    logits = jnp.array([[2.0, -1.0, 0.5, 3.0], [2.0, -1.0, 0.5, 3.0]])
+    counts = jnp.array([[2, 1, 0, 0], [0, 0, 0, 0]])
+    out = sampling.apply_penalties(
+        logits, counts, jnp.array([2.0, 2.0]), jnp.array([0.5, 0.5]), jnp.array([0.25, 0.25])
+    )
+    # Token 0 (seen twice): 2 - 0.5 * 2 - 0.25 = 0.75 >= 0, / 2; token 1: -1 - 0.5 - 0.25, * 2.
+    np.testing.assert_allclose(out[0], [0.375, -3.5, 0.5, 3.0])
+    np.testing.assert_allclose(out[1], logits[1])  # nothing generated yet: unchanged
+    counted = sampling.count_tokens(counts, jnp.array([3, 3]), jnp.array([True, False]))
+    assert np.asarray(counted).tolist() == [[2, 1, 0, 1], [0, 0, 0, 0]]
+
+
+def test_top_logprobs_are_the_most_likely_under_the_temperature():
+    logits = jax.random.normal(jax.random.key(6), (2, 30)) * 2
+    values, ids = jax.jit(sampling.top_logprobs, static_argnums=2)(logits, jnp.array([0.0, 0.5]), 4)
+    for row, t in enumerate([1.0, 0.5]):
+        logp = np.asarray(jax.nn.log_softmax(logits[row] / t))
+        order = np.argsort(-logp)[:4]
+        np.testing.assert_array_equal(ids[row], order)
+        np.testing.assert_allclose(values[row], logp[order], rtol=1e-5)

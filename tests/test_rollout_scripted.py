@@ -20,8 +20,17 @@ def test_sampling_params_validate():
     with pytest.raises(ValueError, match="temperature"):
         SamplingParams(temperature=-1.0)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        SamplingParams(max_new_tokens=0)
+        SamplingParams(max_new_tokens=-1)
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingParams(min_p=1.5)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        SamplingParams(repetition_penalty=0.0)
+    with pytest.raises(ValueError, match="finite"):
+        SamplingParams(frequency_penalty=float("nan"))
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=("",))
     assert SamplingParams(stop_token_ids=[3, 4]).stop_token_ids == (3, 4)
+    assert SamplingParams(stop="x").stop == ("x",) and SamplingParams(max_new_tokens=0)
     with pytest.raises(ValueError, match="input_ids"):
         GenerateRequest([])
 

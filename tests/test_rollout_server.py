@@ -7,7 +7,7 @@ import pytest
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
 
 STOP = 9
@@ -25,7 +25,7 @@ def server():
     loaded = []
     with serve_in_thread(
         engine,
-        model_path="scripted",
+        ServerConfig(model_path="scripted"),
         weight_loader=lambda path: loaded.append(path) or {"path": path},
     ) as s:
         s.engine, s.loaded = engine, loaded
@@ -56,7 +56,7 @@ def test_round_trip_batched_and_in_order(server):
     assert [c.finish_reason for c in completions] == ["stop", "length", "stop"]
     assert completions[0].logprobs == pytest.approx([-0.1, -0.2, -0.3, -0.4])
     assert completions[0].prompt_tokens == 3 and completions[0].completion_tokens == 4
-    sent = server.engine.requests  # the sampling fields survive the wire unchanged
+    sent = server.engine.requests[:3]  # the sampling fields survive the wire unchanged
     assert [r.sampling for r in sent] == [r.sampling for r in requests]
 
 
@@ -71,12 +71,13 @@ async def _post(url, path, payload=None, raw=None):
     [
         ({"text": "hi"}, "tokenizer"),
         ({"input_ids": []}, "input_ids"),
-        ({"input_ids": [1, -2]}, "non-negative"),
+        ({"input_ids": [1, -2]}, "outside the vocabulary"),
         ({"input_ids": [[1], [2]], "sampling_params": [{}]}, "2 prompts but 1"),
         ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p"),
         ({"input_ids": [1], "sampling_params": {"temperature": "hot"}}, "temperature"),
-        ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "unsupported"),
-        ({"input_ids": [1], "stream": True}, "stream"),
+        ({"input_ids": [1], "sampling_params": {"stop": ["x"]}}, "without a tokenizer"),
+        ({"input_ids": [1], "sampling_params": {"regex": "a+"}}, "regex is not supported"),
+        ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "unknown field `bogus`"),
     ],
 )
 def test_bad_generate_requests_get_400(server, body, message):
@@ -178,3 +179,40 @@ def test_client_needs_exactly_one_address():
         SGLangClient()
     with pytest.raises(ValueError, match="either urls"):
         SGLangClient("http://a", router_url="http://b")
+
+
+class CountingEngine(ScriptedEngine):
+    """Counts flushes; refuses them while `busy` (as SGLang does with requests running)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.flushes, self.busy = 0, False
+
+    async def flush_cache(self) -> bool:
+        self.flushes += 1
+        return not self.busy
+
+
+def test_client_ids_are_unique_per_attempt_and_weights_sync_without_a_flush():
+    engine = CountingEngine(echo_policy, latency_s=0.3)
+    with serve_in_thread(engine, weight_loader=lambda path: {"path": path}) as s:
+        client = SGLangClient(s.url)
+        same = [GenerateRequest([1, 2], SamplingParams(max_new_tokens=4), request_id="task/0/1")]
+
+        async def go():
+            try:
+                # The agent loop's ids repeat; a server refuses an id in flight.
+                both = await asyncio.gather(client.generate(same), client.generate(same))
+                await client.update_weights_from_disk("/w/v3", version=3)
+                after = await client.generate(same)
+                engine.busy = True
+                flushed = await client.flush_cache()
+                return both, after, flushed
+            finally:
+                await client.aclose()
+
+        both, [after], flushed = run(go())
+    rids = [r.request_id for r in engine.requests if r.input_ids != [0]]
+    assert len(set(rids)) == 3 and all(r.startswith("task/0/1-") for r in rids)
+    assert all(c.weight_version == 0 for [c] in both) and after.weight_version == 3
+    assert engine.flushes == 1 and flushed is False  # only the explicit one; a 400 is no error

@@ -11,8 +11,8 @@ from orchestra_jax.chat.template import render
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine
-from orchestra_jax.rollout.server import load_model, serve_in_thread
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
 from orchestra_jax.rollout.sglang_client import SGLangClient
 from orchestra_jax.tools.experts import OpenAIChatExpert
 
@@ -24,17 +24,14 @@ def served():
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     engine = JaxEngine(
         model,
-        max_batch_size=2,
-        max_seq_len=64,
-        steps_per_call=8,
-        min_prefill_len=32,
-        min_cache_len=64,
+        JaxEngineConfig(
+            max_batch_size=2, max_seq_len=64, steps_per_call=8, min_prefill_len=32, min_cache_len=64
+        ),
     )
     with serve_in_thread(
         engine,
-        model_path="tiny-expert",
+        ServerConfig(model_path="tiny-expert", tokenizer_path="demo"),
         tokenizer=tokenizer,
-        tokenizer_path="demo",
         weight_loader=lambda path: load_model(path, like=config),
     ) as server:
         yield server, model, tokenizer

@@ -34,7 +34,7 @@ from experiments.benchmarks import common
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 
 BATCH, NEW_TOKENS, PROMPT_LEN = 16, 128, 32
 
@@ -182,7 +182,8 @@ def main(argv=None):
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     peer = hf_model(model, config)
     engine = JaxEngine(
-        model, max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call
+        model,
+        JaxEngineConfig(max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call),
     )
     rng = np.random.default_rng(0)
     # torch's default (one thread per core) collapses when the machine is shared

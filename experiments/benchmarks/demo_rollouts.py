@@ -35,7 +35,7 @@ import jax
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
-from orchestra_jax.rollout.jax_engine import JaxEngine
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.training import experiment, grpo_loop
 from orchestra_jax.training.run_sync import run_sync
 
@@ -55,7 +55,10 @@ def main(argv=None):
     shape = dict(
         max_batch_size=config.rollout.max_batch_size, max_seq_len=config.rollout.max_seq_len
     )
-    engines = {"ours": run.engine, "peer": JaxEngine(run.model, **shape, **PEER_SETTINGS)}
+    engines = {
+        "ours": run.engine,
+        "peer": JaxEngine(run.model, JaxEngineConfig(**shape, **PEER_SETTINGS)),
+    }
     tasks = list(itertools.islice(grpo_loop.train_task_iterator(config), args.steps))
     seconds = {name: [] for name in engines}
     tokens = {name: [] for name in engines}

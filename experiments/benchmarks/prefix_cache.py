@@ -37,7 +37,7 @@ from experiments.benchmarks import common
 from experiments.configs import grpo_hle
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 
 PROMPT_LEN, TOOL_LEN = 600, 60
 
@@ -93,8 +93,8 @@ def main(argv=None):
     state = nnx.state(model)
     shape = dict(max_batch_size=demo.rollout.max_batch_size, max_seq_len=demo.rollout.max_seq_len)
     engines = {
-        "prefix_cache": JaxEngine(model, prefix_cache=True, **shape),
-        "no_prefix_cache": JaxEngine(model, prefix_cache=False, **shape),
+        "prefix_cache": JaxEngine(model, JaxEngineConfig(prefix_cache=True, **shape)),
+        "no_prefix_cache": JaxEngine(model, JaxEngineConfig(prefix_cache=False, **shape)),
     }
     workload = episodes(args.tasks, args.group, args.turns, config.vocab_size)
     results, stats, version = {}, {}, [0]

@@ -51,7 +51,7 @@ from orchestra_jax.envs.base import Task
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.rollout.engine import Completion, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.tools.base import ToolResult, function_schema
 
 VARIANTS = {
@@ -174,7 +174,7 @@ async def timed_run(variant: str, specs, engine, tokenizer, turns: int, max_new:
 async def measure(args) -> dict:
     tokenizer = load_tokenizer("demo")
     model = Qwen3ForCausalLM(Qwen3Config.preset("demo"), rngs=nnx.Rngs(0))
-    jax_engine = JaxEngine(model, max_batch_size=args.episodes, max_seq_len=4096)
+    jax_engine = JaxEngine(model, JaxEngineConfig(max_batch_size=args.episodes, max_seq_len=4096))
     engine = ScriptedCallsOver(jax_engine, tokenizer, args.gen_tokens, args.turns)
     max_new = max(len(engine.work_ids), len(engine.answer_ids))
     with_tools = make_specs(args.episodes, args.latency)
@@ -258,7 +258,10 @@ async def measure_demo(args) -> dict:
     tokenizer = load_tokenizer(cfg.tokenizer)
     model = Qwen3ForCausalLM(Qwen3Config.preset(cfg.model.preset), rngs=nnx.Rngs(0))
     engine = JaxEngine(
-        model, max_batch_size=cfg.rollout.max_batch_size, max_seq_len=cfg.rollout.max_seq_len
+        model,
+        JaxEngineConfig(
+            max_batch_size=cfg.rollout.max_batch_size, max_seq_len=cfg.rollout.max_seq_len
+        ),
     )
     sampling = SamplingParams(temperature=cfg.rollout.temperature)
     limits = LoopLimits(

@@ -72,8 +72,9 @@ class ChatTokenizer:
         """`encode` for many texts at once (parallel inside `tokenizers`)."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of `ids`, special tokens kept; bytes of an incomplete UTF-8 character become U+FFFD.
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of `ids`, special tokens kept (unless skip_special_tokens); bytes of an
+        incomplete UTF-8 character become U+FFFD.
 
         Ids past `vocab_size` decode to nothing, as in transformers: a model
         whose embedding is padded (Qwen3: rows 151669..151935) can sample them.
@@ -81,7 +82,7 @@ class ChatTokenizer:
         ids = [int(i) for i in ids]
         if any(i < 0 for i in ids):
             raise ValueError(f"token ids must be >= 0, got {min(ids)}")
-        return self._tok.decode(ids, skip_special_tokens=False)
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int:
         token_id = self._tok.token_to_id(token)

@@ -5,6 +5,13 @@ bucket. Every trace bumps `compile_counts[<name and shapes>]`, which is how
 benchmarks and tests check that compiles stay bounded. The cache is the model's
 KVCache (one array per layer; see `qwen3_cache`); see `jax_engine.py` for
 how the scheduler sizes it and feeds these functions.
+
+Two static options add outputs only when a request asks for them, so the common
+call compiles as before: `top_logprobs=k` also returns the k most likely tokens
+and their logprobs at every sampled position, and `penalties` (decode only)
+carries each row's generated-token counts [B, V] and applies
+`sampling.apply_penalties` before sampling. `prompt_logprobs` scores prompts
+(every position's next-token logprob) for requests that ask for them.
 """
 
 from __future__ import annotations
@@ -27,27 +34,65 @@ class DecodeSteps:
         self.max_seq_len = max_seq_len
         self.cache_dtype = cache_dtype
         self.compile_counts: collections.Counter[str] = collections.Counter()
-        self.prefill = jax.jit(self._prefill_fn)
-        self.prefill_cached = jax.jit(self._prefill_cached_fn, donate_argnums=(1,))
+        self.prefill = jax.jit(self._prefill_fn, static_argnames=("top_logprobs",))
+        self.prefill_cached = jax.jit(
+            self._prefill_cached_fn, static_argnames=("top_logprobs",), donate_argnums=(1,)
+        )
         self.insert = jax.jit(self._insert_fn, donate_argnums=(0,))
         self.resize = jax.jit(self._resize_fn, static_argnames=("length",))
-        self.decode = jax.jit(self._decode_fn, static_argnames=("num_steps",), donate_argnums=(1,))
+        self.decode = jax.jit(
+            self._decode_fn,
+            static_argnames=("num_steps", "top_logprobs"),
+            donate_argnums=(1, 14),
+        )
+        self.prompt_logprobs = jax.jit(self._prompt_logprobs_fn, static_argnames=("top_logprobs",))
 
-    def _prefill_fn(self, state, ids, lengths, temperature, top_p, top_k, seed_hi, seed_lo):
-        """KV cache (R rows, T slots) of prompts ids [R, T]; first tokens."""
-        self.compile_counts[f"prefill(rows={ids.shape[0]}, len={ids.shape[1]})"] += 1  # at trace
+    @staticmethod
+    def _suffix(top_logprobs: int, penalties=None) -> str:
+        """The compile-count name's tail for the static options in use."""
+        tail = f", top_logprobs={top_logprobs}" if top_logprobs else ""
+        return tail + (", penalties" if penalties is not None else "")
+
+    @staticmethod
+    def _first_tokens(model, hidden, lengths, temperature, top_p, top_k, min_p, keys, top_n):
+        """Sample each row's token after its last position; top-n logprobs there if asked."""
+        last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
+        # Only each prompt's last position needs logits: the LM head runs on R rows, not R*T.
+        last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
+        tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k, min_p)
+        top = sampling.top_logprobs(last, temperature, top_n) if top_n else None
+        return tokens, logp, top
+
+    def _prefill_fn(
+        self,
+        state,
+        ids,
+        lengths,
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        seed_hi,
+        seed_lo,
+        *,
+        top_logprobs=0,
+    ):
+        """KV cache (R rows, T slots) of prompts ids [R, T]; first tokens (and their
+        top logprobs, None unless `top_logprobs`)."""
+        self.compile_counts[
+            f"prefill(rows={ids.shape[0]}, len={ids.shape[1]}{self._suffix(top_logprobs)})"
+        ] += 1  # at trace
         model = nnx.merge(self.graphdef, state)
         r, t = ids.shape
         positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), ids.shape)
         segments = (positions < lengths[:, None]).astype(jnp.int32)
         cache = model.init_cache(r, t, self.cache_dtype)
         hidden, cache = model.hidden_states(ids, positions, segment_ids=segments, cache=cache)
-        last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
-        # Only each prompt's last position needs logits: the LM head runs on R rows, not R*T.
-        last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
         keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
-        tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
-        return cache, tokens, logp
+        tokens, logp, top = self._first_tokens(
+            model, hidden, lengths, temperature, top_p, top_k, min_p, keys, top_logprobs
+        )
+        return cache, tokens, logp, top
 
     def _prefill_cached_fn(
         self,
@@ -61,8 +106,11 @@ class DecodeSteps:
         temperature,
         top_p,
         top_k,
+        min_p,
         seed_hi,
         seed_lo,
+        *,
+        top_logprobs=0,
     ):
         """Prefill prompt suffixes on top of prefixes already in the cache; first tokens.
 
@@ -75,7 +123,8 @@ class DecodeSteps:
         The first token is sampled as in `_prefill_fn` (same key, token index 0).
         """
         self.compile_counts[
-            f"prefill_cached(rows={ids.shape[0]}, len={ids.shape[1]}, cache={cache.max_len})"
+            f"prefill_cached(rows={ids.shape[0]}, len={ids.shape[1]}, cache={cache.max_len}"
+            f"{self._suffix(top_logprobs)})"
         ] += 1
         model = nnx.merge(self.graphdef, state)
         offsets = jnp.arange(ids.shape[1], dtype=jnp.int32)[None]
@@ -84,11 +133,11 @@ class DecodeSteps:
         hidden, rows = model.hidden_states(
             ids, positions, segment_ids=segments, cache=cache.take_rows(sources)
         )
-        last_index = jnp.maximum(lengths - 1, 0)[:, None, None]
-        last = model.logits(jnp.take_along_axis(hidden, last_index, axis=1))[:, 0]
         keys = sampling.row_keys(seed_hi, seed_lo, jnp.zeros_like(lengths))
-        tokens, logp = sampling.sample_tokens(last, keys, temperature, top_p, top_k)
-        return cache.put_rows(targets, rows), tokens, logp
+        tokens, logp, top = self._first_tokens(
+            model, hidden, lengths, temperature, top_p, top_k, min_p, keys, top_logprobs
+        )
+        return cache.put_rows(targets, rows), tokens, logp, top
 
     def _insert_fn(self, cache, rows, prefilled):
         """Copy a prefilled cache's rows into slots `rows` [R] (index >= batch: dropped).
@@ -120,32 +169,46 @@ class DecodeSteps:
         temperature,
         top_p,
         top_k,
+        min_p,
         seed_hi,
         seed_lo,
+        penalties=None,
         *,
         num_steps,
+        top_logprobs=0,
     ):
         """Up to `num_steps` decode steps for every row; rows in `done` are frozen.
 
         Row b feeds tokens[b] at positions[b] (its counts[b]-th generated token) and
         samples the next one; it is done after a stop id, max_new[b] tokens, or when
         the next position would leave the cache. Returns the cache, the new tokens and
-        logprobs [B, num_steps] (-1 / 0 where a row was already done) and the carry.
+        logprobs [B, num_steps] (-1 / 0 where a row was already done), their top
+        logprobs ([B, num_steps, k] values and ids, or None) and the penalties with
+        updated token counts (or None). `penalties`: None or (token_counts [B, V],
+        repetition [B], frequency [B], presence [B]), see `sampling.apply_penalties`.
         """
-        self.compile_counts[f"decode(cache={cache.max_len})"] += 1
+        self.compile_counts[
+            f"decode(cache={cache.max_len}{self._suffix(top_logprobs, penalties)})"
+        ] += 1
         model = nnx.merge(self.graphdef, state)
         b = tokens.shape[0]
         # Rotary cos/sin of every position, once per call rather than per element per step.
         rope = model.rope_table(self.max_seq_len)
         out_tokens = jnp.full((b, num_steps), -1, jnp.int32)
         out_logp = jnp.zeros((b, num_steps), jnp.float32)
+        k = max(top_logprobs, 1)  # a [B, S, 1] dummy when no top logprobs are asked for
+        out_top = (
+            jnp.zeros((b, num_steps, k), jnp.float32),
+            jnp.zeros((b, num_steps, k), jnp.int32),
+        )
+        token_counts = None if penalties is None else penalties[0]
 
         def cond(carry):
             i, done = carry[0], carry[5]
             return (i < num_steps) & ~jnp.all(done)
 
         def body(carry):
-            i, cache, tok, pos, count, done, out_t, out_l = carry
+            i, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts = carry
             live = ~done
             # Done rows are fed as padding (segment 0): their cache rows are left alone.
             logits, cache = model(
@@ -155,19 +218,69 @@ class DecodeSteps:
                 segment_ids=live[:, None].astype(jnp.int32),
                 rope_table=rope,
             )
+            logits = logits[:, 0]
+            if penalties is not None:
+                logits = sampling.apply_penalties(logits, token_counts, *penalties[1:])
             keys = sampling.row_keys(seed_hi, seed_lo, count)
-            new, logp = sampling.sample_tokens(logits[:, 0], keys, temperature, top_p, top_k)
+            new, logp = sampling.sample_tokens(logits, keys, temperature, top_p, top_k, min_p)
             out_t = out_t.at[:, i].set(jnp.where(live, new, -1))
             out_l = out_l.at[:, i].set(jnp.where(live, logp, 0.0))
+            if top_logprobs:
+                values, ids = sampling.top_logprobs(logits, temperature, top_logprobs)
+                out_top = (out_top[0].at[:, i].set(values), out_top[1].at[:, i].set(ids))
+            if penalties is not None:
+                token_counts = sampling.count_tokens(token_counts, new, live)
             count = count + live
             pos = pos + live
             stopped = jnp.any(new[:, None] == stop_ids, axis=-1)
             done = done | (live & (stopped | (count >= max_new) | (pos >= self.max_seq_len - 1)))
             tok = jnp.where(live, new, tok)
-            return i + 1, cache, tok, pos, count, done, out_t, out_l
+            return i + 1, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts
 
-        carry = (0, cache, tokens, positions, counts, done, out_tokens, out_logp)
-        _, cache, tokens, positions, counts, done, out_tokens, out_logp = jax.lax.while_loop(
-            cond, body, carry
+        carry = (0, cache, tokens, positions, counts, done, out_tokens, out_logp, out_top)
+        carry = jax.lax.while_loop(cond, body, carry + (token_counts,))
+        cache, out_tokens, out_logp, out_top, token_counts = (carry[1], *carry[6:])
+        if penalties is not None:
+            penalties = (token_counts, *penalties[1:])
+        return cache, out_tokens, out_logp, out_top if top_logprobs else None, penalties
+
+    def _prompt_logprobs_fn(self, state, ids, lengths, temperature, *, top_logprobs=0):
+        """Next-token logprobs of prompts ids [R, T] (lengths [R]) under the model.
+
+        Returns logp [R, T] where logp[r, t] = log_softmax(logits_{t-1} / T_r)[ids[r, t]]
+        for 1 <= t < lengths[r] (0 elsewhere; position 0 has no logits before it),
+        and the top logprobs at each position t >= 1 ([R, T, k] values and ids, from
+        the logits of position t - 1), or None. The LM head runs one position at a
+        time over the rows, so no [R, T, V] array is ever held.
+        """
+        self.compile_counts[
+            f"prompt_logprobs(rows={ids.shape[0]}, len={ids.shape[1]}{self._suffix(top_logprobs)})"
+        ] += 1
+        model = nnx.merge(self.graphdef, state)
+        r, t = ids.shape
+        positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), ids.shape)
+        segments = (positions < lengths[:, None]).astype(jnp.int32)
+        hidden = model.hidden_states(ids, positions, segment_ids=segments)
+        scale = jnp.where(temperature <= 0.0, 1.0, temperature)[:, None]
+        k = max(top_logprobs, 1)
+
+        def score(carry, step):
+            h, target = step  # [R, H] at position p, the token at p + 1 [R]
+            logp = jax.nn.log_softmax(model.logits(h).astype(jnp.float32) / scale, axis=-1)
+            chosen = jnp.take_along_axis(logp, target[:, None], axis=-1)[:, 0]
+            values, top_ids = jax.lax.top_k(logp, k)
+            return carry, (chosen, values, top_ids.astype(jnp.int32))
+
+        targets = jnp.concatenate([ids[:, 1:], jnp.zeros((r, 1), ids.dtype)], axis=1)
+        _, (chosen, values, top_ids) = jax.lax.scan(
+            score, None, (jnp.swapaxes(hidden, 0, 1), jnp.swapaxes(targets, 0, 1))
         )
-        return cache, out_tokens, out_logp
+        # Scores of position p belong to token p + 1: shift right by one.
+        shift = lambda x: jnp.concatenate([jnp.zeros_like(x[:1]), x[:-1]], axis=0)  # noqa: E731
+        valid = (jnp.arange(t)[:, None] >= 1) & (jnp.arange(t)[:, None] < lengths[None, :])
+        logp = jnp.swapaxes(jnp.where(valid, shift(chosen), 0.0), 0, 1)
+        if not top_logprobs:
+            return logp, None
+        values = jnp.swapaxes(shift(values), 0, 1)
+        top_ids = jnp.swapaxes(shift(top_ids), 0, 1)
+        return logp, (values, top_ids)

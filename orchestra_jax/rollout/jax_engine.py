@@ -1,88 +1,76 @@
 """In-process JAX sampler: batched prefill + a jit-compiled decode loop over a KV cache.
 
 The engine owns `max_batch_size` slots, each one row of a KV cache (per layer
-[max_batch_size, kv_heads, length, head_dim]). A background thread runs
-the schedule:
+[max_batch_size, kv_heads, length, head_dim]). A background thread runs the
+schedule:
 
-  1. admit waiting requests into free slots: one prefill call over those rows
+  1. admit waiting requests into free slots: prefill calls over those rows
      (prompts right-padded to a length bucket, 2^k or 1.5 * 2^k; padding keys are
-     not written), which also samples each request's first token, then a copy of
-     the new keys/values into the slots;
+     not written), which also sample each request's first token;
   2. run `steps_per_call` decode steps for all slots in one jitted
      `lax.while_loop` (it exits early once every row is done);
   3. hand finished rows their Completion and free their slots; repeat.
 
 So requests of different lengths, arriving at different times, share the batch
-as slots free (continuous batching).
+as slots free (continuous batching). Waiting requests are admitted round robin
+over the `generate` calls that submitted them (`request_queue.FairQueue`), so a
+caller with a huge batch does not hold back the others.
 
 Prefix caching (`prefix_cache=True`): a finished row is not discarded but
 *parked*: its slot keeps the keys/values of its tokens (prompt + generated, all
 but the last sampled token, which was never fed) until the slot is needed. A new
-request looks for the row, live or parked, or an earlier request of the same
-admission, whose written tokens share the longest common prefix L with its
-prompt; from L >= `min_cached_prefix` on it reuses min(L, n - 1) tokens (one
-token is always computed, so the first sampled token has logits) and prefills
-only the rest, at its true positions, attending to the copied prefix. That is
-the shape of agent rollouts: turn k+1's prompt is turn k's tokens plus a tool
-segment, and the G episodes of a GRPO group (and every task's system prompt)
-share their start. Keys/values depend only on the tokens up to their position,
-so reuse gives the same tokens and logprobs as a full prefill, up to float
-rounding (about 1e-6 here); sampling keys stay a function of seed and token
-index.
-
-Where the row goes: the parked row it continues when the new prompt extends
-all of that row (nothing is lost), else a free slot, else the least recently
-used parked row, preferring rows no request of this admission copies from.
+request reuses the longest common prefix with a live or parked row, or with an
+earlier request of the same admission, and prefills only the rest at its true
+positions; `prefix_cache.PrefixCachePlanner` makes that plan (and its rules:
+minimum prefix, target slots, eviction). Keys/values depend only on the tokens up
+to their position, so reuse gives the same tokens and logprobs as a full prefill,
+up to float rounding; sampling keys stay a function of seed and token index.
 Copying is part of the suffix prefill (`DecodeSteps.prefill_cached`: gather the
-source rows, prefill, scatter into the targets), which reads every source
-before writing any target. So an admission runs (a) one call for requests
-continuing rows already in the cache, (b) the from-scratch prefill, (c) one
-call per level of requests continuing requests of this admission (a GRPO
-group's first turn: the first copy prefills the prompt, the others one token).
-A cached prefix is used only when it covers at least `min_cached_prefix`
-tokens and a quarter of the prompt (`min_cached_fraction`): prompts that share
-just a head (tasks whose system prompts differ after the first lines) are
-prefilled side by side in (b), rather than one level after another or in (a)
-beside short continuations, each call padded to its longest suffix, to save a
-few tokens each.
-Each call is bucketed like prefill (rows, suffix length; the cache's length),
-so compiles stay bounded. This is a flat per-slot table, not SGLang's radix
-tree: with one row per slot, the longest-prefix search is a numpy comparison
-against at most `max_batch_size` rows, and parked rows cost no extra memory.
+source rows, prefill, scatter into the targets), which reads every source before
+writing any target. An admission runs (a) one call for requests continuing rows
+already in the cache, (b) the from-scratch prefill, (c) one call per level of
+requests continuing requests of this admission. `prefix_cache_stats` counts
+prompt tokens computed and reused; each Completion reports its `cached_tokens`.
 
-Parked rows are only valid for the weights that computed them: each row records
-the weights generation it was prefilled with, `update_weights` starts a new
-generation, and rows of an older one are dropped at the next admission (live
-rows finish as they are, as before). `prefix_cache_stats` counts prompt tokens
-computed and reused; each Completion reports its `cached_tokens`.
+The cache's length is a bucket (2^k or 1.5 * 2^k, see `cache_bucket`) just above
+the longest live row (at most `max_seq_len`), grown and shrunk between calls with
+one copy each time, and decode attends to all of it: attending to a prefix of a
+longer cache would cost a strided copy of every layer's keys and values on every
+step, a cache that fits its rows needs none.
 
-The cache's length is a bucket (2^k or 1.5 * 2^k, see `cache_bucket`) just
-above the longest live row (at most `max_seq_len`), grown and shrunk between
-calls with one copy each time, and decode attends to all of it. Attending to a
-prefix of a longer cache would cost a strided copy of every layer's keys and
-values on every step (2.4x slower at 256 of 1024 slots for the demo model on
-CPU); a cache that fits its rows needs none.
+Shapes are static per bucket (compiled functions in `decode_steps.py`): prefill
+compiles once per (rows, prompt length) bucket, decode once per cache length, the
+small copy functions once per bucket pair; `compile_counts` counts traces.
+Prefill rows are padded to at least `min_prefill_rows` and prompts (or suffixes)
+to at least `min_prefill_len` tokens: agent turns admit a few rows with a short
+tool segment each, in ever new combinations, and every new shape is a compile
+while the padding costs little. Sampling settings are arrays, not compile-time
+constants (see `sampling.py`), and each row's randomness depends only on its
+request's seed and token index, so a seeded request gives the same tokens
+whatever shares the batch. Top logprobs and repetition/frequency/presence
+penalties are static options of the compiled calls, used only by batches that
+have a request asking for them.
 
-Shapes are static per bucket (compiled functions in `decode_steps.py`):
-prefill compiles once per (rows, prompt length) bucket, decode once per cache
-length, and the small copy functions once per bucket pair; `compile_counts`
-counts traces so benchmarks can prove it. Prefill rows are padded to at least
-`min_prefill_rows` and prompts (or suffixes) to at least `min_prefill_len`
-tokens: agent turns admit a few rows with a short tool segment each, in ever
-new combinations, and every new shape is a compile (about a second for the demo
-model on CPU, far more for large models), while the padding costs little. Over
-the demo's first eight GRPO rollout steps (8 tasks x G = 4) these floors (8
-rows, 128 tokens, with the quarter rule above; against 1 row, 16 tokens and any
-prefix) cut compiles from 36 to 22 and rollout time by 30 %
-(`experiments/benchmarks/demo_rollouts.py`).
-Sampling settings are arrays, not compile-time constants (see `sampling.py`),
-and each row's randomness depends only on its request's seed and token index,
-so a seeded request gives the same tokens whatever shares the batch.
+Isolation: `generate` checks every request against the model (vocabulary,
+context, stop ids, top logprobs) before it queues anything, and the values it
+packs into int32 arrays are clamped to what they can mean (a budget beyond the
+context, a top-k beyond the vocabulary, stop ids no token can have). If a
+compiled call still fails, only the requests in that call are affected: alone
+in it, a request gets the error; with others, each is retried alone (a
+*suspect* runs with no other row) so the one that fails is the one that gets the
+error. Rows not in the failed call continue: the cache is rebuilt from their
+tokens (prompt + generated so far), and their sampling continues at the same
+token index. A cancelled `generate` (a client that went away) frees its rows at
+the next step.
 
 Weights: the model is split once into (graphdef, state); `update_weights` swaps
-the state (same tree, shapes and shardings, so nothing recompiles) and takes
-effect at the next decode call. Sharded parameters work as they are: the jitted
-functions follow the state's shardings.
+the state (same tree, shapes and shardings, so nothing recompiles). The swap is
+a barrier: admission pauses, requests in flight finish on the old weights (or,
+with `abort_in_flight`, end at once with finish reason "abort" and the tokens
+they have), then the state changes, parked rows are dropped and admission
+resumes. Every Completion carries the `weight_version` that produced all of its
+tokens. Sharded parameters work as they are: the jitted functions follow the
+state's shardings.
 """
 
 from __future__ import annotations
@@ -90,20 +78,28 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import logging
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from orchestra_jax.rollout import sampling
 from orchestra_jax.rollout.decode_steps import DecodeSteps
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
+from orchestra_jax.rollout.prefix_cache import Admission, PrefixCachePlanner, common_prefix
+from orchestra_jax.rollout.request_queue import FairQueue
+from orchestra_jax.rollout.stop_strings import first_stop
 
 log = logging.getLogger(__name__)
+
+__all__ = ["JaxEngine", "JaxEngineConfig", "bucket", "cache_bucket", "common_prefix"]
 
 
 def bucket(n: int, minimum: int, maximum: int) -> int:
@@ -126,118 +122,165 @@ def cache_bucket(n: int, minimum: int, maximum: int) -> int:
     return min(three_quarters if minimum <= n <= three_quarters else size, maximum)
 
 
+@dataclasses.dataclass(frozen=True)
+class JaxEngineConfig:
+    """How a JaxEngine batches, caches and bounds requests."""
+
+    max_batch_size: int = 16  # slots: rows decoded together
+    max_seq_len: int = 2048  # KV-cache slots per row: prompt + generated tokens
+    steps_per_call: int = 16  # decode steps per jitted call (host round trips per token)
+    min_prefill_len: int = 128  # prefill calls pad prompts to at least this many tokens
+    min_prefill_rows: int = 8  # ... and to at least this many rows (fewer shapes, compiles)
+    min_cache_len: int = 64  # the cache never shrinks below this many slots
+    max_top_logprobs: int = 20  # most top logprobs a request may ask for per position
+    max_stop_token_ids: int = 1024  # most distinct in-vocabulary stop ids per request
+    prefix_cache: bool = True  # reuse finished rows' keys/values for shared prompt prefixes
+    min_cached_prefix: int = 16  # a shorter shared prefix is prefilled from scratch
+    min_cached_fraction: float = 0.25  # ... as is one covering less of the prompt than this
+    seed: int = 0  # draws the seeds of requests that bring none
+    cache_dtype: str | None = None  # KV-cache dtype name; None: the model's compute dtype
+
+    def __post_init__(self):
+        if self.max_batch_size < 1 or self.max_seq_len < 2 or self.steps_per_call < 1:
+            raise ValueError(
+                "max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required, got "
+                f"{self.max_batch_size}, {self.max_seq_len}, {self.steps_per_call}"
+            )
+        if self.max_top_logprobs < 1 or self.max_stop_token_ids < 1:
+            raise ValueError("max_top_logprobs and max_stop_token_ids must be >= 1")
+        if not 0.0 <= self.min_cached_fraction <= 1.0:
+            raise ValueError(
+                f"min_cached_fraction must be in [0, 1], got {self.min_cached_fraction}"
+            )
+
+
 @dataclasses.dataclass(eq=False)  # compared by identity
-class _Pending:
+class _Job:
+    """One request from submission to its Completion, and its progress so far."""
+
     request: GenerateRequest
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     submitted: float
     seed: int
-
-
-@dataclasses.dataclass
-class _Slot:
-    job: _Pending
-    tokens: list[int]
-    logprobs: list[float]
-    weights: int  # the weights generation that computed this row's cache
+    stop_ids: tuple[int, ...]  # in-vocabulary stop ids, distinct
+    on_progress: Callable[[Completion], None] | None = None
+    cancelled: bool = False
+    finished: bool = False
+    suspect: bool = False  # was in a failed call with others: runs alone until cleared
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    top: list[list[tuple[int, float]]] | None = None
+    prompt_scores: tuple[list, list | None] | None = None
+    weight_version: int | None = None  # fixed when first admitted
     cached_tokens: int = 0
+    checked: int = 0  # tokens already checked for stop strings
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.request.input_ids
 
     def written_ids(self) -> np.ndarray:
-        """The tokens whose keys/values the row holds: all but the last sampled one."""
-        return np.asarray(self.job.request.input_ids + self.tokens[:-1], np.int32)
-
-
-@dataclasses.dataclass
-class _Parked:
-    """A finished row kept for its keys/values (slots 0 .. len(ids) - 1)."""
-
-    ids: np.ndarray
-    weights: int
-    last_used: int
+        """The tokens whose keys/values its row holds: all but the last sampled one."""
+        return np.asarray(self.prompt + self.tokens[:-1], np.int32)
 
 
 @dataclasses.dataclass(eq=False)
-class _Admission:
-    """One admitted request's plan: where it goes and which cached prefix it continues."""
+class _Swap:
+    """A pending weight update (the worker applies it once no row is live)."""
 
-    job: _Pending
-    ids: np.ndarray
-    slot: int = -1
-    source: int | None = None  # the cache row whose first `reused` slots it continues
-    leader: "_Admission | None" = None  # or: the request of this admission it continues
-    match: int = 0  # common prefix with the source's tokens
-    reused: int = 0
-    level: int = 0  # 0: no leader; else the leader's level + 1
+    state: Any
+    version: int
+    abort: bool
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
 
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token arrays."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
+class _CallFailed(Exception):
+    """A compiled call failed; `jobs` were in it."""
+
+    def __init__(self, error: BaseException, jobs: list[_Job]):
+        super().__init__(str(error))
+        self.error, self.jobs = error, jobs
+
+
+def make_jax_engine(
+    model: nnx.Module,
+    *,
+    max_batch_size: int = JaxEngineConfig.max_batch_size,
+    max_seq_len: int = JaxEngineConfig.max_seq_len,
+    prefix_cache: bool = JaxEngineConfig.prefix_cache,
+    tokenizer=None,
+    **config,
+) -> JaxEngine:
+    """A JaxEngine from keyword settings (the `make_engine("jax", ...)` entry); the
+    settings an experiment config gives are named, so `build_engine` passes them."""
+    return JaxEngine(
+        model,
+        JaxEngineConfig(
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            prefix_cache=prefix_cache,
+            **config,
+        ),
+        tokenizer=tokenizer,
+    )
 
 
 class JaxEngine:
-    """RolloutEngine running a Qwen3 NNX model in this process (see module docstring)."""
+    """RolloutEngine running a Qwen3 NNX model in this process (see module docstring).
 
-    def __init__(
-        self,
-        model: nnx.Module,
-        *,
-        max_batch_size: int = 16,
-        max_seq_len: int = 2048,
-        steps_per_call: int = 16,
-        max_stop_tokens: int = 8,
-        min_prefill_len: int = 128,
-        min_prefill_rows: int = 8,
-        min_cache_len: int = 64,
-        seed: int = 0,
-        cache_dtype=None,
-        prefix_cache: bool = True,
-        min_cached_prefix: int = 16,
-        min_cached_fraction: float = 0.25,
-    ):
-        if max_batch_size < 1 or max_seq_len < 2 or steps_per_call < 1:
-            raise ValueError(
-                "max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required"
-            )
-        self.config = model.config
+    `tokenizer` (anything with `decode(ids) -> str`) is needed only for requests
+    with stop strings.
+    """
+
+    def __init__(self, model: nnx.Module, config: JaxEngineConfig | None = None, *, tokenizer=None):
+        self.config = config = config or JaxEngineConfig()
+        self.model_config = model.config
         self.vocab_size = model.config.vocab_size
-        self.max_batch_size = max_batch_size
-        self.max_seq_len = max_seq_len
-        self.steps_per_call = steps_per_call
-        self.max_stop_tokens = max_stop_tokens
-        self.min_prefill_len = min(min_prefill_len, max_seq_len)
-        self.min_prefill_rows = max(1, min(min_prefill_rows, max_batch_size))
-        self.min_cache_len = min(min_cache_len, max_seq_len)
+        self.max_batch_size = config.max_batch_size
+        self.max_seq_len = config.max_seq_len
+        self.tokenizer = tokenizer
+        self._min_prefill_len = min(config.min_prefill_len, config.max_seq_len)
+        self._min_prefill_rows = max(1, min(config.min_prefill_rows, config.max_batch_size))
+        self._min_cache_len = min(config.min_cache_len, config.max_seq_len)
         self.weight_version = 0
-        self.prefix_cache = prefix_cache
-        # Shorter shared prefixes are prefilled from scratch: too little to save.
-        self.min_cached_prefix = max(1, min_cached_prefix)
-        self.min_cached_fraction = min_cached_fraction
-        self._weights_gen = 0  # bumped by update_weights: parked rows of older ones are stale
-        self._parked: dict[int, _Parked] = {}
-        self._clock = 0  # for least-recently-used eviction of parked rows
-        self.prefix_cache_stats: collections.Counter[str] = collections.Counter()
+        self.planner = PrefixCachePlanner(
+            config.max_batch_size,
+            enabled=config.prefix_cache,
+            min_cached_prefix=config.min_cached_prefix,
+            min_cached_fraction=config.min_cached_fraction,
+        )
+        self.prefix_cache_stats = self.planner.stats
+        cache_dtype = None if config.cache_dtype is None else jnp.dtype(config.cache_dtype)
         self._graphdef, state = nnx.split(model)
         # Committed to its shardings, as update_weights places new weights: jit keys its
         # compiled code on that too, so the first update would otherwise recompile all.
         self._state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
-        self._new_cache = lambda length: model.init_cache(max_batch_size, length, cache_dtype)
-        self._cache = self._new_cache(self.min_cache_len)
-        self._seed_rng = np.random.default_rng(seed)
-        self._slots: list[_Slot | None] = [None] * max_batch_size
-        self._pending: collections.deque[_Pending] = collections.deque()
+        self._new_cache = lambda length: model.init_cache(
+            config.max_batch_size, length, cache_dtype
+        )
+        self._cache = self._new_cache(self._min_cache_len)
+        self._token_counts = None  # [B, V] generated-token counts, made when penalties are used
+        self._seed_rng = np.random.default_rng(config.seed)
+        self._slots: list[_Job | None] = [None] * config.max_batch_size
+        self._queue: FairQueue[_Job] = FairQueue()
+        self._admitting: list[_Job] = []  # the admission in progress
+        self._swaps: collections.deque[_Swap] = collections.deque()
+        self._groups = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._steps = DecodeSteps(self._graphdef, max_seq_len=max_seq_len, cache_dtype=cache_dtype)
+        self._steps = DecodeSteps(
+            self._graphdef, max_seq_len=config.max_seq_len, cache_dtype=cache_dtype
+        )
+        self._set_rows = jax.jit(lambda c, row, value: c.at[row].set(value), donate_argnums=(0,))
         self.compile_counts = self._steps.compile_counts
 
     # -- RolloutEngine ------------------------------------------------------------------------
 
-    def _validate(self, request: GenerateRequest) -> None:
+    def check(self, request: GenerateRequest) -> None:
+        """ValueError unless this engine can serve `request` (nothing is queued)."""
         n = len(request.input_ids)
         if n >= self.max_seq_len:
             raise ValueError(
@@ -247,33 +290,85 @@ class JaxEngine:
         bad = [t for t in request.input_ids if t >= self.vocab_size]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary ({self.vocab_size})")
-        if len(request.sampling.stop_token_ids) > self.max_stop_tokens:
+        stops = self._stop_ids(request)
+        if len(stops) > self.config.max_stop_token_ids:
             raise ValueError(
-                f"at most {self.max_stop_tokens} stop_token_ids per request "
-                f"(got {len(request.sampling.stop_token_ids)}); raise max_stop_tokens"
+                f"at most {self.config.max_stop_token_ids} distinct stop_token_ids per request "
+                f"(got {len(stops)})"
             )
+        if request.top_logprobs_num > self.config.max_top_logprobs:
+            raise ValueError(
+                f"top_logprobs_num must be at most {self.config.max_top_logprobs}, "
+                f"got {request.top_logprobs_num}"
+            )
+        if request.sampling.stop and self.tokenizer is None:
+            raise ValueError("stop strings need an engine built with a tokenizer")
 
-    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+    def _stop_ids(self, request: GenerateRequest) -> tuple[int, ...]:
+        # An id outside the vocabulary is never sampled, so it can never stop anything.
+        return tuple(sorted({t for t in request.sampling.stop_token_ids if t < self.vocab_size}))
+
+    def _submit(self, requests, loop, on_progress=None) -> list[_Job]:
         for r in requests:
-            self._validate(r)
-        loop = asyncio.get_running_loop()
+            self.check(r)
         now = time.perf_counter()
-        jobs = []
         with self._cond:
             if self._closed:
                 raise RuntimeError("JaxEngine is closed")
+            jobs = []
             for r in requests:
                 seed = r.sampling.seed
                 if seed is None:
                     seed = int(self._seed_rng.integers(0, 2**63))
-                jobs.append(_Pending(r, loop.create_future(), loop, now, seed))
-            self._pending.extend(jobs)
+                jobs.append(
+                    _Job(r, loop.create_future(), loop, now, seed, self._stop_ids(r), on_progress)
+                )
+            self._queue.push(next(self._groups), jobs)
             self._ensure_worker()
             self._cond.notify()
-        return list(await asyncio.gather(*(j.future for j in jobs)))
+        return jobs
 
-    async def update_weights(self, model_state: Any, *, version: int) -> None:
-        """Swap in new weights (a model or its nnx.State) without recompiling."""
+    def _cancel(self, jobs: Sequence[_Job]) -> None:
+        with self._cond:
+            for job in jobs:
+                job.cancelled = True
+            self._cond.notify()
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Completions in request order; cancelling this cancels the requests' work."""
+        jobs = self._submit(requests, asyncio.get_running_loop())
+        try:
+            return list(await asyncio.gather(*(j.future for j in jobs)))
+        except BaseException:
+            self._cancel(jobs)
+            raise
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Completion]:
+        """Partial completions (finish_reason None) as tokens arrive, then the final one."""
+        updates: asyncio.Queue[Completion] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        [job] = self._submit([request], loop, on_progress=updates.put_nowait)
+        try:
+            while True:
+                getter = asyncio.ensure_future(updates.get())
+                done, _ = await asyncio.wait({getter, job.future}, return_when="FIRST_COMPLETED")
+                if getter in done:
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                while not updates.empty():
+                    yield updates.get_nowait()
+                yield job.future.result()
+                return
+        finally:
+            if not job.future.done():
+                self._cancel([job])
+
+    async def update_weights(
+        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+    ) -> None:
+        """Swap in new weights (a model or its nnx.State) without recompiling, once the
+        requests in flight have finished (or been aborted); see the module docstring."""
         state = nnx.state(model_state) if isinstance(model_state, nnx.Module) else model_state
         old_leaves, old_tree = jax.tree.flatten(self._state)
         new_leaves, new_tree = jax.tree.flatten(state)
@@ -286,21 +381,42 @@ class JaxEngine:
                 )
         # Same shardings as before, so the compiled functions are reused as they are.
         placed = [jax.device_put(new, old.sharding) for old, new in zip(old_leaves, new_leaves)]
-        state = jax.tree.unflatten(old_tree, placed)
+        loop = asyncio.get_running_loop()
+        swap = _Swap(
+            jax.tree.unflatten(old_tree, placed),
+            int(version),
+            abort_in_flight,
+            loop.create_future(),
+            loop,
+        )
         with self._cond:
-            self._state = state
-            self.weight_version = int(version)
-            self._weights_gen += 1  # parked rows hold keys/values of the old weights
+            if self._closed:
+                raise RuntimeError("JaxEngine is closed")
+            self._swaps.append(swap)
+            self._ensure_worker()
+            self._cond.notify()
+        await swap.future
+
+    async def flush_cache(self) -> bool:
+        """Drop the parked rows (live rows keep theirs); always possible here."""
+        with self._cond:
+            self.planner.flush()
+        return True
 
     async def health(self) -> bool:
         return not self._closed and (self._thread is None or self._thread.is_alive())
 
+    def running(self) -> int:
+        """Requests admitted or waiting (not yet finished)."""
+        with self._cond:
+            return sum(s is not None for s in self._slots) + len(self._queue)
+
     def close(self) -> None:
-        """Stop the worker thread; waiting requests are aborted."""
+        """Stop the worker thread; requests waiting or in flight fail with RuntimeError."""
         with self._cond:
             self._closed = True
             self._cond.notify()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=60)
 
     # -- scheduler (worker thread) ------------------------------------------------------------
@@ -310,141 +426,185 @@ class JaxEngine:
             self._thread = threading.Thread(target=self._run, daemon=True, name="jax-engine")
             self._thread.start()
 
+    def _live(self) -> list[_Job]:
+        return [s for s in self._slots if s is not None]
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._pending and not any(self._slots):
+                while not self._closed and not self._work_ready():
                     self._cond.wait()
                 if self._closed:
-                    self._fail_all(RuntimeError("JaxEngine closed"))
+                    self._fail_everything(RuntimeError("JaxEngine closed"))
                     return
-                # Parked rows count as free: admission evicts them as needed.
-                free = sum(s is None for s in self._slots)
-                admitted = [self._pending.popleft() for _ in range(min(free, len(self._pending)))]
-                state, weights = self._state, self._weights_gen
+                self._drop_cancelled()
+                if self._swaps and self._apply_swap():
+                    continue
+                admitted = self._take_admissions()
+                state, version = self._state, self.weight_version
             try:
                 if admitted:
-                    self._admit(state, weights, admitted)
-                if any(self._slots):
+                    self._admit(state, version, admitted)
+                if self._live():
                     self._decode_round(state)
-            except Exception as e:  # noqa: BLE001 - fail the requests, keep serving
-                log.exception("JaxEngine step failed")
-                # Admitted jobs may not have reached a slot yet; settling twice is a no-op.
-                self._fail_all(e, waiting_too=False, also=admitted)
+            except _CallFailed as failure:
+                self._recover(failure)
 
-    def _sampling_arrays(self, jobs: Sequence[_Pending | None]):
+    def _work_ready(self) -> bool:
+        return bool(self._queue or self._live() or self._swaps)
+
+    def _drop_cancelled(self) -> None:
+        """Forget cancelled requests: waiting ones go, live rows free their slots."""
+        self._queue.remove_if(lambda j: j.cancelled)
+        for i, job in enumerate(self._slots):
+            if job is not None and job.cancelled:
+                self._slots[i] = None
+                self.planner.park(i, job.written_ids())
+
+    def _apply_swap(self) -> bool:
+        """Apply the first pending weight update if nothing from the old weights remains
+        (aborting what is in flight if it asks to); True if it was applied."""
+        swap = self._swaps[0]
+        if swap.abort:
+            for i, job in enumerate(self._slots):
+                if job is not None:
+                    self._slots[i] = None
+                    self._complete(job, "abort")
+            for job in self._queue.remove_if(lambda j: j.weight_version is not None):
+                self._complete(job, "abort")
+        if self._live() or self._queue.front_count:
+            return False  # the old weights' requests finish first
+        self._swaps.popleft()
+        self._state = swap.state
+        self.weight_version = swap.version
+        self.planner.flush()  # parked rows hold keys/values of the old weights
+        _settle(swap.future, swap.loop, None)
+        return True
+
+    def _take_admissions(self) -> list[_Job]:
+        """The waiting requests to admit now (called with the lock held)."""
+        live = self._live()
+        if any(j.suspect for j in live):
+            return []  # a suspect runs alone
+        front = self._queue.peek_front()
+        if front is not None and front.suspect:
+            return self._queue.pop(1, front_only=True) if not live else []
+        free = self.max_batch_size - len(live)
+        # During a weight update only resumed rows (old weights) are admitted.
+        return self._queue.pop(free, front_only=bool(self._swaps))
+
+    def _sampling_arrays(self, jobs: Sequence[_Job | None]):
         """Per-row sampling settings as arrays (rows without a job get greedy defaults)."""
 
         def col(fn, default, dtype):
-            return np.array([default if j is None else fn(j) for j in jobs], dtype)
+            return np.array([default if j is None else fn(j.request.sampling) for j in jobs], dtype)
 
         seeds = [sampling.split_seed(0 if j is None else j.seed) for j in jobs]
         return (
-            col(lambda j: j.request.sampling.temperature, 0.0, np.float32),
-            col(lambda j: j.request.sampling.top_p, 1.0, np.float32),
-            col(lambda j: j.request.sampling.top_k, -1, np.int32),
+            col(lambda s: s.temperature, 0.0, np.float32),
+            col(lambda s: s.top_p, 1.0, np.float32),
+            # top_k past the vocabulary means all of it (and must fit int32).
+            col(lambda s: min(s.top_k, self.vocab_size), -1, np.int32),
+            col(lambda s: s.min_p, 0.0, np.float32),
             np.array([s[0] for s in seeds], np.uint32),
             np.array([s[1] for s in seeds], np.uint32),
         )
 
-    def _admit(self, state, weights: int, jobs: list[_Pending]) -> None:
-        """Prefill the admitted requests into slots (reusing cached prefixes, see the
-        module docstring) and record their first token."""
-        lengths = [len(job.request.input_ids) for job in jobs]
+    def _top_n(self, jobs: Sequence[_Job | None]) -> int:
+        """The compiled calls' top-logprobs width: 0, or the most any request may ask."""
+        wanted = any(j is not None and j.request.top_logprobs_num for j in jobs)
+        return self.config.max_top_logprobs if wanted else 0
+
+    # -- admission ------------------------------------------------------------------------
+
+    def _admit(self, state, version: int, jobs: list[_Job]) -> None:
+        """Score prompts that ask for it, complete zero-token requests, and prefill the
+        rest into slots (reusing cached prefixes), recording their first tokens."""
+        self._admitting = jobs
+        for job in jobs:
+            if job.weight_version is None:
+                job.weight_version = version
+        scored = [j for j in jobs if j.request.logprob_start_len >= 0 and j.prompt_scores is None]
+        self._call(scored, lambda: self._score_prompts(state, scored))
+        rows = []
+        for job in jobs:
+            if job.request.sampling.max_new_tokens == 0:
+                self._complete(job, "length")
+            else:
+                rows.append(job)
+        if not rows:
+            return
+        # A resumed row re-prefills what its cache row held: prompt + generated[:-1].
+        prompts = [j.written_ids() if j.tokens else np.asarray(j.prompt, np.int32) for j in rows]
+        lengths = [len(p) for p in prompts]
         # The from-scratch prefill writes a whole length bucket into its rows.
         self._fit_cache(
             max(
-                [
-                    self._longest_live_row(),
-                    *lengths,
-                    cache_bucket(max(lengths), self.min_prefill_len, self.max_seq_len),
-                ]
+                self._longest_live_row(),
+                *lengths,
+                cache_bucket(max(lengths), self._min_prefill_len, self.max_seq_len),
             )
         )
-        plans = self._plan(weights, jobs)
-        self._prefill_cached(state, weights, [p for p in plans if p.source is not None])
-        self._prefill(state, weights, [p for p in plans if p.source is None and p.leader is None])
+        with self._cond:
+            live = {i: j.written_ids() for i, j in enumerate(self._slots) if j is not None}
+            plans = self.planner.plan(prompts, live, busy=live.keys())
+        job_of = dict(zip(map(id, plans), rows))
+        self._prefill_cached(state, [p for p in plans if p.source is not None], job_of)
+        self._prefill(state, [p for p in plans if p.source is None and p.leader is None], job_of)
         for level in range(1, max(p.level for p in plans) + 1):
             followers = [p for p in plans if p.level == level]
             for p in followers:  # the leader's row now holds its whole prompt
                 p.source = p.leader.slot
-            self._prefill_cached(state, weights, followers)
+            self._prefill_cached(state, followers, job_of)
+        self._admitting = []
 
-    def _plan(self, weights: int, jobs: list[_Pending]) -> list[_Admission]:
-        """Each job's cached prefix (source row or leader, tokens reused) and target slot."""
-        for slot in [i for i, p in self._parked.items() if p.weights != weights]:
-            del self._parked[slot]  # computed with older weights
-            self.prefix_cache_stats["parked_invalidated"] += 1
-        held: dict[int, np.ndarray] = {}  # cache row -> the tokens it holds
-        if self.prefix_cache:
-            held = {
-                i: s.written_ids()
-                for i, s in enumerate(self._slots)
-                if s is not None and s.weights == weights
-            }
-            held.update((i, p.ids) for i, p in self._parked.items())
-        plans: list[_Admission] = []
-        for job in jobs:
-            plan = _Admission(job, np.asarray(job.request.input_ids, np.int32))
-            for row, ids in held.items():
-                match = common_prefix(ids, plan.ids)
-                if match > plan.match:
-                    plan.source, plan.match = row, match
-            for earlier in plans if self.prefix_cache else ():
-                match = common_prefix(earlier.ids, plan.ids)
-                if match > plan.match:  # its prefill writes its whole prompt
-                    plan.source, plan.leader, plan.match = None, earlier, match
-                    plan.level = earlier.level + 1
-            plan.reused = min(plan.match, len(plan.ids) - 1)
-            if plan.reused < max(self.min_cached_prefix, self.min_cached_fraction * len(plan.ids)):
-                plan.source, plan.leader, plan.reused, plan.level = None, None, 0, 0
-            plans.append(plan)
+    def _call(self, jobs: list[_Job], fn):
+        """Run one compiled call for `jobs`; a failure becomes _CallFailed naming them."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - isolated in _recover
+            raise _CallFailed(e, jobs) from e
 
-        sources = {p.source for p in plans if p.source is not None}
-        for row in sources & self._parked.keys():
-            self._parked[row].last_used = self._tick()
-        taken: set[int] = set()
-        for p in plans:  # continue a parked row in place when the prompt extends all of it
-            if (
-                p.source in self._parked
-                and p.source not in taken
-                and p.match == len(self._parked[p.source].ids)
-            ):
-                p.slot = p.source
-                taken.add(p.slot)
-        free = [
-            i
-            for i, s in enumerate(self._slots)
-            if s is None and i not in self._parked and i not in taken
-        ]
-        for p in plans:
-            if p.slot >= 0:
-                continue
-            if free:
-                p.slot = free.pop(0)
-            else:  # evict: least recently used, rows nobody here copies from first
-                p.slot = min(
-                    (i for i in self._parked if i not in taken),
-                    key=lambda i: (i in sources, self._parked[i].last_used),
-                )
-            taken.add(p.slot)
-        # The targets' old rows are overwritten (sources are read before that).
-        for row in taken & self._parked.keys():
-            del self._parked[row]
-        for p in plans:
-            self.prefix_cache_stats["requests"] += 1
-            self.prefix_cache_stats["prompt_tokens_reused"] += p.reused
-            self.prefix_cache_stats["prompt_tokens_computed"] += len(p.ids) - p.reused
-            self.prefix_cache_stats["requests_reusing"] += p.reused > 0
-        return plans
+    def _score_prompts(self, state, jobs: list[_Job]) -> None:
+        """Prompt logprobs (and top logprobs) from each job's logprob_start_len on."""
+        if not jobs:
+            return
+        rows = bucket(len(jobs), self._min_prefill_rows, max(self.max_batch_size, len(jobs)))
+        t = cache_bucket(max(len(j.prompt) for j in jobs), self._min_prefill_len, self.max_seq_len)
+        ids = np.zeros((rows, t), np.int32)
+        lengths = np.zeros(rows, np.int32)
+        temperature = np.ones(rows, np.float32)
+        for r, job in enumerate(jobs):
+            ids[r, : len(job.prompt)] = job.prompt
+            lengths[r] = len(job.prompt)
+            temperature[r] = job.request.sampling.temperature
+        logp, top = jax.device_get(
+            self._steps.prompt_logprobs(
+                state, ids, lengths, temperature, top_logprobs=self._top_n(jobs)
+            )
+        )
+        for r, job in enumerate(jobs):
+            start, n = job.request.logprob_start_len, len(job.prompt)
+            scores = [None if p == 0 else float(logp[r, p]) for p in range(start, n)]
+            tops = None
+            if job.request.top_logprobs_num:
+                k = job.request.top_logprobs_num
+                tops = [
+                    None
+                    if p == 0
+                    else [(int(i), float(v)) for v, i in zip(top[0][r, p, :k], top[1][r, p, :k])]
+                    for p in range(start, n)
+                ]
+            job.prompt_scores = (scores, tops)
 
-    def _prefill(self, state, weights: int, plans: list[_Admission]) -> None:
+    def _prefill(self, state, plans: list[Admission], job_of: dict[int, _Job]) -> None:
         """Prefill whole prompts into their slots (one call, rows and length bucketed)."""
         if not plans:
             return
+        jobs = [job_of[id(p)] for p in plans]
         n = len(plans)
-        rows_bucket = bucket(n, self.min_prefill_rows, self.max_batch_size)
-        t = cache_bucket(max(len(p.ids) for p in plans), self.min_prefill_len, self.max_seq_len)
+        rows_bucket = bucket(n, self._min_prefill_rows, self.max_batch_size)
+        t = cache_bucket(max(len(p.ids) for p in plans), self._min_prefill_len, self.max_seq_len)
         # Padding rows point past the batch, so inserting them writes nothing.
         rows = np.full(rows_bucket, self.max_batch_size, np.int32)
         rows[:n] = [p.slot for p in plans]
@@ -453,20 +613,26 @@ class JaxEngine:
         for r, p in enumerate(plans):
             ids[r, : len(p.ids)] = p.ids
             lengths[r] = len(p.ids)
-        prefilled, tokens, logp = self._steps.prefill(
-            state, ids, lengths, *self._sampling_arrays(self._jobs(plans, rows_bucket))
-        )
-        self._cache = self._steps.insert(self._cache, rows, prefilled)
-        self._start(weights, plans, tokens, logp)
+        padded = jobs + [None] * (rows_bucket - n)
 
-    def _prefill_cached(self, state, weights: int, plans: list[_Admission]) -> None:
+        def call():
+            prefilled, tokens, logp, top = self._steps.prefill(
+                state, ids, lengths, *self._sampling_arrays(padded), top_logprobs=self._top_n(jobs)
+            )
+            self._cache = self._steps.insert(self._cache, rows, prefilled)
+            return jax.device_get((tokens, logp, top))
+
+        self._start(plans, jobs, *self._call(jobs, call))
+
+    def _prefill_cached(self, state, plans: list[Admission], job_of: dict[int, _Job]) -> None:
         """Prefill prompt suffixes after their cached prefixes (one call, bucketed)."""
         if not plans:
             return
+        jobs = [job_of[id(p)] for p in plans]
         n = len(plans)
-        rows_bucket = bucket(n, self.min_prefill_rows, self.max_batch_size)
+        rows_bucket = bucket(n, self._min_prefill_rows, self.max_batch_size)
         t = cache_bucket(
-            max(len(p.ids) - p.reused for p in plans), self.min_prefill_len, self.max_seq_len
+            max(len(p.ids) - p.reused for p in plans), self._min_prefill_len, self.max_seq_len
         )
         sources = np.zeros(rows_bucket, np.int32)
         targets = np.full(rows_bucket, self.max_batch_size, np.int32)  # padding: dropped
@@ -477,152 +643,268 @@ class JaxEngine:
             sources[r], targets[r], starts[r] = p.source, p.slot, p.reused
             ids[r, : len(p.ids) - p.reused] = p.ids[p.reused :]
             lengths[r] = len(p.ids) - p.reused
-        self._cache, tokens, logp = self._steps.prefill_cached(
-            state,
-            self._cache,
-            sources,
-            targets,
-            starts,
-            ids,
-            lengths,
-            *self._sampling_arrays(self._jobs(plans, rows_bucket)),
-        )
-        self._start(weights, plans, tokens, logp)
+        padded = jobs + [None] * (rows_bucket - n)
 
-    @staticmethod
-    def _jobs(plans: list[_Admission], rows: int) -> list[_Pending | None]:
-        return [p.job for p in plans] + [None] * (rows - len(plans))
-
-    def _start(self, weights: int, plans: list[_Admission], tokens, logp) -> None:
-        """Give the prefilled requests their slots and first tokens."""
-        tokens, logp = jax.device_get((tokens, logp))
-        for r, p in enumerate(plans):
-            self._slots[p.slot] = _Slot(
-                p.job, [int(tokens[r])], [float(logp[r])], weights, p.reused
+        def call():
+            self._cache, tokens, logp, top = self._steps.prefill_cached(
+                state,
+                self._cache,
+                sources,
+                targets,
+                starts,
+                ids,
+                lengths,
+                *self._sampling_arrays(padded),
+                top_logprobs=self._top_n(jobs),
             )
-            self._finish_if_done(p.slot)
+            return jax.device_get((tokens, logp, top))
 
-    def _tick(self) -> int:
-        self._clock += 1
-        return self._clock
+        self._start(plans, jobs, *self._call(jobs, call))
+
+    def _start(self, plans: list[Admission], jobs: list[_Job], tokens, logp, top) -> None:
+        """Give the prefilled requests their slots and first tokens (a resumed row keeps
+        its own: its prefill only rebuilt the cache row)."""
+        for r, (p, job) in enumerate(zip(plans, jobs)):
+            with self._cond:
+                self._slots[p.slot] = job
+            if job.tokens:
+                self._reset_counts(p.slot, job, job.tokens)
+                continue
+            job.cached_tokens = p.reused
+            self._reset_counts(p.slot, job, [int(tokens[r])])
+            self._extend(p.slot, job, [int(tokens[r])], [float(logp[r])], top, r, first=True)
+
+    def _reset_counts(self, slot: int, job: _Job, tokens: list[int]) -> None:
+        """Penalised rows: the slot's generated-token counts start from `tokens`."""
+        if not job.request.sampling.penalized:
+            return
+        if self._token_counts is None:
+            self._token_counts = jnp.zeros((self.max_batch_size, self.vocab_size), jnp.int32)
+        row = np.bincount(np.asarray(tokens, np.int64), minlength=self.vocab_size).astype(np.int32)
+        self._token_counts = self._set_rows(self._token_counts, slot, row)
+
+    # -- decoding -------------------------------------------------------------------------
 
     def _decode_round(self, state) -> None:
         b = self.max_batch_size
         # Positions fed this call reach longest + steps_per_call - 1.
-        self._fit_cache(self._longest_live_row() + self.steps_per_call - 1)
+        self._fit_cache(self._longest_live_row() + self.config.steps_per_call - 1)
+        jobs = list(self._slots)
+        width = bucket(
+            max((len(j.stop_ids) for j in jobs if j is not None), default=1),
+            8,
+            max(8, self.config.max_stop_token_ids),
+        )
         tokens = np.zeros(b, np.int32)
         positions = np.zeros(b, np.int32)
         counts = np.zeros(b, np.int32)
         done = np.ones(b, bool)
         max_new = np.ones(b, np.int32)
-        stop_ids = np.full((b, self.max_stop_tokens), -1, np.int32)
-        for i, s in enumerate(self._slots):
-            if s is None:
+        stop_ids = np.full((b, width), -1, np.int32)
+        penalties = None
+        for i, job in enumerate(jobs):
+            if job is None:
                 continue
-            sp = s.job.request.sampling
-            tokens[i] = s.tokens[-1]
-            positions[i] = len(s.job.request.input_ids) + len(s.tokens) - 1
-            counts[i] = len(s.tokens)
+            tokens[i] = job.tokens[-1]
+            positions[i] = len(job.prompt) + len(job.tokens) - 1
+            counts[i] = len(job.tokens)
             done[i] = False
-            max_new[i] = sp.max_new_tokens
-            stop_ids[i, : len(sp.stop_token_ids)] = sp.stop_token_ids
-        jobs = [None if s is None else s.job for s in self._slots]
-        self._cache, out_tokens, out_logp = self._steps.decode(
-            state,
-            self._cache,
-            tokens,
-            positions,
-            counts,
-            done,
-            max_new,
-            stop_ids,
-            *self._sampling_arrays(jobs),
-            num_steps=self.steps_per_call,
-        )
-        out_tokens, out_logp = jax.device_get((out_tokens, out_logp))
-        for i, s in enumerate(self._slots):
-            if s is None:
+            # The context ends first for any budget past it (and it must fit int32).
+            max_new[i] = min(job.request.sampling.max_new_tokens, self.max_seq_len)
+            stop_ids[i, : len(job.stop_ids)] = job.stop_ids
+        if any(j is not None and j.request.sampling.penalized for j in jobs):
+
+            def col(name, default):
+                return np.array(
+                    [default if j is None else getattr(j.request.sampling, name) for j in jobs],
+                    np.float32,
+                )
+
+            penalties = (
+                self._token_counts,
+                # A vanishing penalty would divide by a float32 zero.
+                np.maximum(col("repetition_penalty", 1.0), 1e-6),
+                col("frequency_penalty", 0.0),
+                col("presence_penalty", 0.0),
+            )
+        live_jobs = [j for j in jobs if j is not None]
+        top_n = self._top_n(jobs)
+
+        def call():
+            self._cache, out_tokens, out_logp, out_top, new_penalties = self._steps.decode(
+                state,
+                self._cache,
+                tokens,
+                positions,
+                counts,
+                done,
+                max_new,
+                stop_ids,
+                *self._sampling_arrays(jobs),
+                penalties,
+                num_steps=self.config.steps_per_call,
+                top_logprobs=top_n,
+            )
+            if new_penalties is not None:
+                self._token_counts = new_penalties[0]
+            return jax.device_get((out_tokens, out_logp, out_top))
+
+        out_tokens, out_logp, out_top = self._call(live_jobs, call)
+        for job in live_jobs:
+            job.suspect = False  # it came through a call of its own
+        for i, job in enumerate(jobs):
+            if job is None:
                 continue
             valid = out_tokens[i] >= 0
-            s.tokens.extend(int(t) for t in out_tokens[i][valid])
-            s.logprobs.extend(float(x) for x in out_logp[i][valid])
-            self._finish_if_done(i)
+            self._extend(
+                i,
+                job,
+                [int(t) for t in out_tokens[i][valid]],
+                [float(x) for x in out_logp[i][valid]],
+                None if out_top is None else (out_top[0][i][valid], out_top[1][i][valid]),
+                None,
+            )
+
+    def _extend(self, slot: int, job: _Job, tokens, logprobs, top, row, *, first=False) -> None:
+        """Append new tokens to a live row; finish it if it stopped or ran out of room."""
+        job.tokens.extend(tokens)
+        job.logprobs.extend(logprobs)
+        k = job.request.top_logprobs_num
+        if k:
+            values, ids = (top[0][row], top[1][row]) if first else top
+            values, ids = (values[None], ids[None]) if first else (values, ids)
+            job.top = (job.top or []) + [
+                [(int(i), float(v)) for v, i in zip(vs[:k], is_[:k])]
+                for vs, is_ in zip(values, ids)
+            ]
+        self._finish_if_done(slot, job)
+
+    def _finish_if_done(self, slot: int, job: _Job) -> None:
+        """Complete the row's request if it hit a stop id or string, its budget, or the
+        cache end; otherwise report progress to a streaming caller."""
+        sp = job.request.sampling
+        reason, matched = None, None
+        stop_at = [
+            i for i, t in enumerate(job.tokens[job.checked :], job.checked) if t in job.stop_ids
+        ]
+        if stop_at:
+            del job.tokens[stop_at[0] + 1 :], job.logprobs[stop_at[0] + 1 :]
+        if sp.stop:
+            hit = first_stop(self.tokenizer.decode, job.tokens, sp.stop, job.checked)
+            if hit is not None:
+                del job.tokens[hit[0] + 1 :], job.logprobs[hit[0] + 1 :]
+                reason, matched = "stop", hit[1]
+        if reason is None and job.tokens and job.tokens[-1] in job.stop_ids:
+            reason, matched = "stop", job.tokens[-1]
+        if job.top is not None:
+            del job.top[len(job.tokens) :]
+        job.checked = len(job.tokens)
+        if reason is None and (
+            len(job.tokens) >= sp.max_new_tokens
+            or len(job.prompt) + len(job.tokens) >= self.max_seq_len
+        ):
+            reason = "length"
+        if reason is None:
+            if job.on_progress is not None:
+                progress = self._completion(job, None)
+                _call_soon(job.loop, job.on_progress, progress)
+            return
+        with self._cond:
+            self._slots[slot] = None
+            self.planner.park(slot, job.written_ids())
+        self._complete(job, reason, matched)
+
+    def _completion(self, job: _Job, reason, matched=None) -> Completion:
+        scores, tops = job.prompt_scores or (None, None)
+        return Completion(
+            list(job.tokens),
+            list(job.logprobs),
+            reason,
+            len(job.prompt),
+            len(job.tokens),
+            time.perf_counter() - job.submitted,
+            job.cached_tokens,
+            weight_version=job.weight_version,
+            matched_stop=matched,
+            top_logprobs=None
+            if job.top is None and not job.request.top_logprobs_num
+            else list(job.top or []),
+            prompt_logprobs=scores,
+            prompt_top_logprobs=tops,
+        )
+
+    def _complete(self, job: _Job, reason: str, matched=None) -> None:
+        job.finished = True
+        _settle(job.future, job.loop, self._completion(job, reason, matched))
 
     def _longest_live_row(self) -> int:
         """Tokens (prompt + generated) in the longest live row; 0 when none."""
-        return max(
-            (len(s.job.request.input_ids) + len(s.tokens) for s in self._slots if s is not None),
-            default=0,
-        )
+        return max((len(j.prompt) + len(j.tokens) for j in self._live()), default=0)
 
     def _fit_cache(self, needed: int) -> None:
         """Grow the cache to the bucket holding `needed` slots; shrink it once that is
         at most half the current length (hysteresis, so rows coming and going do not
         resize it back and forth)."""
-        target = cache_bucket(needed, self.min_cache_len, self.max_seq_len)
+        target = cache_bucket(needed, self._min_cache_len, self.max_seq_len)
         current = self._cache.max_len
         if target > current or 2 * target <= current:
             self._cache = self._steps.resize(self._cache, length=target)
-            for p in self._parked.values():  # a shrink cuts parked rows too
-                p.ids = p.ids[:target]
+            self.planner.truncate(target)  # a shrink cuts parked rows too
 
-    def _finish_if_done(self, slot: int) -> None:
-        """Complete the slot's request if it hit a stop id, its budget, or the cache end."""
-        s = self._slots[slot]
-        sp = s.job.request.sampling
-        prompt = len(s.job.request.input_ids)
-        if s.tokens[-1] in sp.stop_token_ids:
-            reason = "stop"
-        elif len(s.tokens) >= sp.max_new_tokens or prompt + len(s.tokens) >= self.max_seq_len:
-            reason = "length"
-        else:
-            return
-        self._slots[slot] = None
-        if self.prefix_cache:
-            self._parked[slot] = _Parked(s.written_ids(), s.weights, self._tick())
-        completion = Completion(
-            s.tokens,
-            s.logprobs,
-            reason,
-            prompt,
-            len(s.tokens),
-            time.perf_counter() - s.job.submitted,
-            s.cached_tokens,
-        )
-        _resolve(s.job, completion)
+    # -- failures -------------------------------------------------------------------------
 
-    def _fail_all(
-        self, error: BaseException, *, waiting_too: bool = True, also: Sequence[_Pending] = ()
-    ) -> None:
-        """Fail the admitted requests (and the waiting ones) with `error`.
-
-        After an engine error the cache may have been donated to the failed call,
-        so it is rebuilt empty (parked rows go with it); the waiting requests then
-        start afresh.
-        """
-        with self._cond:  # re-entrant: also called with the lock held
-            jobs = [s.job for s in self._slots if s is not None]
-            jobs += [job for job in also if job not in jobs]
-            if waiting_too:
-                jobs += list(self._pending)
-                self._pending.clear()
+    def _recover(self, failure: _CallFailed) -> None:
+        """Isolate a failed call: a request alone in it gets the error; several are each
+        retried alone; every other live row resumes from its tokens on a new cache."""
+        log.error("JaxEngine call failed for %d request(s): %r", len(failure.jobs), failure.error)
+        failed = set(map(id, failure.jobs))
+        with self._cond:
+            # Live rows, and rows of the failed admission that had not started.
+            candidates = self._live() + [j for j in self._admitting if j not in self._live()]
+            survivors = [j for j in candidates if id(j) not in failed and not j.finished]
+            self._admitting = []
             self._slots = [None] * self.max_batch_size
-            self._parked = {}
-            self._cache = self._new_cache(self.min_cache_len)
+            # The failed call may have consumed (donated) the cache: rebuild it.
+            self._cache = self._new_cache(self._min_cache_len)
+            self.planner.flush()
+            retry = []
+            for job in failure.jobs:
+                if job.cancelled:
+                    continue
+                if len(failure.jobs) == 1:
+                    _settle(job.future, job.loop, failure.error)
+                else:
+                    job.suspect = True
+                    retry.append(job)
+            # Suspects first (each alone), then the rows that were merely beside them.
+            self._queue.push_front(retry + [j for j in survivors if not j.cancelled])
+
+    def _fail_everything(self, error: BaseException) -> None:
+        jobs = self._live() + self._queue.clear()
+        self._slots = [None] * self.max_batch_size
         for job in jobs:
-            _resolve(job, error)
+            _settle(job.future, job.loop, error)
+        for swap in self._swaps:
+            _settle(swap.future, swap.loop, error)
+        self._swaps.clear()
 
 
-def _resolve(job: _Pending, outcome: Completion | BaseException) -> None:
+def _call_soon(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the caller's event loop is closed: nobody is listening any more
+        pass
+
+
+def _settle(future: asyncio.Future, loop: asyncio.AbstractEventLoop, outcome) -> None:
+    """Resolve `future` (on its own loop) with a result, or an exception instance."""
+
     def settle():
-        if job.future.done():  # the caller gave up (cancelled)
+        if future.done():  # the caller gave up (cancelled)
             return
         if isinstance(outcome, BaseException):
-            job.future.set_exception(outcome)
+            future.set_exception(outcome)
         else:
-            job.future.set_result(outcome)
+            future.set_result(outcome)
 
-    try:
-        job.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
-        pass
+    _call_soon(loop, settle)

@@ -6,13 +6,21 @@ constant), so one compiled function serves any mix of greedy and sampled rows:
     temperature [B]  0 = greedy (argmax of the raw logits)
     top_p       [B]  1 = off
     top_k       [B]  <= 0 or >= V = off
+    min_p       [B]  0 = off (optional argument)
 
 For a sampled row with temperature T the distribution is
     logp = log_softmax(logits / T)
 restricted to the top-k tokens, then to the smallest prefix (by probability,
-after renormalising the top-k) whose mass reaches top_p, and renormalised.
-The reported log-probability is always `logp[token]` (before truncation), the
-quantity the learner recomputes; for greedy rows T = 1 is used.
+after renormalising the top-k) whose mass reaches top_p, then to the tokens
+whose probability is at least min_p times the largest one, and renormalised.
+The most likely token always survives. The reported log-probability is always
+`logp[token]` (before truncation), the quantity the learner recomputes; for
+greedy rows T = 1 is used.
+
+Repetition, frequency and presence penalties (`apply_penalties`) change the
+logits before all of this, from the counts of the tokens a row has generated;
+the reported log-probability is then that of the penalised logits (as SGLang
+reports it), which the learner does not recompute.
 
 Randomness: row b draws one uniform u from `fold_in(key(seed_b), step_b)` and
 takes the token where the cumulative probability first reaches u (inverse CDF).
@@ -171,8 +179,61 @@ def inverse_cdf_sample(weights: jax.Array, keep: jax.Array, u: jax.Array) -> jax
     return jnp.minimum(token, vocab - 1).astype(jnp.int32)
 
 
+def min_p_mask(logp: jax.Array, min_p: jax.Array) -> jax.Array:
+    """bool [B, V]: tokens with p >= min_p * max p, i.e. logp >= max logp + log(min_p).
+
+    min_p [B] in [0, 1]; 0 (log 0 = -inf) keeps every token, 1 the most likely ones.
+    logp may be shifted by any per-row constant.
+    """
+    floor = jnp.max(logp, axis=-1) + jnp.log(min_p)
+    return logp >= floor[:, None]
+
+
+def apply_penalties(
+    logits: jax.Array,
+    counts: jax.Array,
+    repetition: jax.Array,
+    frequency: jax.Array,
+    presence: jax.Array,
+) -> jax.Array:
+    """Logits [B, V] penalised by the counts [B, V] of the tokens each row generated.
+
+    For a token generated c > 0 times (SGLang's penalties, output tokens only):
+        l' = l - frequency * c - presence
+        l'' = l' * repetition   if l' < 0   else   l' / repetition
+    Untouched where c = 0; repetition 1, frequency 0 and presence 0 change nothing.
+    """
+    counts = counts.astype(jnp.float32)
+    seen = counts > 0
+    logits = logits.astype(jnp.float32)
+    logits = logits - frequency[:, None] * counts - presence[:, None] * seen
+    rep = repetition[:, None]
+    scaled = jnp.where(logits < 0, logits * rep, logits / rep)
+    return jnp.where(seen, scaled, logits)
+
+
+def count_tokens(counts: jax.Array, tokens: jax.Array, live: jax.Array) -> jax.Array:
+    """counts [B, V] with each live row's token [B] counted once more."""
+    rows = jnp.arange(tokens.shape[0])
+    return counts.at[rows, tokens].add(live.astype(counts.dtype))
+
+
+def top_logprobs(logits: jax.Array, temperature: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """(logprobs f32 [B, k], ids int32 [B, k]): the k most likely tokens per row, by
+    log_softmax(logits / T) (T = 1 for greedy rows), most likely first."""
+    scale = jnp.where(temperature <= 0.0, 1.0, temperature)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32) / scale[:, None], axis=-1)
+    values, ids = jax.lax.top_k(logp, k)
+    return values, ids.astype(jnp.int32)
+
+
 def sample_tokens(
-    logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array
+    logits: jax.Array,
+    keys: jax.Array,
+    temperature: jax.Array,
+    top_p: jax.Array,
+    top_k: jax.Array,
+    min_p: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(tokens int32 [B], logprobs f32 [B]) for float logits [B, V]; see the module docstring.
 
@@ -189,18 +250,26 @@ def sample_tokens(
     weights = jnp.exp(shifted)  # unnormalised, at most 1
     log_total = jnp.log(jnp.sum(weights, axis=-1))
     vocab = logits.shape[-1]
-    truncating = ~greedy & ((top_p < 1.0) | ((top_k > 0) & (top_k < vocab)))
+    if min_p is None:
+        min_p = jnp.zeros_like(top_p)
+    truncating = ~greedy & ((top_p < 1.0) | ((top_k > 0) & (top_k < vocab)) | (min_p > 0.0))
     # The search behind top-p/top-k costs more than the rest of sampling: skip it
     # for batches where no row asks for truncation (a runtime branch, not a recompile).
     keep = jax.lax.cond(
         jnp.any(truncating),
-        lambda: truncation_mask(
-            shifted - log_total[:, None],
-            jnp.where(truncating, top_p, 1.0),
-            jnp.where(truncating, top_k, -1),
+        lambda: (
+            truncation_mask(
+                shifted - log_total[:, None],
+                jnp.where(truncating, top_p, 1.0),
+                jnp.where(truncating, top_k, -1),
+            )
+            & min_p_mask(shifted, jnp.where(truncating, min_p, 0.0))
         ),
         lambda: jnp.ones_like(shifted, dtype=bool),
     )
+    # The most likely token (shifted == 0) always survives, however small top_p or
+    # large min_p: rounding must never leave a row with nothing to draw.
+    keep = keep | (shifted == 0.0)
     # Greedy rows (scale 1) hit 0 exactly at their logits' maxima: keeping only those
     # and aiming at the smallest positive mass gives the first maximum, jnp.argmax(logits).
     keep = keep & (~greedy[:, None] | (shifted == 0.0))

@@ -16,7 +16,9 @@ end-of-sequence token that is not part of the output.
 
 Log-probabilities are `logprob` (default 0.0) for every token, unless the policy
 returns a `(token_ids, logprobs)` pair.  Every request it receives is kept in
-`requests`, and every weight update's version in `weight_versions`.
+`requests`, and every weight update's version in `weight_versions`; each
+completion carries the version current when it was made. Stop strings are
+refused (a script has no text to match).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ScriptedEngine:
         self.healthy = healthy
         self.requests: list[GenerateRequest] = []
         self.weight_versions: list[int] = []
+        self.weight_version = 0
         self.model_state: Any = None
 
     def _next_output(self, request: GenerateRequest) -> PolicyOutput:
@@ -66,6 +69,8 @@ class ScriptedEngine:
         return self._script.popleft()
 
     def _complete(self, request: GenerateRequest) -> Completion:
+        if request.sampling.stop:
+            raise ValueError("stop strings are not supported by ScriptedEngine")
         start = time.perf_counter()
         output = self._next_output(request)
         if isinstance(output, tuple) and len(output) == 2 and not isinstance(output[0], int):
@@ -75,9 +80,8 @@ class ScriptedEngine:
         else:
             ids = list(output)
             logprobs = [self.logprob] * len(ids)
-        ids, finish = apply_stop_rules(
-            ids, request.sampling.stop_token_ids, request.sampling.max_new_tokens
-        )
+        stops = set(request.sampling.stop_token_ids)
+        ids, finish = apply_stop_rules(ids, stops, request.sampling.max_new_tokens)
         return Completion(
             output_ids=ids,
             logprobs=logprobs[: len(ids)],
@@ -85,6 +89,8 @@ class ScriptedEngine:
             prompt_tokens=len(request.input_ids),
             completion_tokens=len(ids),
             latency_s=time.perf_counter() - start + self.latency_s,
+            weight_version=self.weight_version,
+            matched_stop=ids[-1] if finish == "stop" and ids and ids[-1] in stops else None,
         )
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
@@ -94,9 +100,16 @@ class ScriptedEngine:
             await asyncio.sleep(self.latency_s)
         return completions
 
-    async def update_weights(self, model_state: Any, *, version: int) -> None:
+    async def update_weights(
+        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+    ) -> None:
+        """Completions are made whole before any wait, so none is in flight to abort."""
         self.model_state = model_state
         self.weight_versions.append(int(version))
+        self.weight_version = int(version)
+
+    async def flush_cache(self) -> bool:
+        return True
 
     async def health(self) -> bool:
         return self.healthy

@@ -2,49 +2,87 @@
 
     python -m orchestra_jax.rollout.server --model demo --tokenizer demo --port 30000
 
-Endpoints (same JSON as SGLang, see `sglang_protocol.py`):
-  POST /generate                  token-in/token-out, single or batched input_ids
-  GET  /health, /health_generate  liveness; the second runs a one-token generation
-  GET  /get_model_info            {"model_path", "tokenizer_path", "is_generation", "weight_version"}
-  POST /flush_cache               no prefix cache here, so nothing to drop; always succeeds
-  POST /update_weights_from_disk  {"model_path", "weight_version"?}: load HF weights, swap them in
-  POST /v1/chat/completions       OpenAI chat (needs --tokenizer), with `usage` token counts
+Endpoints (the JSON SGLang 0.5.23 speaks, see `sglang_protocol.py`):
+  POST /generate                  token-in/token-out (or text with --tokenizer), single or
+                                  batched, n samples, logprobs, stop ids and strings, stream
+  GET  /health, /health_generate  a one-token generation within --health-timeout: 200 or 503
+  GET  /model_info, /get_model_info  model, tokenizer, weight version, parsers
+  POST /flush_cache               drops the engine's cached prefixes (400 if it cannot now)
+  POST /update_weights_from_disk  {"model_path", "weight_version"?, "abort_all_requests"?}:
+                                  waits for (or aborts) the requests in flight, swaps the
+                                  weights, flushes the cache
+  POST /v1/chat/completions       OpenAI chat (needs --tokenizer): Qwen3 tool calls and
+                                  reasoning parsed, see `openai_chat.py`
   GET  /v1/models
 
-Bad requests get a 4xx JSON `{"error": {"message", "type"}}`; engine failures get a
-500 with the message. Nothing a client sends can stop the server.  This is how a
-TPU slice serves rollouts to a learner elsewhere, and how tests run the SGLang
-client without a GPU (`serve_in_thread`).
+Every request is checked completely before the engine sees it (`parse_generate`);
+a bad one gets a 4xx JSON `{"error": {"message", "type", "code"}}` and nothing
+else in flight notices. Bodies above --max-body-bytes get a 413, batches above
+--max-batch-prompts a 413, both naming the limit. An engine failure fails only
+the requests it belongs to (500); a client that disconnects has its work
+cancelled; a request id already in flight is refused (400), as SGLang does.
+Every response carries `meta_info.weight_version`, the version that generated all
+of its tokens. SIGTERM stops admitting, lets requests in flight finish for up to
+--drain-timeout seconds, aborts the rest, stops the engine and exits 0.
+
+This is how a TPU slice serves rollouts to a learner elsewhere, and how tests run
+the SGLang client without a GPU (`serve_in_thread`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
+import signal
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
 from orchestra_jax.rollout import sglang_protocol as proto
+from orchestra_jax.rollout.engine import (
+    Completion,
+    GenerateRequest,
+    RolloutEngine,
+    SamplingParams,
+    StreamingEngine,
+)
 from orchestra_jax.rollout.openai_chat import chat_completion
-from orchestra_jax.rollout.engine import GenerateRequest, RolloutEngine, SamplingParams
+from orchestra_jax.rollout.sglang_protocol import RequestError
 
 log = logging.getLogger(__name__)
 WeightLoader = Callable[[str], Any]  # HF folder -> model or nnx.State for update_weights
+_UNBOUNDED = 2**31 - 1  # an engine that states no vocabulary or context
 
 
-class BadRequest(ValueError):
-    """A client error; becomes a 400."""
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """What the server reports and the limits it enforces."""
+
+    model_path: str = "model"  # reported by /model_info and as the OpenAI model id
+    tokenizer_path: str | None = None
+    max_body_bytes: int = 64 * 2**20  # larger bodies get a 413
+    max_batch_prompts: int = 1024  # prompts per /generate after n; more get a 413
+    health_timeout_s: float = 20.0  # /health fails if one token takes longer (SGLang: 20)
+    drain_timeout_s: float = 5.0  # on SIGTERM, how long requests in flight may finish
+    # None: taken from a JaxEngine (its model's vocabulary and eos, its max_seq_len).
+    vocab_size: int | None = None
+    context_len: int | None = None
+    eos_token_ids: tuple[int, ...] | None = None
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": status}}, status=status
-    )
+class ServerClosing(RuntimeError):
+    """The server is shutting down: new work gets a 503."""
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
+    body = {"message": message, "type": kind, "param": param, "code": status}
+    return web.json_response({"object": "error", "error": body}, status=status)
 
 
 @web.middleware
@@ -52,20 +90,37 @@ async def _errors_as_json(request: web.Request, handler):
     """Turn every failure into a JSON error instead of a dropped connection."""
     try:
         return await handler(request)
-    except web.HTTPException as e:  # 404/405 from routing
+    except RequestError as e:
+        return _error(e.status, str(e), "BadRequestError", e.param)
+    except web.HTTPException as e:  # 404/405 from routing, 413 from the body limit
         return _error(e.status, e.reason or "error", "HTTPError")
-    except (BadRequest, ValueError) as e:
-        return _error(400, str(e), "BadRequest")
+    except ServerClosing as e:
+        return _error(503, str(e), "ServiceUnavailable")
     except Exception as e:  # noqa: BLE001 - the server must survive engine errors
         log.exception("request to %s failed", request.path)
         return _error(500, f"{type(e).__name__}: {e}", "InternalError")
 
 
-async def _json_body(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except json.JSONDecodeError as e:
-        raise BadRequest(f"body is not valid JSON: {e}") from None
+def _engine_limits(engine: RolloutEngine, config: ServerConfig, tokenizer) -> proto.ServerLimits:
+    """The model's bounds: from the config, else from a JaxEngine, else unbounded."""
+    from_engine = getattr(engine, "model_config", None)  # a JaxEngine's Qwen3Config
+    vocab = config.vocab_size or getattr(from_engine, "vocab_size", None) or _UNBOUNDED
+    context = config.context_len or getattr(engine, "max_seq_len", None) or _UNBOUNDED
+    eos = config.eos_token_ids
+    if eos is None:
+        model_eos = getattr(from_engine, "eos_token_id", None)
+        eos = (model_eos,) if isinstance(model_eos, int) else tuple(model_eos or ())
+        if tokenizer is not None:
+            eos = tuple(sorted({*eos, tokenizer.eos_id}))
+    top = getattr(getattr(engine, "config", None), "max_top_logprobs", 20)
+    return proto.ServerLimits(
+        vocab_size=vocab,
+        context_len=context,
+        eos_token_ids=tuple(eos),
+        max_batch_prompts=config.max_batch_prompts,
+        max_top_logprobs=top,
+        can_decode=tokenizer is not None,
+    )
 
 
 class RolloutServer:
@@ -74,28 +129,40 @@ class RolloutServer:
     def __init__(
         self,
         engine: RolloutEngine,
+        config: ServerConfig | None = None,
         *,
-        model_path: str = "model",
         tokenizer=None,
-        tokenizer_path: str | None = None,
         weight_loader: WeightLoader | None = None,
-        weight_version: int = 0,
     ):
         self.engine = engine
-        self.model_path = model_path
+        self.config = config = config or ServerConfig()
         self.tokenizer = tokenizer
-        self.tokenizer_path = tokenizer_path
         self.weight_loader = weight_loader
-        self.weight_version = weight_version
+        self.limits = _engine_limits(engine, config, tokenizer)
+        version = getattr(engine, "weight_version", 0)
+        self._version = int(version) if isinstance(version, int) else 0
+        self._version_names = {self._version: str(self._version)}
+        self._update_lock = asyncio.Lock()
+        self._rids_in_flight: set[str] = set()
+        self._in_flight = 0
+        self.closing = False
+
+    @property
+    def weight_version(self) -> str:
+        return self._version_names[self._version]
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_as_json], client_max_size=256 * 2**20)
+        app = web.Application(
+            middlewares=[_errors_as_json], client_max_size=self.config.max_body_bytes
+        )
         app.add_routes(
             [
                 web.post("/generate", self.generate),
+                web.put("/generate", self.generate),
                 web.get("/health", self.health),
-                web.get("/health_generate", self.health_generate),
+                web.get("/health_generate", self.health),
                 web.get("/get_model_info", self.model_info),
+                web.get("/model_info", self.model_info),
                 web.post("/flush_cache", self.flush_cache),
                 web.get("/flush_cache", self.flush_cache),
                 web.post("/update_weights_from_disk", self.update_weights_from_disk),
@@ -105,103 +172,276 @@ class RolloutServer:
         )
         return app
 
-    def _text(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+    # -- plumbing -------------------------------------------------------------------------
 
-    async def generate(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
-        if isinstance(body, dict) and "input_ids" not in body and "text" in body:
-            if self.tokenizer is None:
-                raise BadRequest("text prompts need a server started with --tokenizer")
-            text = body["text"]
-            texts = text if isinstance(text, list) else [text]
-            if not all(isinstance(t, str) and t for t in texts):
-                raise BadRequest("text must be a non-empty string or list of strings")
-            ids = [self.tokenizer.encode(t) for t in texts]
-            body = {**body, "input_ids": ids if isinstance(text, list) else ids[0]}
-        requests, batched, return_logprob = proto.parse_generate_payload(body)
-        completions = await self.engine.generate(requests)
-        out = [
-            proto.completion_to_json(
-                c, rid=r.request_id, text=self._text(c.output_ids), return_logprob=return_logprob
+    async def _json_body(self, request: web.Request) -> Any:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise RequestError(
+                f"request body exceeds this server's limit of {self.config.max_body_bytes} bytes "
+                "(--max-body-bytes)",
+                status=413,
+            ) from None
+        try:
+            return json.loads(raw or b"null")
+        except RecursionError:
+            raise RequestError("request body is JSON nested too deeply") from None
+        except ValueError as e:
+            raise RequestError(f"body is not valid JSON: {e}") from None
+
+    def _admit(self, rids: list[str]) -> None:
+        if self.closing:
+            raise ServerClosing("the server is shutting down")
+        for rid in rids:
+            if rid in self._rids_in_flight:
+                raise RequestError(f"Duplicate request ID detected: {rid}")
+        self._rids_in_flight.update(rids)
+        self._in_flight += 1
+
+    def _release(self, rids: list[str]) -> None:
+        self._rids_in_flight.difference_update(rids)
+        self._in_flight -= 1
+
+    async def _run(self, requests: list[GenerateRequest]) -> list[Completion]:
+        """engine.generate: its ValueError (a request it refuses, nothing queued) is a 400,
+        a closed engine a 503."""
+        try:
+            return await self.engine.generate(requests)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+        except RuntimeError as e:
+            if self.closing:
+                raise ServerClosing(f"the server is shutting down ({e})") from None
+            raise
+
+    def _decode(self, ids, *, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def _version_name(self, completion: Completion) -> str:
+        return self._version_names.get(completion.weight_version, self.weight_version)
+
+    def _response(self, call: proto.GenerateCall, item: proto.WireItem, c: Completion) -> dict:
+        text = None
+        if self.tokenizer is not None:
+            text = proto.output_text(
+                c,
+                self._decode,
+                skip_special_tokens=item.skip_special_tokens,
+                no_stop_trim=item.no_stop_trim,
             )
-            for r, c in zip(requests, completions)
-        ]
-        return web.json_response(out if batched else out[0])
+        token_text = (
+            (lambda t: self.tokenizer.decode([t]))
+            if call.return_text_in_logprobs and self.tokenizer is not None
+            else (lambda _: None)
+        )
+        return proto.response_json(
+            item,
+            c,
+            text=text,
+            weight_version=self._version_name(c),
+            token_text=token_text,
+            prompt_token_ids=call.return_prompt_token_ids,
+        )
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await self._json_body(request)
+        encode = self.tokenizer.encode if self.tokenizer is not None else None
+        call = proto.parse_generate(body, self.limits, encode)
+        rids = [item.rid for item in call.items]
+        self._admit(rids)
+        try:
+            if call.stream:
+                return await self._stream(request, call)
+            completions = await self._run([item.request for item in call.items])
+            out = [self._response(call, i, c) for i, c in zip(call.items, completions)]
+            return web.json_response(out if call.batched else out[0])
+        finally:
+            self._release(rids)
+
+    async def _stream(self, request: web.Request, call: proto.GenerateCall) -> web.StreamResponse:
+        """Server-sent events: cumulative outputs as they grow (with "index" when batched),
+        then `data: [DONE]`. A request the engine refuses before its first token gets a
+        plain 400; a failure after the stream started is sent as an error event."""
+        updates: asyncio.Queue = asyncio.Queue()
+
+        async def one(index: int, item: proto.WireItem):
+            if isinstance(self.engine, StreamingEngine):
+                async for c in self.engine.stream(item.request):
+                    updates.put_nowait((index, item, c))
+            else:
+                [c] = await self._run([item.request])
+                updates.put_nowait((index, item, c))
+
+        tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(call.items)]
+        waiter = asyncio.gather(*tasks)
+        response = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(updates.get())
+                await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    if response is None and waiter.exception() is not None:
+                        raise waiter.exception()
+                    response = response or await self._start_stream(request)
+                    while not updates.empty():
+                        await self._send_update(response, call, *updates.get_nowait())
+                    waiter.result()  # raises the first failure
+                    break
+                response = response or await self._start_stream(request)
+                await self._send_update(response, call, *getter.result())
+        except ValueError as e:
+            if response is None:
+                raise RequestError(str(e)) from None
+            await self._send_error(response, e)
+        except RuntimeError as e:
+            if response is None:
+                raise
+            await self._send_error(response, e)
+        finally:
+            for task in tasks:
+                task.cancel()
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _start_stream(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        return response
+
+    async def _send_error(self, response: web.StreamResponse, error: Exception) -> None:
+        body = {"error": {"message": str(error), "type": type(error).__name__, "code": 400}}
+        await response.write(b"data: " + json.dumps(body).encode() + b"\n\n")
+
+    async def _send_update(self, response, call, index, item, completion) -> None:
+        out = self._response(call, item, completion)
+        if call.batched:
+            out["index"] = index
+        await response.write(b"data: " + json.dumps(out).encode() + b"\n\n")
 
     async def health(self, request: web.Request) -> web.Response:
-        ok = await self.engine.health()
-        return web.Response(status=200 if ok else 503)
-
-    async def health_generate(self, request: web.Request) -> web.Response:
-        [completion] = await self.engine.generate(
-            [GenerateRequest([0], SamplingParams(temperature=0.0, max_new_tokens=1))]
-        )
-        return web.Response(status=200 if completion.output_ids else 503)
+        """200 if one greedy token comes back within the timeout (503 while closing)."""
+        if self.closing:
+            return web.Response(status=503)
+        probe = GenerateRequest([0], SamplingParams(temperature=0.0, max_new_tokens=1))
+        try:
+            [c] = await asyncio.wait_for(
+                self.engine.generate([probe]), timeout=self.config.health_timeout_s
+            )
+        except Exception:  # noqa: BLE001 - any failure is "unhealthy"
+            log.exception("health check generation failed")
+            return web.Response(status=503)
+        return web.Response(status=200 if len(c.output_ids) == 1 else 503)
 
     async def model_info(self, request: web.Request) -> web.Response:
+        parsers = self.tokenizer is not None
         return web.json_response(
             {
-                "model_path": self.model_path,
-                "tokenizer_path": self.tokenizer_path,
+                "model_path": self.config.model_path,
+                "served_model_name": self.config.model_path,
+                "tokenizer_path": self.config.tokenizer_path,
                 "is_generation": True,
-                "weight_version": str(self.weight_version),
+                "preferred_sampling_params": None,
+                "weight_version": self.weight_version,
+                "load_format": "auto",
+                "reasoning_parser": "qwen3" if parsers else None,
+                "tool_call_parser": "qwen25" if parsers else None,
+                "disaggregation_mode": "null",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "qwen3",
+                "architectures": ["Qwen3ForCausalLM"],
             }
         )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        flush = getattr(self.engine, "flush_cache", None)
-        if flush is not None:
-            await flush()
-        return web.Response(text="Cache flushed.\n")
+        if await self.engine.flush_cache():
+            return web.Response(text="Cache flushed.\n")
+        return web.Response(
+            status=400, text="Cache not flushed: requests are running; retry when idle.\n"
+        )
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
-        path = body.get("model_path") if isinstance(body, dict) else None
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise RequestError("body must be a JSON object with model_path")
+        path = body.get("model_path")
         if not isinstance(path, str) or not path:
-            raise BadRequest("model_path (a folder with HF safetensors) is required")
+            raise RequestError("model_path (a folder with HF safetensors) is required")
+        name = body.get("weight_version")
+        if name is not None and not isinstance(name, str):
+            raise RequestError(f"weight_version must be a string, got {name!r}")
+        abort = body.get("abort_all_requests", False)
+        if not isinstance(abort, bool):
+            raise RequestError(f"abort_all_requests must be a boolean, got {abort!r}")
         if self.weight_loader is None:
             return web.json_response(
                 {"success": False, "message": "this server was started without a weight loader"},
                 status=400,
             )
-        version = body.get("weight_version")
-        try:
-            version = self.weight_version + 1 if version is None else int(version)
-        except (TypeError, ValueError):
-            raise BadRequest(f"weight_version must be an integer, got {version!r}") from None
-        try:
-            state = await asyncio.to_thread(self.weight_loader, path)
-        except (OSError, ValueError, KeyError) as e:
-            return web.json_response(
-                {"success": False, "message": f"could not load weights from {path}: {e}"},
-                status=400,
-            )
-        await self.engine.update_weights(state, version=version)
-        self.weight_version = version
+        async with self._update_lock:
+            try:
+                state = await asyncio.to_thread(self.weight_loader, path)
+            except (OSError, ValueError, KeyError) as e:
+                return web.json_response(
+                    {"success": False, "message": f"could not load weights from {path}: {e}"},
+                    status=400,
+                )
+            # The engine's version: the name itself when it is an integer (the learner's
+            # step, as SGLangClient sends it), else the next free number.
+            version = max(self._version_names) + 1
+            if name is not None and name.strip().lstrip("-").isdigit():
+                version = int(name)
+            # Waits for the requests in flight (or aborts them), then flushes the cache.
+            await self.engine.update_weights(state, version=version, abort_in_flight=abort)
+            self._version_names[version] = name if name is not None else str(version)
+            self._version = version
         return web.json_response(
             {
                 "success": True,
                 "num_paused_requests": 0,
-                "message": f"loaded {path} as weight version {version}",
+                "message": f"loaded {path} as weight version {self.weight_version}",
             }
         )
 
     async def chat_completions(self, request: web.Request) -> web.Response:
         if self.tokenizer is None:
-            raise BadRequest("/v1/chat/completions needs a server started with --tokenizer")
-        body = await _json_body(request)
-        return web.json_response(
-            await chat_completion(self.engine, self.tokenizer, body, model_name=self.model_path)
-        )
+            raise RequestError("/v1/chat/completions needs a server started with --tokenizer")
+        body = await self._json_body(request)
+        self._admit([])
+        try:
+            reply = await chat_completion(
+                self.engine,
+                self.tokenizer,
+                body,
+                model_name=self.config.model_path,
+                limits=self.limits,
+            )
+        except ValueError as e:
+            if isinstance(e, RequestError):
+                raise
+            raise RequestError(str(e)) from None
+        finally:
+            self._release([])
+        return web.json_response(reply)
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [{"id": self.model_path, "object": "model", "owned_by": "orchestra_jax"}],
-            }
-        )
+        card = {"id": self.config.model_path, "object": "model", "owned_by": "orchestra_jax"}
+        return web.json_response({"object": "list", "data": [card]})
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop admitting; wait up to `timeout_s` for the requests in flight."""
+        self.closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
 
 class ServerThread:
@@ -212,7 +452,8 @@ class ServerThread:
     """
 
     def __init__(self, server: RolloutServer, *, host: str = "127.0.0.1", port: int = 0):
-        self._server, self._host, self._port = server, host, port
+        self.server = server
+        self._host, self._port = host, port
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._runner: web.AppRunner | None = None
@@ -235,7 +476,9 @@ class ServerThread:
         self._loop.run_forever()
 
     async def _start(self):
-        self._runner = web.AppRunner(self._server.app(), access_log=None)
+        self._runner = web.AppRunner(
+            self.server.app(), access_log=None, handler_cancellation=True, shutdown_timeout=5
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
@@ -259,7 +502,7 @@ class ServerThread:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self
 
     def __exit__(self, *exc):
@@ -267,10 +510,17 @@ class ServerThread:
 
 
 def serve_in_thread(
-    engine: RolloutEngine, *, host: str = "127.0.0.1", port: int = 0, **server_kwargs
+    engine: RolloutEngine,
+    config: ServerConfig | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tokenizer=None,
+    weight_loader: WeightLoader | None = None,
 ) -> ServerThread:
     """Start a rollout server for `engine` on a free port (port=0); for tests and notebooks."""
-    return ServerThread(RolloutServer(engine, **server_kwargs), host=host, port=port)
+    server = RolloutServer(engine, config, tokenizer=tokenizer, weight_loader=weight_loader)
+    return ServerThread(server, host=host, port=port)
 
 
 def load_model(name_or_path: str, *, seed: int = 0, like=None):
@@ -299,28 +549,54 @@ def load_model(name_or_path: str, *, seed: int = 0, like=None):
 
 def _build_from_args(args) -> RolloutServer:
     # Imported here so the HTTP layer loads without JAX or the model code.
-    from orchestra_jax.rollout.jax_engine import JaxEngine
+    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 
-    model = load_model(args.model, seed=args.seed)
-    engine = JaxEngine(model, max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len)
     tokenizer = None
     if args.tokenizer:
         from orchestra_jax.chat.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
+    model = load_model(args.model, seed=args.seed)
+    engine = JaxEngine(
+        model,
+        JaxEngineConfig(max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len),
+        tokenizer=tokenizer,
+    )
 
     def weight_loader(path: str):
         if not os.path.isdir(path):
             raise FileNotFoundError(f"no checkpoint folder at {path}")
         return load_model(path, like=model.config)
 
-    return RolloutServer(
-        engine,
+    config = ServerConfig(
         model_path=args.model,
-        tokenizer=tokenizer,
         tokenizer_path=args.tokenizer,
-        weight_loader=weight_loader,
+        max_body_bytes=args.max_body_bytes,
+        max_batch_prompts=args.max_batch_prompts,
+        health_timeout_s=args.health_timeout,
+        drain_timeout_s=args.drain_timeout,
     )
+    return RolloutServer(engine, config, tokenizer=tokenizer, weight_loader=weight_loader)
+
+
+async def serve(server: RolloutServer, host: str, port: int) -> None:
+    """Run until SIGTERM or SIGINT, then drain, stop the engine and return."""
+    runner = web.AppRunner(server.app(), handler_cancellation=True, shutdown_timeout=2)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("serving on http://%s:%d", host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping: draining for up to %.1f s", server.config.drain_timeout_s)
+    await server.drain(server.config.drain_timeout_s)
+    close = getattr(server.engine, "close", None)
+    if close is not None:  # what is still in flight fails (503), the worker stops
+        await asyncio.to_thread(close)
+    await runner.cleanup()
+    log.info("stopped")
 
 
 def main(argv=None):
@@ -333,12 +609,16 @@ def main(argv=None):
     parser.add_argument("--tokenizer", default=None, help='"demo" or a folder with tokenizer.json')
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--max-batch-size", type=int, default=16)
-    parser.add_argument("--max-seq-len", type=int, default=2048)
+    parser.add_argument("--max-batch-size", type=int, default=16, help="engine slots")
+    parser.add_argument("--max-seq-len", type=int, default=2048, help="context length")
+    parser.add_argument("--max-body-bytes", type=int, default=ServerConfig.max_body_bytes)
+    parser.add_argument("--max-batch-prompts", type=int, default=ServerConfig.max_batch_prompts)
+    parser.add_argument("--health-timeout", type=float, default=ServerConfig.health_timeout_s)
+    parser.add_argument("--drain-timeout", type=float, default=ServerConfig.drain_timeout_s)
     parser.add_argument("--seed", type=int, default=0, help="init seed for preset models")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    web.run_app(_build_from_args(args).app(), host=args.host, port=args.port)
+    asyncio.run(serve(_build_from_args(args), args.host, args.port))
 
 
 if __name__ == "__main__":

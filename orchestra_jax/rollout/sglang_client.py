@@ -1,20 +1,30 @@
 """A RolloutEngine over SGLang's native HTTP API (or our own `server.py`).
 
 Token-in/token-out: prompts go out as `input_ids`, tokens and logprobs come back
-from `meta_info.output_token_logprobs` (wire format in `sglang_protocol.py`).
+from `meta_info.output_token_logprobs` (wire format in `sglang_protocol.py`), with
+the `meta_info.weight_version` that generated them.
 
 Several servers are used round robin, one batched `/generate` per chunk of at
 most `max_batch_per_request` prompts, all chunks in flight at once; give a single
-router URL to let SGLang's router balance instead.  A connection error, timeout
+router URL to let SGLang's router balance instead. A connection error, timeout
 or 5xx is retried on the next server with exponential backoff
 (`backoff_s * 2**attempt`, at most `max_retries` retries); after that `generate`
 raises `RolloutServerError` naming every server tried and the last error, so no
-request is ever silently dropped.  A 4xx is the caller's fault and raises at once.
+request is ever silently dropped. A 4xx is the caller's fault and raises at once.
+Every attempt sends fresh request ids (`<request_id>-<random>`): SGLang refuses
+an id that is still in flight, which a retried or repeated agent id would be.
 
 Weight sync: `update_weights(model, version=v)` writes HF safetensors into
 `<weights_dir>/v<version>` with `save_hf_checkpoint`, then asks every server to
-`POST /update_weights_from_disk {"model_path": ..., "weight_version": ...}` and
-`POST /flush_cache`.  The folder must be readable by the servers (shared disk).
+`POST /update_weights_from_disk {"model_path", "weight_version", "abort_all_requests"}`;
+the server waits for (or aborts) its requests in flight and flushes its own
+cache, so no extra `/flush_cache` follows. The folder must be readable by the
+servers (shared disk).
+
+Seeds: `sampling_seed` is sent with every seeded request, but SGLang applies it
+only when launched with `--enable-deterministic-inference` (as
+`launch/sglang_server.sh` does by default); otherwise its samples are not
+reproducible, whatever the seed.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import itertools
 import logging
 import os
 import time
+import uuid
 from typing import Any, Sequence
 
 import aiohttp
@@ -40,6 +51,15 @@ class RolloutServerError(RuntimeError):
 
 class _ClientError(Exception):
     """A 4xx answer: retrying will not help."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def attempt_rid(request_id: str | None) -> str:
+    """A request id unique to one attempt, keeping the caller's id as a readable prefix."""
+    return f"{request_id or 'req'}-{uuid.uuid4().hex[:16]}"
 
 
 class SGLangClient:
@@ -96,14 +116,14 @@ class SGLangClient:
         self._session = None
 
     def close(self) -> None:
-        """`RolloutEngine.close`: closes the HTTP session on its own event loop when
-        that loop is idle; a session whose loop has ended holds nothing to release."""
+        """`RolloutEngine.close`: closes the HTTP session, from any thread, with or without a
+        running loop."""
         session, loop = self._session, self._session_loop
         self._session = None
         if session is None or session.closed or loop is None or loop.is_closed():
             return
         if loop.is_running():
-            loop.create_task(session.close())
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
         else:
             loop.run_until_complete(session.close())
 
@@ -112,25 +132,27 @@ class SGLangClient:
     ) -> Any:
         """`method path` on one server (round robin unless `url`), with retries.
 
+        `payload` may be a callable giving the body per attempt (fresh request ids).
         Returns the decoded JSON (or text) body; raises RolloutServerError after
         the last retry and _ClientError on a 4xx.
         """
         errors = []
         for attempt in range(self.max_retries + 1):
             base = url or self.urls[next(self._next_url)]
+            body = payload() if callable(payload) else payload
             try:
-                async with self._get_session().request(method, base + path, json=payload) as resp:
-                    body = await resp.text()
+                async with self._get_session().request(method, base + path, json=body) as resp:
+                    text = await resp.text()
                     if 400 <= resp.status < 500:
-                        raise _ClientError(f"{method} {base}{path} -> {resp.status}: {body[:500]}")
+                        raise _ClientError(
+                            f"{method} {base}{path} -> {resp.status}: {text[:500]}", resp.status
+                        )
                     if resp.status >= 500:
                         raise aiohttp.ClientResponseError(
-                            resp.request_info, (), status=resp.status, message=body[:500]
+                            resp.request_info, (), status=resp.status, message=text[:500]
                         )
                     ctype = resp.headers.get("Content-Type", "")
-                    return await resp.json() if "json" in ctype else body
-            except _ClientError as e:
-                raise RolloutServerError(str(e)) from None
+                    return await resp.json() if "json" in ctype else text
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 errors.append(f"{base}: {type(e).__name__}: {e}")
                 if attempt < self.max_retries:
@@ -150,15 +172,27 @@ class SGLangClient:
             f"servers {self.urls} unreachable or failing. Errors: " + " | ".join(errors)
         )
 
+    async def _call(self, method: str, path: str, payload: Any = None, **kw) -> Any:
+        """`_request`, with a 4xx as RolloutServerError."""
+        try:
+            return await self._request(method, path, payload, **kw)
+        except _ClientError as e:
+            raise RolloutServerError(str(e)) from None
+
     # -- RolloutEngine ----------------------------------------------------------------------
 
     async def _generate_chunk(self, chunk: Sequence[GenerateRequest]) -> list[Completion]:
         start = time.perf_counter()
-        body = await self._request("POST", "/generate", proto.generate_payload(chunk))
+        body = await self._call(
+            "POST",
+            "/generate",
+            lambda: proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk]),
+        )
         latency = time.perf_counter() - start
         if not isinstance(body, list) or len(body) != len(chunk):
             raise RolloutServerError(
-                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: {str(body)[:300]}"
+                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: "
+                f"{str(body)[:300]}"
             )
         try:
             return [proto.completion_from_json(item, latency_s=latency) for item in body]
@@ -178,7 +212,7 @@ class SGLangClient:
         async def one(url):
             try:
                 async with self._get_session().get(
-                    url + "/health", timeout=aiohttp.ClientTimeout(total=10)
+                    url + "/health", timeout=aiohttp.ClientTimeout(total=30)
                 ) as resp:
                     return resp.status == 200
             except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -187,26 +221,41 @@ class SGLangClient:
         return all(await asyncio.gather(*(one(u) for u in self.urls)))
 
     async def get_model_info(self) -> list[dict]:
-        return [await self._request("GET", "/get_model_info", url=u) for u in self.urls]
+        return [await self._call("GET", "/model_info", url=u) for u in self.urls]
 
-    async def flush_cache(self) -> None:
+    async def flush_cache(self) -> bool:
+        """Ask every server to drop its prefix cache; False if one refused (SGLang does
+        while requests run: a race with other clients, not an error)."""
+        flushed = True
         for u in self.urls:
-            await self._request("POST", "/flush_cache", url=u)
+            try:
+                await self._request("POST", "/flush_cache", url=u)
+            except _ClientError as e:
+                log.warning("%s did not flush its cache: %s", u, e)
+                flushed = False
+        return flushed
 
-    async def update_weights_from_disk(self, model_path: str, *, version: int) -> None:
-        """Point every server at HF weights in `model_path` and flush its cache."""
+    async def update_weights_from_disk(
+        self, model_path: str, *, version: int, abort_in_flight: bool = False
+    ) -> None:
+        """Point every server at HF weights in `model_path` (each flushes its own cache)."""
         for u in self.urls:
-            body = await self._request(
+            body = await self._call(
                 "POST",
                 "/update_weights_from_disk",
-                {"model_path": model_path, "weight_version": str(version)},
+                {
+                    "model_path": model_path,
+                    "weight_version": str(version),
+                    "abort_all_requests": abort_in_flight,
+                },
                 url=u,
             )
             if not (isinstance(body, dict) and body.get("success")):
                 raise RolloutServerError(f"{u} refused weights from {model_path}: {body}")
-        await self.flush_cache()
 
-    async def update_weights(self, model_state: Any, *, version: int) -> None:
+    async def update_weights(
+        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+    ) -> None:
         """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them."""
         if self.weights_dir is None:
             raise ValueError(
@@ -217,7 +266,9 @@ class SGLangClient:
         model, config = _as_model(model_state, self.model_config)
         path = os.path.join(self.weights_dir, f"v{int(version)}")
         await asyncio.to_thread(save_hf_checkpoint, model, config, path)
-        await self.update_weights_from_disk(os.path.abspath(path), version=version)
+        await self.update_weights_from_disk(
+            os.path.abspath(path), version=version, abort_in_flight=abort_in_flight
+        )
 
 
 def _as_model(model_state: Any, config: Any):

@@ -1,0 +1,33 @@
+"""launch/sglang_server.sh: the flags it gives SGLang (run with `echo` as the Python)."""
+
+import os
+import pathlib
+import subprocess
+
+SCRIPT = pathlib.Path(__file__).parents[1] / "launch" / "sglang_server.sh"
+
+
+def launch(tmp_path, **env):
+    (tmp_path / "config.json").write_text("{}")
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path), "31000"],
+        env={**os.environ, "SGLANG_PYTHON": "echo", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split(), out.stderr
+
+
+def test_deterministic_inference_by_default_so_seeds_apply(tmp_path):
+    args, _ = launch(tmp_path)
+    assert "--enable-deterministic-inference" in args and "--port" in args
+    assert "--tool-call-parser" not in args
+    args, stderr = launch(tmp_path, DETERMINISTIC="0")
+    assert "--enable-deterministic-inference" not in args and "ignores sampling_seed" in stderr
+
+
+def test_parsers_for_an_expert_server(tmp_path):
+    args, _ = launch(tmp_path, PARSERS="1")
+    assert args[args.index("--tool-call-parser") + 1] == "qwen25"
+    assert args[args.index("--reasoning-parser") + 1] == "qwen3"
