@@ -56,6 +56,8 @@ def test_the_shipped_catalogue_is_the_papers_line_up_at_the_reference_prices():
     latency = {a.alias: a.latency_s for a in aliases}
     assert (latency["search-1"], latency["reasoner-1"], latency["answer-1"]) == (22, 31, 96)
     assert paper().model("gpt-5").api_key_env == "OPENAI_API_KEY"
+    # OpenAI's reasoning models take max_completion_tokens and their own temperature.
+    assert {m.name for m in paper().models if m.reasoning_model} == {"gpt-5", "gpt-5-mini"}
     assert paper().model("Qwen3-32B").api_key_env is None
 
 

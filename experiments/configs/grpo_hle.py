@@ -196,6 +196,8 @@ def _base() -> ml_collections.ConfigDict:
     c.reward.judge.price_out = 0.0
     c.reward.judge.prompt = "reference"  # "reference" (the release's layout) | "project".
     c.reward.judge.max_tokens = 512
+    # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
+    c.reward.judge.reasoning_model = False
     c.reward.judge.retries = 3  # Then the step fails, naming the judge.
     c.reward.judge.timeout_s = 300.0  # Per attempt.
     c.reward.judge.extra_body = ml_collections.ConfigDict()  # Merged into every request.
@@ -386,6 +388,10 @@ def _live(c):
     c.reward.judge.api_key_env = "OPENAI_API_KEY"
     c.reward.judge.price_in = 1.25
     c.reward.judge.price_out = 10.0
+    c.reward.judge.reasoning_model = True
+    # A reasoning model's completion limit counts its reasoning tokens as well.
+    c.reward.judge.max_tokens = 4096
+    c.tools.expert_max_tokens = 8192
     c.eval.num_tasks = 256
     # The catalogue's strongest model answering at once (the paper's "GPT-5" row),
     # the cheapest three-step plan, and random plans.
@@ -425,6 +431,7 @@ def _live_tiny(c):
     c.reward.judge.price_in = 0.0
     c.reward.judge.price_out = 0.0
     c.reward.judge.max_tokens = 8
+    c.reward.judge.reasoning_model = False
     c.reward.judge.retries = 2
     c.reward.judge.timeout_s = 60.0
     c.reward.judge.extra_body = {"chat_template_kwargs": {"enable_thinking": False}}

@@ -12,6 +12,8 @@ A catalogue is a YAML (or JSON) file, its path in `tools.catalogue`:
         latency_s: 40                      # typical seconds per call
         description: ...                   # optional capability sentence
         extra_body: {reasoning_effort: low}  # optional fields merged into every request
+        reasoning_model: true              # optional: OpenAI reasoning-model API (gpt-5,
+                                           # o-series): max_completion_tokens, no temperature
         roles:                             # what it can serve: a list of role names,
           search: {latency_s: 22}          # or role -> optional latency_s / description
           reasoner: {}
@@ -43,7 +45,7 @@ from orchestra_jax.tools.config import ModelProfile
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, is_meta_tool
 
 REQUIRED_FIELDS = ("name", "model", "base_url", "price_in", "price_out", "latency_s", "roles")
-OPTIONAL_FIELDS = ("api_key_env", "description", "extra_body")
+OPTIONAL_FIELDS = ("api_key_env", "description", "extra_body", "reasoning_model")
 ROLE_FIELDS = ("latency_s", "description")
 
 # Alias families beyond each meta-tool's own prefix: family -> the meta-tool it serves.
@@ -84,6 +86,7 @@ class CatalogueModel:
     roles: Mapping[str, RoleEntry]
     description: str = ""
     extra_body: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reasoning_model: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +209,11 @@ def parse_model(raw: Any, where: str) -> CatalogueModel:
     extra_body = raw.get("extra_body") or {}
     if not isinstance(extra_body, Mapping):
         raise CatalogueError(f"{where}: extra_body must be a mapping, got {extra_body!r}")
+    reasoning_model = raw.get("reasoning_model", False)
+    if not isinstance(reasoning_model, bool):
+        raise CatalogueError(
+            f"{where}: reasoning_model must be true or false, got {reasoning_model!r}"
+        )
     latency_s = _number(raw["latency_s"], where, "latency_s")
     description = _text(raw.get("description"), where, "description", required=False)
     return CatalogueModel(
@@ -219,6 +227,7 @@ def parse_model(raw: Any, where: str) -> CatalogueModel:
         roles=_roles(raw["roles"], where, latency_s, description),
         description=description,
         extra_body=dict(extra_body),
+        reasoning_model=reasoning_model,
     )
 
 

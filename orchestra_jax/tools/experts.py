@@ -107,6 +107,9 @@ class OpenAIChatExpert:
       backoff_s / max_backoff_s: see `backoff_delay`.
       extra_body: fields merged into every request (e.g. reasoning settings).
       name: how errors and stats name it (default: `model`).
+      reasoning_model: an OpenAI reasoning model (gpt-5, the o-series), whose API
+        takes `max_completion_tokens` instead of `max_tokens` and only its default
+        temperature: requests say so, and leave the temperature out.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class OpenAIChatExpert:
         max_backoff_s: float = 30.0,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
+        reasoning_model: bool = False,
     ):
         if max_concurrency < 1 or retries < 0 or timeout <= 0:
             raise ValueError("max_concurrency >= 1, retries >= 0, timeout > 0")
@@ -144,6 +148,7 @@ class OpenAIChatExpert:
         self.max_backoff_s = max_backoff_s
         self.extra_body = dict(extra_body or {})
         self.max_concurrency = max_concurrency
+        self.reasoning_model = reasoning_model
         self.stats = ClientStats()
         # asyncio primitives belong to one event loop; training runs one loop per step.
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -175,13 +180,12 @@ class OpenAIChatExpert:
         `tool_calls` come back in `ExpertReply.tool_calls`.
         """
         del ctx  # a real model sees only the messages
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": list(messages),
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            **self.extra_body,
-        }
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if self.reasoning_model:
+            body["max_completion_tokens"] = max_tokens
+        else:
+            body.update(max_tokens=max_tokens, temperature=temperature)
+        body.update(self.extra_body)
         if tools:
             body["tools"] = list(tools)
         last_error = "no attempt made"

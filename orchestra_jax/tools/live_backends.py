@@ -92,6 +92,7 @@ def make_live_experts(
             max_concurrency=max_concurrency,
             extra_body=dict(m.extra_body),
             name=m.name,
+            reasoning_model=m.reasoning_model,
         )
         for m in models
     }

@@ -570,6 +570,7 @@ def build_judge(config: Any, cache_path: str | None = None) -> LLMJudge | None:
         timeout=j.timeout_s,
         name=f"judge {j.model}",
         extra_body=_plain(j.get("extra_body") or {}),
+        reasoning_model=j.reasoning_model,
     )
     return LLMJudge(
         client,
