@@ -22,7 +22,9 @@ Code always runs in the sandbox `tools.sandbox`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from orchestra_jax.tools.catalogue import CatalogueModel
 from orchestra_jax.tools.experts import OpenAIChatExpert, probe_endpoint
@@ -133,3 +135,69 @@ def make_retriever(kind: str, index_path: str = "", *, min_docs: int = 3) -> Ret
     from orchestra_jax.tools.web_search import TavilyRetriever
 
     return FallbackRetriever(index, TavilyRetriever(), min_docs=min_docs)
+
+
+def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[str]:
+    """One message per problem of tools.backends, tools.catalogue, tools.search* in an
+    experiment config: what serves each tool, and that no simulated expert (which
+    reads the gold answer) meets the data of `file_sources` (non-synthetic)."""
+    from orchestra_jax.tools.catalogue import (
+        CatalogueError,
+        check_roles_cover,
+        load_catalogue,
+        missing_api_keys,
+    )
+    from orchestra_jax.tools.enabled import enabled_tools
+
+    t = config.tools
+    try:
+        tools = enabled_tools(t.enabled)
+        kinds = parse_backends(t.backends, tools)
+    except ValueError as e:
+        return [str(e)]
+    errors = []
+    offline = tools_of_kind(kinds, "offline")
+    live = tools_of_kind(kinds, "live")
+    real_data = list(file_sources)
+    if offline and real_data:
+        errors.append(
+            f"tools.backends: the simulated experts of {offline} read the gold answer and "
+            f"may serve synthetic data only, but data.sources has {real_data}: set "
+            "tools.backends='live' (env.name='qa')"
+        )
+    if config.env.name == "synthetic":
+        if live:
+            errors.append(
+                f"tools.backends: env.name='synthetic' runs its simulated experts only; "
+                f"{live} live needs env.name='qa'"
+            )
+        if t.search != "index" or t.search_index:
+            errors.append(
+                "tools.search / tools.search_index: env.name='synthetic' searches its own "
+                "corpus; other search backends need env.name='qa'"
+            )
+        return errors
+    if config.env.name != "qa":  # an environment of one's own reads what it needs
+        return errors
+    if live:
+        try:
+            catalogue = load_catalogue(t.catalogue)
+            errors += check_roles_cover(catalogue, live)
+            errors += [
+                f"tools.catalogue: {m}" for m in missing_api_keys(catalogue.models_for(live))
+            ]
+        except CatalogueError as e:
+            errors.append(f"tools.catalogue: {e}")
+    if "search" in tools:
+        if t.search not in SEARCH_BACKENDS:
+            errors.append(f"tools.search must be one of {SEARCH_BACKENDS}, got {t.search!r}")
+        if "index" in t.search.split("+") and not os.path.isfile(
+            os.path.join(t.search_index, "manifest.json")
+        ):
+            errors.append(
+                f"tools.search_index: {t.search_index!r} is not an index folder (build one "
+                "with python -m orchestra_jax.tools.build_index --corpus docs.jsonl --out DIR)"
+            )
+        if "tavily" in t.search.split("+") and not os.environ.get("TAVILY_API_KEY"):
+            errors.append(f"tools.search={t.search!r}: $TAVILY_API_KEY is not set")
+    return errors

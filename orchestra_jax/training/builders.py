@@ -22,6 +22,7 @@ from flax import nnx
 
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
+from orchestra_jax.data.splits import file_sources, source_path_key, split_config_problems
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
@@ -38,6 +39,7 @@ from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
+from orchestra_jax.tools.live_backends import backend_config_problems
 from orchestra_jax.tools.python_sandbox import sandbox_config_errors
 from orchestra_jax.training.config_checks import (
     ConfigError,
@@ -302,22 +304,12 @@ def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[st
 
 
 def _path_key(source: str) -> str:
-    from orchestra_jax.data.splits import source_path_key
-
     return source_path_key(source)
 
 
 # Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
 # the reference grades it: exact match, then the judge).
 JUDGED_SOURCES = ("frames", "generalthought", "toolscale", "hle")
-
-
-def file_sources(config: Any) -> list[str]:
-    """The `data.sources` names other than "synthetic" (an unparsable list gives [])."""
-    try:
-        return [name for name, _ in parse_sources(config.data.sources) if name != "synthetic"]
-    except ConfigError:
-        return []
 
 
 def check_data(config: Any) -> list[str]:
@@ -342,7 +334,7 @@ def check_data(config: Any) -> list[str]:
                 errors.append(f"data.sources: weight of {name!r} must be > 0")
     except ConfigError as e:
         errors.append(str(e))
-    errors += _check_heldout_split(config)
+    errors += split_config_problems(config)
     if config.data.stratify_by:
         errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
     try:
@@ -356,35 +348,6 @@ def check_data(config: Any) -> list[str]:
                 errors.append(f"data.stratum_weights: weight of {value!r} must be > 0")
     except ConfigError as e:
         errors.append(str(e))
-    return errors
-
-
-def _check_heldout_split(config: Any) -> list[str]:
-    """data.eval_paths, data.eval_fraction, data.search_whitelist: every file source has
-    a held-out split disjoint from training (when there is an evaluation)."""
-    data, errors = config.data, []
-    if not 0 <= data.eval_fraction <= 1:
-        errors.append(f"data.eval_fraction must be in [0, 1], got {data.eval_fraction}")
-    keys = {_path_key(name) for name in file_sources(config)}
-    eval_paths = {key: path for key, path in data.eval_paths.items() if path}
-    for key, path in eval_paths.items():
-        if key not in keys:
-            errors.append(f"data.eval_paths.{key}: no such file source in data.sources")
-        elif not os.path.isfile(path):
-            errors.append(f"data.eval_paths.{key}: no file {path!r}")
-        elif data.paths.get(key) and os.path.abspath(path) == os.path.abspath(data.paths[key]):
-            errors.append(
-                f"data.eval_paths.{key} is data.paths.{key}: the held-out split would "
-                "overlap training (give another file, or data.eval_fraction)"
-            )
-    if config.eval.num_tasks and data.eval_fraction == 0:
-        for key in sorted(keys - set(eval_paths)):
-            errors.append(
-                f"data.sources: {key!r} has no held-out split for evaluation: set "
-                f"data.eval_paths.{key} or data.eval_fraction > 0"
-            )
-    if data.search_whitelist and not os.path.isfile(data.search_whitelist):
-        errors.append(f"data.search_whitelist: no file {data.search_whitelist!r}")
     return errors
 
 
@@ -466,74 +429,7 @@ def check_env(config: Any) -> list[str]:
         "tools.search_price_per_document",
         allow_zero=True,
     )
-    return errors + _check_backends(config)
-
-
-def _check_backends(config: Any) -> list[str]:
-    """tools.backends, tools.catalogue, tools.search*: what serves each tool, and that
-    no simulated expert (which reads the gold answer) meets non-synthetic data."""
-    from orchestra_jax.tools import live_backends
-    from orchestra_jax.tools.catalogue import (
-        CatalogueError,
-        check_roles_cover,
-        load_catalogue,
-        missing_api_keys,
-    )
-
-    t = config.tools
-    try:
-        tools = enabled_tools(t.enabled)
-        kinds = live_backends.parse_backends(t.backends, tools)
-    except ValueError as e:
-        return [str(e)]
-    errors = []
-    offline = live_backends.tools_of_kind(kinds, "offline")
-    live = live_backends.tools_of_kind(kinds, "live")
-    real_data = file_sources(config)
-    if offline and real_data:
-        errors.append(
-            f"tools.backends: the simulated experts of {offline} read the gold answer and "
-            f"may serve synthetic data only, but data.sources has {real_data}: set "
-            "tools.backends='live' (env.name='qa')"
-        )
-    if config.env.name == "synthetic":
-        if live:
-            errors.append(
-                f"tools.backends: env.name='synthetic' runs its simulated experts only; "
-                f"{live} live needs env.name='qa'"
-            )
-        if t.search != "index" or t.search_index:
-            errors.append(
-                "tools.search / tools.search_index: env.name='synthetic' searches its own "
-                "corpus; other search backends need env.name='qa'"
-            )
-        return errors
-    if config.env.name != "qa":  # an environment of one's own reads what it needs
-        return errors
-    if live:
-        try:
-            catalogue = load_catalogue(t.catalogue)
-            errors += check_roles_cover(catalogue, live)
-            errors += [
-                f"tools.catalogue: {m}" for m in missing_api_keys(catalogue.models_for(live))
-            ]
-        except CatalogueError as e:
-            errors.append(f"tools.catalogue: {e}")
-    if "search" in tools:
-        if t.search not in live_backends.SEARCH_BACKENDS:
-            errors.append(
-                f"tools.search must be one of {live_backends.SEARCH_BACKENDS}, got {t.search!r}"
-            )
-        if "index" in t.search.split("+") and not os.path.isfile(
-            os.path.join(t.search_index, "manifest.json")
-        ):
-            errors.append(
-                f"tools.search_index: {t.search_index!r} is not an index folder (build one "
-                "with python -m orchestra_jax.tools.build_index --corpus docs.jsonl --out DIR)"
-            )
-        if "tavily" in t.search.split("+") and not os.environ.get("TAVILY_API_KEY"):
-            errors.append(f"tools.search={t.search!r}: $TAVILY_API_KEY is not set")
-    return errors
+    return errors + backend_config_problems(config, file_sources(config))
 
 
 # --- reward ------------------------------------------------------------------------
