@@ -49,6 +49,31 @@ EXTRAS = {
     # versions format or check differently).
     "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],
     "dense": ["faiss-cpu>=1.8", "sentence-transformers>=3.0"],
+    # τ²-bench's dependencies as ../shared/tau2-bench/README.md lists them (install with
+    # --only-binary :all:); tau2 itself comes from its source, which declares Python
+    # >= 3.12: pip install --no-deps --ignore-requires-python ../shared/tau2-bench.
+    "tau2": [
+        "rich",
+        "tabulate>=0.9.0",
+        "fastapi",
+        "uvicorn",
+        "pandas",
+        "psutil",
+        "loguru",
+        "docstring-parser",
+        "litellm>=1.80.15,<1.82.7",
+        "tenacity",
+        "deepdiff",
+        "addict",
+        "PyYAML",
+        "toml",
+        "python-dotenv",
+        "typer",
+        "requests",
+        "numpy",
+        "httpx",
+        "gymnasium",
+    ],
     "sglang": ["sglang[all]>=0.4.9"],
     "tpu": ["jax[tpu]>=0.6"],
     "gpu": ["jax[cuda12]>=0.6"],

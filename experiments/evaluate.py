@@ -7,13 +7,16 @@ Policies (comma-separated):
   checkpoint           the latest GRPO checkpoint in <workdir>/checkpoints
   hf:/path/to/folder   a Hugging Face Qwen3 folder (e.g. one written by sft.py)
   <router>             a baseline router: always_strongest, always_cheapest,
-                       direct_strongest, random
+                       direct_strongest, random; for τ² conversations
+                       expert_strongest, expert_cheapest, expert_random
 
 Writes <workdir>/eval_<policy>.json (accuracy, mean cost and latency, tool-call
 mix, per domain and per category, the data read), the episodes for the
 trajectory viewer, and eval_report.md + eval_pareto.png over every policy
-evaluated in the folder. On the paper's benchmarks with live experts, search
-and judge (HLE, FRAMES): see docs/live_setup.md, e.g.
+evaluated in the folder. With --config.eval.num_trials=k each task is played k
+times and the report adds pass^1..pass^k per domain (τ²-bench's metric), with
+cost and latency per episode. On the paper's benchmarks with live experts,
+search and judge (HLE, FRAMES): see docs/live_setup.md, e.g.
 
   python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:qwen3_8b \
       --config.data.sources=frames --config.data.paths.frames=frames.jsonl \

@@ -18,6 +18,12 @@ import pytest  # noqa: E402
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
 
+# tau2-bench (the `tau2` extra) reads its data folder once, at import; litellm, which
+# it imports, would fetch a price map from the internet unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+if (SHARED / "tau2-bench" / "data").is_dir():
+    os.environ.setdefault("TAU2_DATA_DIR", str(SHARED / "tau2-bench" / "data"))
+
 
 def _need(relative: str) -> pathlib.Path:
     path = SHARED / relative
@@ -36,6 +42,16 @@ def shared_file():
 def shared_dir() -> pathlib.Path:
     """`../shared` itself (skipped when absent); prefer `shared_file` for one file."""
     return _need("")
+
+
+@pytest.fixture(scope="session")
+def tau2_data() -> pathlib.Path:
+    """tau2-bench's data folder (skipped without it, or without the `tau2` extra)."""
+    from orchestra_jax.envs.tau2_setup import tau2_installed
+
+    if not tau2_installed():
+        pytest.skip("tau2 is not installed (the tau2 extra: see ../shared/tau2-bench/README.md)")
+    return _need("tau2-bench/data/tau2/domains").parents[1]
 
 
 @pytest.fixture(scope="session")

@@ -51,24 +51,29 @@ def check_report(report: ReadReport, *, tasks, malformed=0, skipped=0):
 
 
 def test_toolscale_jsonl_structured_and_free_text(tmp_path):
+    """ToolScale rows are tau2 tasks: played and graded by the tau2 environment, the
+    user's scenario kept for it (hidden from the policy's question)."""
     bad_no_criteria = {k: v for k, v in tau2_row("t3").items() if k != "evaluation_criteria"}
     path = write_jsonl(
         tmp_path / "toolscale.jsonl",
         [tau2_row("t1"), tau2_row("t2", structured=False), bad_no_criteria, "{not json", "[1, 2]"],
     )
     tasks, report = read_tasks("toolscale", path)
-    check_report(report, tasks=2, malformed=3)
-    first, second = tasks
-    assert isinstance(first, Task) and first.answer_type == "judge" and first.domain == "toolscale"
-    assert first.question.splitlines() == [
-        "Reason for call: Change my flight",
-        "Known info: Booking ABC123",
-        "Task instructions: Insist on a refund.",
-    ]
+    # t2's free-text instructions name no domain: malformed unless the reader is told one.
+    check_report(report, tasks=1, malformed=4)
+    [first] = tasks
+    assert isinstance(first, Task) and first.answer_type == "environment"
+    assert first.id == "tau2/airline/t1" and first.domain == "airline"
+    assert first.metadata["env"] == "tau2" and first.metadata["source"] == "toolscale"
+    assert first.metadata["tau2_task"] == {k: v for k, v in tau2_row("t1").items() if v is not None}
+    assert "Change my flight" not in first.question  # the scenario is the user's secret
     assert json.loads(first.answer) == tau2_row("t1")["evaluation_criteria"]
-    assert first.metadata["tau2_domain"] == "airline"
-    assert second.question == "You want to cancel reservation XYZ."
-    assert "evaluation_criteria" in report.errors[0] and "toolscale.jsonl:3" in report.errors[0]
+    assert "domain" in report.errors[0] and "toolscale.jsonl:2" in report.errors[0]
+    assert "evaluation_criteria" in report.errors[1] and "toolscale.jsonl:3" in report.errors[1]
+    tasks, report = read_tasks("tau2", path, domain="airline")
+    check_report(report, tasks=2, malformed=3)
+    assert tasks[1].metadata["tau2_task"]["user_scenario"]["instructions"].startswith("You want")
+    assert tasks[1].metadata["source"] == "tau2"
 
 
 def test_toolscale_parquet_with_json_encoded_nested_fields(tmp_path):
@@ -79,8 +84,29 @@ def test_toolscale_parquet_with_json_encoded_nested_fields(tmp_path):
     pq.write_table(pa.Table.from_pylist(encoded), path)
     tasks, report = read_tasks("toolscale", path)
     check_report(report, tasks=2)
-    assert [t.id for t in tasks] == ["p1", "p2"]
+    assert [t.id for t in tasks] == ["tau2/airline/p1", "tau2/airline/p2"]
     assert json.loads(tasks[1].answer) == rows[1]["evaluation_criteria"]
+    assert tasks[1].metadata["tau2_task"]["user_scenario"] == rows[1]["user_scenario"]
+
+
+def test_tau2_domain_folder_and_its_splits(tmp_path):
+    folder = tmp_path / "retail"
+    folder.mkdir()
+    rows = [tau2_row(str(i), structured=False) for i in range(4)]
+    (folder / "tasks.json").write_text(json.dumps(rows))
+    (folder / "split_tasks.json").write_text(json.dumps({"train": ["0", "2"], "test": ["3"]}))
+    tasks, report = read_tasks("tau2", folder)
+    check_report(report, tasks=4)
+    assert [t.domain for t in tasks] == ["retail"] * 4  # the folder names the domain
+    tasks, report = read_tasks("tau2", folder, split="train")
+    check_report(report, tasks=2, skipped=2)
+    assert [t.id for t in tasks] == ["tau2/retail/0", "tau2/retail/2"]
+    with pytest.raises(ValueError, match="'dev' not in"):
+        read_tasks("tau2", folder, split="dev")
+    with pytest.raises(ValueError, match="needs a τ² domain folder"):
+        read_tasks("tau2", folder / "tasks.json", split="train")
+    with pytest.raises(FileNotFoundError, match="no tasks.json"):
+        read_tasks("tau2", tmp_path)
 
 
 def test_generalthought_reference_answer_and_fallbacks(tmp_path):
@@ -233,6 +259,7 @@ def test_configuration_mistakes_raise_clearly(tmp_path):
 
 def test_registry_lists_every_kind():
     assert set(readers.READERS) == {
+        "tau2",
         "toolscale",
         "generalthought",
         "hle",

@@ -6,10 +6,12 @@ import json
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.agent.conversation import PartyReply
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
+from orchestra_jax.rewards.judge import JudgeVerdict
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.tools.base import ToolResult, function_schema
@@ -90,17 +92,72 @@ def test_every_episode_gets_its_own_state_and_is_graded_by_the_env():
         assert traj.correct == (traj.final_answer == task.answer) or task.answer_type != "exact"
 
 
-def test_an_environment_with_another_party_is_refused_not_run_half_way():
-    env = StatefulWorld()
-    env.partner = object()  # a simulated user the loop would have to talk to
-    with pytest.raises(ValueError, match="conversation partner"):
-        _play(env)
-    assert env.resets == 0
+class Listener:
+    """A conversation partner: opens with a question, ends the talk at the first message."""
+
+    def __init__(self, log):
+        self.log = log
+
+    async def open(self, state):
+        return PartyReply(messages=[{"role": "user", "content": "Count for me."}])
+
+    async def respond(self, state, turn):
+        self.log.append((id(self), state["ticks"], turn.is_message))
+        return PartyReply(end="user_stop" if turn.is_message else None)
+
+
+class TalkingWorld(StatefulWorld):
+    """The stateful world with a listener per episode, graded from the episode's state."""
+
+    def __init__(self):
+        super().__init__()
+        self.log, self.graded = [], []
+
+    def other_party(self, task):
+        return Listener(self.log)
+
+    async def grade(self, task, final_answer, *, judge=None, state=None):
+        self.graded.append(state["ticks"])
+        return JudgeVerdict(correct=state["ticks"] == 2, info={"ticks": state["ticks"]})
+
+
+def test_an_environment_with_another_party_plays_conversations_graded_from_their_state():
+    env = TalkingWorld()
+    task = env.tasks("train", 1)[0]
+    config = env.default_tool_config(tools=("search", "enhance_reasoning", "answer", "tick"))
+    plan = [call("tick"), call("tick"), "I counted twice."]
+
+    def policy(ids, request):
+        turn = int(request.request_id.rsplit("/", 1)[1])
+        return TOK.encode(plan[min(turn, 2)]) + [TOK.im_end_id]
+
+    how = Episodes(
+        env=env,
+        engine=ScriptedEngine(policy),
+        tokenizer=TOK,
+        sampling=SamplingParams(),
+        limits=LoopLimits(max_turns=4, enable_thinking=False),
+        group_size=2,
+    )
+    trajectories = asyncio.run(run_graded_episodes([task], [config], how, seed=0))
+    assert env.resets == 2 and env.graded == [2, 2]
+    assert len({listener for listener, _, _ in env.log}) == 2  # one partner per episode
+    assert sorted((ticks, message) for _, ticks, message in env.log) == [
+        (1, False),
+        (1, False),
+        (2, False),
+        (2, False),
+        (2, True),
+        (2, True),
+    ]
+    for traj in trajectories:
+        assert traj.finish_reason == "conversation" and traj.correct
+        assert traj.metadata["grade"] == {"ticks": 2}
 
 
 def test_env_name_picks_the_environment():
     config = grpo_hle.get_config("micro")
-    assert {"synthetic", "qa"} <= set(ENVIRONMENTS.names())
+    assert ENVIRONMENTS.names() == ["qa", "routed", "synthetic", "tau2"]
     env = make_env(config)
     assert isinstance(env, Environment) and isinstance(env, SyntheticOrchestrationEnv)
     assert env.seed == config.data.synthetic_seed

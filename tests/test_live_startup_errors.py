@@ -91,4 +91,24 @@ def test_judged_data_without_a_judge_and_live_tools_in_the_synthetic_world(tmp_p
     only_line(problems(config), "data.sources ['frames'] are graded by an LLM judge")
     synthetic = grpo_hle.get_config("micro")
     synthetic.tools.backends = "live"
-    only_line(problems(synthetic), "env.name='synthetic' runs its simulated experts only")
+    only_line(problems(synthetic), "live needs env.name='qa' (or 'qa' among env.members)")
+
+
+def test_a_routed_run_whose_default_is_the_synthetic_world_cannot_play_real_data(tmp_path):
+    """Tasks that name no environment go to the first member: FRAMES rows would meet
+    the synthetic world's simulated experts there, whatever tools.backends says."""
+    config = live_config(tmp_path)
+    config.env.name = "routed"
+    config.env.members = "synthetic,qa"
+    line = only_line(problems(config), "read the gold answer")
+    assert "the synthetic world (env 'synthetic', which plays those tasks)" in line
+    config.env.members = "qa,synthetic"  # FRAMES rows go to the live QA environment
+    assert not [p for p in problems_or_none(config) if "gold answer" in p]
+
+
+def problems_or_none(config) -> list[str]:
+    try:
+        validate(config)
+    except ConfigError as e:
+        return str(e).splitlines()[1:]
+    return []

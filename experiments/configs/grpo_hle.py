@@ -10,11 +10,16 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               server hosting a tiny model on 127.0.0.1:30100 as every expert and
               as the judge (models_local.yaml); a BM25 index of a small corpus;
               FRAMES rows from ../shared/reference/frames.jsonl (docs/live_setup.md).
+  tau2_demo   τ²-bench's `mock` domain on a 2-core CPU: a tiny random policy in
+              conversations with a scripted user (or tau2's user simulator on
+              the project's server), graded by tau2; needs the tau2 extra and
+              ../shared/tau2-bench beside the clone.
   qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts,
               live experts, search and judge as qwen3_8b.
   qwen3_8b    Qwen3-8B as in the paper (G=8, 16 tasks per step, lr 1e-6,
               dual clip 10, KL 1e-4 as ½Δ², 30 turns), TPU pods / GPU clusters;
-              the paper's experts (models_paper.yaml), a search index, the judge.
+              the paper's experts (models_paper.yaml), a search index, the judge;
+              its env.tau2 section is ready for a ToolScale mixture (see there).
 
 Every field is validated at start-up by `orchestra_jax.training.config_checks`.
 Override any field on the command line: `--config.rl.lr=3e-6`.
@@ -28,14 +33,14 @@ from orchestra_jax.rl import grpo
 from orchestra_jax.tools import pricing
 from orchestra_jax.training import warm_start
 
-VARIANTS = ("demo", "micro", "live_tiny", "qwen3_0p6b", "qwen3_8b")
+VARIANTS = ("demo", "micro", "live_tiny", "tau2_demo", "qwen3_0p6b", "qwen3_8b")
 CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
 # The model catalogues (orchestra_jax/tools/catalogue.py) shipped beside this file.
 PAPER_CATALOGUE = os.path.join(CONFIGS_DIR, "models_paper.yaml")
 # The file readers of data/readers.py: their data.paths / data.eval_paths keys exist in
 # every variant, so --config.data.paths.frames=... works on the command line.
-FILE_SOURCES = ("frames", "generalthought", "hle", "jsonl", "toolscale")
+FILE_SOURCES = ("frames", "generalthought", "hle", "jsonl", "tau2", "toolscale")
 LOCAL_CATALOGUE = os.path.join(CONFIGS_DIR, "models_local.yaml")
 
 
@@ -125,8 +130,40 @@ def _base() -> ml_collections.ConfigDict:
     # --- the environment: tasks, tools, grading ---------------------------------------
     c.env = ml_collections.ConfigDict()
     # A registered environment (envs/environment.py; "synthetic": the offline world of
-    # simulated experts, BM25 search and a sandbox) or "package.module:factory".
+    # simulated experts, BM25 search and a sandbox; "tau2": τ²-bench conversations;
+    # "routed": several at once, see env.members) or "package.module:factory".
     c.env.name = "synthetic"
+    # env.name="routed": the environments of a mixture, the default first. A task
+    # names its own in metadata["env"] (τ² tasks: "tau2"); the others go to the default.
+    c.env.members = ""
+    # τ²-bench (envs/tau2_env.py; needs the tau2 extra, see setup.py).
+    c.env.tau2 = ml_collections.ConfigDict()
+    c.env.tau2.data_dir = ""  # tau2's data folder ("": $TAU2_DATA_DIR).
+    c.env.tau2.domain = ""  # The domain Environment.tasks() reads; runs read data.sources.
+    # The user: "simulator" (tau2's user simulator at user_url, any OpenAI-compatible
+    # server) or "scripted" (the scenario's reason for calling, a confirmation, stop).
+    c.env.tau2.user = "simulator"
+    c.env.tau2.user_url = "https://api.openai.com/v1"
+    c.env.tau2.user_model = "gpt-5"  # The reference release's user simulator.
+    c.env.tau2.user_api_key_env = "OPENAI_API_KEY"  # "": servers without authentication.
+    c.env.tau2.user_temperature = 0.0  # tau2's default.
+    c.env.tau2.user_price_in = 1.25  # USD per million tokens (gpt-5), recorded apart.
+    c.env.tau2.user_price_out = 10.0
+    c.env.tau2.user_retries = 3  # Then the episode ends with the error recorded.
+    c.env.tau2.max_steps = 40  # The reference release's budget (tau2's CLI default: 200).
+    c.env.tau2.max_errors = 10  # tau2's default.
+    # "ask_expert": experts the policy may consult (priced per alias), served at
+    # expert_url; "": the policy acts alone.
+    c.env.tau2.meta_tools = ""
+    c.env.tau2.expert_url = ""
+    c.env.tau2.expert_served_model = ""  # "": each expert is served under its own name.
+    c.env.tau2.expert_api_key_env = ""
+    # Natural-language assertions in a task's reward basis: "skip" (left out of the
+    # reward, and said so per episode) or "judge" (tau2's judge at judge_url).
+    c.env.tau2.nl_assertions = "skip"
+    c.env.tau2.judge_url = ""
+    c.env.tau2.judge_model = ""
+    c.env.tau2.judge_api_key_env = ""
     c.tools = ml_collections.ConfigDict()
     # Tools every task offers: meta-tools, plain tools ("python") or "package.module:attr".
     c.tools.enabled = "search,enhance_reasoning,answer"
@@ -261,6 +298,7 @@ def _base() -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.every_steps = 0  # Also every N GRPO steps, into eval_steps/ (0: never).
     c.eval.num_tasks = 64
+    c.eval.num_trials = 1  # Episodes per held-out task; > 1 reports pass^k (τ²).
     # Held-out tool configurations, baseline routers' draws and evaluation
     # sampling: fixed across training seeds, so every policy meets the same test.
     c.eval.seed = 0
@@ -440,6 +478,52 @@ def _live_tiny(c):
     return c
 
 
+def _tau2_demo(c):
+    """τ²-bench's `mock` domain on CPU. With tau2's user simulator instead of the
+    script, serve a tiny model first (python -m orchestra_jax.rollout.server --model
+    demo --tokenizer demo --port 30000) and set env.tau2.user=simulator."""
+    c.model.preset = "demo"  # ~1M parameters, as the demo's.
+    c.model.overrides.hidden_size = 128
+    c.model.overrides.intermediate_size = 384
+    c.model.overrides.num_hidden_layers = 2
+    c.model.overrides.head_dim = 32
+    c.env.name = "tau2"
+    c.env.tau2.data_dir = "../shared/tau2-bench/data"  # Run from the repository root.
+    c.env.tau2.domain = "mock"  # Short policy and few tools: prompts fit a CPU budget.
+    c.env.tau2.user = "scripted"
+    c.env.tau2.user_url = "http://127.0.0.1:30000/v1"  # For user=simulator.
+    c.env.tau2.user_model = "demo"
+    c.env.tau2.user_api_key_env = ""
+    c.env.tau2.user_price_in = 0.0  # A local model.
+    c.env.tau2.user_price_out = 0.0
+    c.data.sources = "tau2"
+    c.data.paths.tau2 = "../shared/tau2-bench/data/tau2/domains/mock"
+    c.num_steps = 4
+    c.rollout.max_seq_len = 2048
+    c.agent.max_turns = 6
+    c.agent.max_context_tokens = 2048
+    c.agent.max_new_tokens_per_turn = 48
+    c.agent.seconds_per_generated_token = 0.02  # Latency as an 8B model at 50 tokens/s.
+    c.tools.description_style = "compact"
+    c.rl.group_size = 4
+    c.rl.tasks_per_step = 2
+    c.rl.lr = 1e-4
+    c.rl.micro_batch_size = 4
+    c.rl.filter_reward_std = 0.0  # Train on whatever signal a random policy finds.
+    c.rl.format_filter = "off"
+    c.rl.seq_buckets = (512, 1024, 1536, 2048)
+    c.checkpoint.every_steps = 2
+    # Half the mock domain's 10 tasks are held out (data/splits.py): evaluated, never
+    # trained on.
+    c.data.eval_fraction = 0.5
+    c.eval.num_tasks = 10  # Every held-out task.
+    c.eval.num_trials = 2  # pass^1 and pass^2.
+    c.eval.temperature = 1.0  # Trials differ only by sampling.
+    c.eval.baselines = ""  # The QA routers' plans do not apply to conversations.
+    c.log.tensorboard = False
+    return c
+
+
 def _qwen3_0p6b(c):
     c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-0.6B"  # Set with --config.model.hf_path.
@@ -484,6 +568,11 @@ def _qwen3_8b(c):
     c.num_steps = 1000
     c.checkpoint.every_steps = 25
     c.eval.every_steps = 50
+    # A ToolScale mixture (the paper's τ² training data) beside the QA sources:
+    #   --config.env.name=routed --config.env.members=qa,tau2
+    #   --config.data.sources=<QA sources>,toolscale:1 --config.data.paths.toolscale=<file>
+    # τ² episodes then talk to tau2's user simulator (env.tau2.user_*: gpt-5 at
+    # OpenAI by default) within tau2's step budget (env.tau2.max_steps).
     return c
 
 
@@ -493,6 +582,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
         "demo": _demo,
         "micro": _micro,
         "live_tiny": _live_tiny,
+        "tau2_demo": _tau2_demo,
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,
     }

@@ -21,6 +21,9 @@ class EpisodeSpec:
     `tools` maps tool name -> `Tool`; a sequence of tools is accepted and keyed
     by their names. `state` is the environment's per-episode state
     (`Environment.reset(task)`), handed to the tools in `ToolContext.state`.
+    `other_party` is the other side of the conversation
+    (`Environment.other_party(task)`, an `agent.conversation.OtherParty`), or
+    None for episodes between the policy and its tools only.
     """
 
     task: Any  # envs.base.Task
@@ -29,11 +32,21 @@ class EpisodeSpec:
     group_index: int = 0
     seed: int = 0
     state: Any = None
+    other_party: Any = None
 
     def __post_init__(self):
         if not isinstance(self.tools, Mapping):
             tools = cast(Sequence[Any], self.tools)
             object.__setattr__(self, "tools", {tool.name: tool for tool in tools})
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The schemas the policy is shown: the tools the environment offers beyond
+        the tool configuration's (e.g. a τ² domain's tools) with their own schemas,
+        then the configuration's (meta-tools with their price tables)."""
+        configured = list(self.tool_config.tool_schemas())
+        names = {schema["function"]["name"] for schema in configured}
+        extra = [tool.schema() for name, tool in self.tools.items() if name not in names]
+        return extra + configured
 
 
 def derive_seed(*parts: int) -> int:
@@ -56,14 +69,16 @@ def make_group_specs(
     backends: Any = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
     reset: Callable[[Any], Any] | None = None,
+    other_party: Callable[[Any], Any] | None = None,
 ) -> list[EpisodeSpec]:
     """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
 
     `tool_configs[i]` belongs to `tasks[i]`; its tools are `tools[i]` when given,
     else `make_tools(tool_configs[i], backends)`. The G episodes of a task share
     its tools (tools keep per-episode state in their `ToolContext`); `reset(task)`,
-    when given, makes each episode's own `state` (`Environment.reset`). Episode
-    (i, g) gets seed derive_seed(seed, i, g).
+    when given, makes each episode's own `state` (`Environment.reset`), and
+    `other_party(task)` the other side of its conversation
+    (`Environment.other_party`). Episode (i, g) gets seed derive_seed(seed, i, g).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -85,6 +100,7 @@ def make_group_specs(
             group_index=g,
             seed=derive_seed(seed, i, g),
             state=None if reset is None else reset(task),
+            other_party=None if other_party is None else other_party(task),
         )
         for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
         for g in range(group_size)

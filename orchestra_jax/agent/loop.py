@@ -17,8 +17,15 @@ template is append-only (thinking on, raw assistant text, canonical non-empty
 
 Stops: `answer` ("answer"), the turn limit ("max_turns"), the context budget
 ("context"), a turn without a call when `stop_on_no_tool_call` ("no_tool_call"),
-an engine failure ("error"). A turn without a valid call otherwise gets an error
-observation and the episode goes on. The sequence ends right after the last
+an engine or other-party failure ("error"), the other party ending the
+conversation ("conversation", its reason in `metadata["conversation_end"]`). A
+turn without a valid call otherwise gets an error observation and the episode
+goes on.
+
+Conversations: where the episode has another party (`EpisodeSpec.other_party`,
+e.g. a simulated user; `agent/conversation.py`), the prompt is the party's
+opening, a turn without a `<tool_call>` is a message to the party, and the
+party's answer is appended as a user turn (`user_message_segment`, mask 0). The sequence ends right after the last
 sampled token (observations are appended only when another turn follows) and
 never exceeds `max_context_tokens`; a prompt longer than that gives a turnless
 "context" episode.
@@ -44,9 +51,16 @@ from typing import Any, cast
 
 from orchestra_jax.agent import tool_runner
 from orchestra_jax.agent.batcher import GenerationBatcher
+from orchestra_jax.agent.conversation import (
+    PolicyTurn,
+    add_usage,
+    check_opening,
+    message_text,
+    party_message,
+)
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
 from orchestra_jax.agent.trajectory import Trajectory, Turn
-from orchestra_jax.chat.template import render, tool_response_segment
+from orchestra_jax.chat.template import render, tool_response_segment, user_message_segment
 from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
 from orchestra_jax.tools.base import ToolContext
@@ -116,31 +130,63 @@ def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
     ]
 
 
-def render_prompt(spec: EpisodeSpec, tokenizer: Any, *, enable_thinking: bool) -> list[int]:
-    """The prompt ids: the initial messages with the config's tool schemas, ready to answer."""
+def render_prompt(
+    spec: EpisodeSpec,
+    tokenizer: Any,
+    *,
+    enable_thinking: bool,
+    messages: list[dict[str, Any]] | None = None,
+) -> list[int]:
+    """The prompt ids: `messages` (default: the initial messages) with the episode's
+    tool schemas, ready to answer."""
     return tokenizer.encode(
         render(
-            initial_messages(spec),
-            tools=spec.tool_config.tool_schemas(),
+            initial_messages(spec) if messages is None else messages,
+            tools=spec.tool_schemas(),
             add_generation_prompt=True,
             enable_thinking=enable_thinking,
         )
     )
 
 
+def conversation_messages(spec: EpisodeSpec, opening: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """System prompt and the other party's opening. An opening that starts with a
+    system message (the conversation's instructions, e.g. a domain policy) puts it
+    in place of the tool configuration's default head, before its preferences."""
+    if opening and opening[0].get("role") == "system":
+        system = spec.tool_config.system_prompt(head=opening[0]["content"])
+        opening = opening[1:]
+    else:
+        system = spec.tool_config.system_prompt()
+    return [{"role": "system", "content": system}, *opening]
+
+
 class _Episode:
     """One episode's state; `run` drives it turn by turn."""
 
     def __init__(
-        self, spec: EpisodeSpec, prompt_ids: list[int], tokenizer: Any, limits: LoopLimits
+        self,
+        spec: EpisodeSpec,
+        prompt_ids: list[int] | None,
+        tokenizer: Any,
+        limits: LoopLimits,
     ):
         self.spec, self.tokenizer, self.limits = spec, tokenizer, limits
         self.config = spec.tool_config
-        self.schemas = self.config.tool_schemas()
-        features = self.config.feature_names()
+        self.schemas = spec.tool_schemas()
+        self.party = spec.other_party
+        self.party_usage: dict[str, float] = {}
         self.ctx = ToolContext(
             task=spec.task, messages=initial_messages(spec), seed=spec.seed, state=spec.state
         )
+        self.traj: Trajectory = None  # type: ignore[assignment]  # set by _begin
+        if prompt_ids is not None:
+            self._begin(prompt_ids)
+
+    def _begin(self, prompt_ids: list[int]) -> None:
+        """The trajectory starts with the prompt (mask 0)."""
+        spec, limits = self.spec, self.limits
+        features = self.config.feature_names()
         self.traj = Trajectory(
             task_id=spec.task.id,
             group_index=spec.group_index,
@@ -184,7 +230,7 @@ class _Episode:
         turn = Turn(
             text=self.tokenizer.decode(completion.output_ids),
             num_generated_tokens=n,
-            finish_reason=completion.finish_reason,
+            finish_reason=completion.finish_reason or "abort",  # None is refused in run()
             prompt_tokens=prompt_tokens,
             generation_latency_s=latency,
         )
@@ -207,8 +253,9 @@ class _Episode:
             timeout_s=self.limits.tool_timeout_s,
             charge_failure_time=self.limits.charge_tool_failure_time,
         )
-        # Valid format: at least one call, each parsed and naming an offered tool.
-        turn.format_valid = bool(calls) and all(
+        # Valid format: at least one call (or, in a conversation, none: a message
+        # to the other party), each parsed and naming an offered tool.
+        turn.format_valid = (bool(calls) or self.party is not None) and all(
             isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls
         )
         self.traj.format_valid &= turn.format_valid
@@ -220,10 +267,17 @@ class _Episode:
         self.traj.latency_s += turn.tool_latency_s
         return final_answer
 
-    def _observe(self, turn: Turn, closed: bool) -> bool:
-        """Append the turn's observation (masked); False when it would leave no room to answer."""
-        texts = [r.text for r in turn.tool_results] or [tool_runner.NO_TOOL_CALL_MESSAGE]
-        segment = tool_response_segment(texts, enable_thinking=self.limits.enable_thinking)
+    def _observe(self, turn: Turn, closed: bool, said: str | None = None) -> bool:
+        """Append the turn's observation (masked): the other party's message `said`, or
+        the tool results; False when it would leave no room to answer."""
+        thinking = self.limits.enable_thinking
+        if said is not None:
+            segment = user_message_segment(said, enable_thinking=thinking)
+            messages = [{"role": "user", "content": said}]
+        else:
+            texts = [r.text for r in turn.tool_results] or [tool_runner.NO_TOOL_CALL_MESSAGE]
+            segment = tool_response_segment(texts, enable_thinking=thinking)
+            messages = [{"role": "tool", "content": text} for text in texts]
         # A turn cut by the token budget has no <|im_end|>: close it (masked, not sampled).
         prefix = "" if closed else IM_END
         ids = ([] if closed else [self.tokenizer.im_end_id]) + self.tokenizer.encode(segment)
@@ -231,8 +285,57 @@ class _Episode:
             return False
         self._append(ids, None)
         turn.observation, turn.num_observation_tokens = prefix + segment, len(ids)
-        self.ctx.messages.extend({"role": "tool", "content": text} for text in texts)
+        self.ctx.messages.extend(messages)
         return True
+
+    async def _open(self) -> bool:
+        """Starts a conversation: the other party's opening becomes the prompt.
+        False when the conversation ended, or the party failed, before the first turn."""
+        try:
+            reply = await self.party.open(self.spec.state)
+            check_opening(reply)
+        except Exception as e:  # a failing party ends this episode, reported, not the run
+            self._begin(self._prompt(conversation_messages(self.spec, [])))
+            self._finish("error", f"other party failed to open: {type(e).__name__}: {e}")
+            return False
+        add_usage(self.party_usage, reply)
+        self.ctx.messages = conversation_messages(self.spec, list(reply.messages))
+        self._begin(self._prompt(self.ctx.messages))
+        if reply.end is not None:
+            self._end_conversation(reply.end)
+            return False
+        return True
+
+    def _prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        return render_prompt(
+            self.spec,
+            self.tokenizer,
+            enable_thinking=self.limits.enable_thinking,
+            messages=messages,
+        )
+
+    async def _converse(self, turn: Turn) -> tuple[bool, str | None]:
+        """Tells the other party about the turn; returns (conversation over, its message)."""
+        said_to_party = PolicyTurn(message_text(turn.text), turn.tool_calls)
+        try:
+            reply = await self.party.respond(self.spec.state, said_to_party)
+            said = party_message(reply)
+            if reply.end is None and said_to_party.is_message and said is None:
+                raise ValueError("the other party did not answer a message")
+            if said is not None and not said_to_party.is_message:
+                raise ValueError("the other party spoke after a turn of tool calls")
+        except Exception as e:  # a failing party ends this episode, reported, not the run
+            self._finish("error", f"other party failed: {type(e).__name__}: {e}")
+            return True, None
+        add_usage(self.party_usage, reply)
+        if reply.end is not None:
+            self._end_conversation(reply.end)
+            return True, None
+        return False, said
+
+    def _end_conversation(self, reason: str) -> None:
+        self._finish("conversation")
+        self.traj.metadata["conversation_end"] = reason
 
     def _finish(self, reason: str, error: str | None = None) -> None:
         self.traj.finish_reason = reason
@@ -241,6 +344,8 @@ class _Episode:
 
     async def run(self, batcher: GenerationBatcher, sampling: SamplingParams) -> Trajectory:
         start = time.perf_counter()
+        if self.party is not None and not await self._open():
+            return self._done(start)
         for turn_index in range(self.limits.max_turns):
             room = self.limits.max_context_tokens - len(self.traj.token_ids)
             if room < 1:
@@ -249,6 +354,8 @@ class _Episode:
             request = self._request(turn_index, sampling, room)
             try:
                 completion = await batcher.generate(request)
+                if completion.finish_reason is None:  # a stream's partial completion
+                    raise RuntimeError("engine returned an unfinished completion")
                 if len(completion.output_ids) > request.sampling.max_new_tokens:
                     raise RuntimeError(
                         f"engine returned {len(completion.output_ids)} tokens, "
@@ -267,16 +374,26 @@ class _Episode:
                 self.traj.final_answer = final_answer
                 self._finish("answer")
                 break
-            if not turn.tool_calls and self.limits.stop_on_no_tool_call:
+            said = None
+            if self.party is not None:
+                over, said = await self._converse(turn)
+                if over:
+                    break
+            elif not turn.tool_calls and self.limits.stop_on_no_tool_call:
                 self._finish("no_tool_call")
                 break
             if turn_index + 1 == self.limits.max_turns:
                 break  # "max_turns": no observation, nothing would read it
-            if not self._observe(turn, closed):
+            if not self._observe(turn, closed, said):
                 self._finish("context")
                 break
+        return self._done(start)
+
+    def _done(self, start: float) -> Trajectory:
         self.traj.cost_usd = self.traj.tool_cost_usd + self.traj.orchestrator_cost_usd
         self.traj.metadata["wall_s"] = time.perf_counter() - start
+        if self.party_usage:  # the party's spending, apart from the policy's
+            self.traj.metadata["other_party"] = dict(self.party_usage)
         return self.traj
 
 
@@ -309,6 +426,9 @@ async def run_episodes(
     prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)
     episodes = []
     for spec in specs:
+        if spec.other_party is not None:  # the prompt is the party's opening
+            episodes.append(_Episode(spec, None, tokenizer, limits))
+            continue
         key = (id(spec.tool_config), spec.task.id)
         if key not in prompts:
             prompts[key] = render_prompt(spec, tokenizer, enable_thinking=limits.enable_thinking)

@@ -19,7 +19,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error")
+# "conversation": the other party ended it (`metadata["conversation_end"]` says why).
+FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error", "conversation")
 
 
 @dataclasses.dataclass

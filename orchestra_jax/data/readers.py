@@ -3,10 +3,10 @@
 `read_tasks(kind, path, **options) -> (tasks, report)` is the one entry point.
 Kinds:
 
-- `"toolscale"`: tau2-bench task schema (HF `nvidia/ToolScale`, parquet or
-  jsonl). Question = the user scenario's instructions rendered as text; answer =
-  the `evaluation_criteria` object as canonical JSON (sorted keys); graded by a
-  judge (`answer_type="judge"`).
+- `"tau2"`: τ²-bench tasks from a tau2 domain folder (option `split`) or a
+  file of tau2 task rows; `"toolscale"`: the same reader for ToolScale rows
+  (HF `nvidia/ToolScale`, tau2's task schema). The tasks are played and graded
+  by the "tau2" environment (`data/tau2_tasks.py`, `envs/tau2_env.py`).
 - `"generalthought"`: GeneralThought-style QA (`question`, `reference_answer`
   or `answer`, optional `question_id`, `task`, `question_source`,
   `model_answer`); rows without a gold answer are skipped.
@@ -26,12 +26,13 @@ first few reasons kept; it never stops the read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 from collections.abc import Callable
 
 from orchestra_jax.data.rows import MalformedRow, ReadReport, RowError, iter_rows, text_field
-from orchestra_jax.data.toolscale import toolscale_task
+from orchestra_jax.data.tau2_tasks import read_tau2_tasks
 from orchestra_jax.envs.base import ANSWER_TYPES, Task
 from orchestra_jax.registry import Registry
 
@@ -231,7 +232,8 @@ def _jsonl(
 # `data.sources` names: a reader is `(path, *, limit=None, **options) -> (tasks,
 # ReadReport)` ("synthetic" takes no path); "package.module:reader" names one's own.
 READERS: Registry[Callable[..., tuple[list[Task], ReadReport]]] = Registry("task source")
-READERS.register("toolscale", _file_reader(toolscale_task))
+READERS.register("tau2", read_tau2_tasks)
+READERS.register("toolscale", functools.partial(read_tau2_tasks, source="toolscale"))
 READERS.register("generalthought", _file_reader(generalthought_task))
 READERS.register("hle", _file_reader(hle_task))
 READERS.register("frames", _file_reader(frames_task))
@@ -247,7 +249,7 @@ def read_tasks(
     File kinds need `path`; `"synthetic"` takes `seed`, `split`, `n` instead.
     Options per kind: `limit` (all file kinds), `answer_type` (generalthought,
     frames, hle), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
-    (jsonl: `FieldMap` or its kwargs).
+    (jsonl: `FieldMap` or its kwargs), `domain` and `split` (tau2, toolscale).
     """
     reader = READERS.get(kind)
     if kind == "synthetic":

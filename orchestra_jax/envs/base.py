@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
-ANSWER_TYPES = ("exact", "numeric", "math", "judge")
+ANSWER_TYPES = ("exact", "numeric", "math", "judge", "environment")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,8 @@ class Task:
       answer: the gold answer as a string.
       answer_type: how the answer is checked: "exact" (normalised string match),
         "numeric" (numbers compared with a tolerance), "math" (math-verify
-        equivalence) or "judge" (an LLM judge).
+        equivalence), "judge" (an LLM judge) or "environment" (the task's
+        environment grades the whole episode, e.g. τ²-bench's evaluator).
       domain: a short name for the kind of task ("arithmetic", "entity_fact", …);
         simulated experts look their skill up by it and metrics group by it.
       metadata: free-form extras. Keys the tools room reads:

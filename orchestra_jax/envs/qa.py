@@ -132,8 +132,15 @@ class QAEnvironment:
         )
 
     def tools(
-        self, tool_config: ToolConfig, *, seed: int = 0, sleep_scale: float = 0.0
+        self,
+        tool_config: ToolConfig,
+        *,
+        task: Task | None = None,
+        seed: int = 0,
+        sleep_scale: float = 0.0,
     ) -> dict[str, Tool]:
+        """The tools `tool_config` enables (the same for every task)."""
+        del task
         return make_tools(tool_config, self.build_backends(seed=seed, sleep_scale=sleep_scale))
 
     def tool_config_sampler(
@@ -161,9 +168,16 @@ class QAEnvironment:
         del task
 
     async def grade(
-        self, task: Task, final_answer: str | None, *, judge: Judge | None = None
+        self,
+        task: Task,
+        final_answer: str | None,
+        *,
+        judge: Judge | None = None,
+        state: Any = None,
     ) -> JudgeVerdict:
-        """By the task's answer type: rule-based, or exact match then the LLM judge."""
+        """By the task's answer type: rule-based, or exact match then the LLM judge
+        (no episode state: only the final answer counts)."""
+        del state
         return await grade(final_answer, task, judge=judge)
 
 

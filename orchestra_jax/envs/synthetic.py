@@ -211,9 +211,16 @@ class SyntheticOrchestrationEnv:
         )
 
     def tools(
-        self, tool_config: ToolConfig, *, seed: int = 0, sleep_scale: float = 0.0
+        self,
+        tool_config: ToolConfig,
+        *,
+        task: Task | None = None,
+        seed: int = 0,
+        sleep_scale: float = 0.0,
     ) -> dict[str, Tool]:
-        """The tools `tool_config` enables, on this env's offline backends."""
+        """The tools `tool_config` enables, on this env's offline backends (the same
+        for every task)."""
+        del task
         return make_tools(
             tool_config, self.build_backends(tool_config, seed=seed, sleep_scale=sleep_scale)
         )
@@ -229,9 +236,16 @@ class SyntheticOrchestrationEnv:
         del task
 
     async def grade(
-        self, task: Task, final_answer: str | None, *, judge: Judge | None = None
+        self,
+        task: Task,
+        final_answer: str | None,
+        *,
+        judge: Judge | None = None,
+        state: Any = None,
     ) -> JudgeVerdict:
-        """Rule-based grading by the task's answer type (`rewards/judge.grade`)."""
+        """Rule-based grading of the final answer by the task's answer type
+        (`rewards/judge.grade`); the world keeps no episode state."""
+        del state
         return await grade(final_answer, task, judge=judge)
 
     # --- tool configurations -------------------------------------------------------

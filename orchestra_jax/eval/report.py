@@ -3,7 +3,8 @@
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
 `eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
 tool mix; accuracy, cost and tool mix per task domain and per benchmark
-category; the rows each data source read, skipped and held out) and `eval_pareto.png`
+category; the rows each data source read, skipped and held out; pass^k per
+domain where policies played several trials per task) and `eval_pareto.png`
 (accuracy against mean cost, one point per policy, the non-dominated ones
 joined). A policy is dominated when another is at least as accurate and at
 most as expensive, and strictly better in one.
@@ -69,7 +70,34 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
         + _group_table(summaries, "by_domain", "domain", min_groups=2)
         + _group_table(summaries, "by_category", "category", min_groups=1)
         + _data_table(summaries)
+        + _pass_k_table(summaries)
     )
+
+
+def _pass_k_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """pass^1 .. pass^k per domain and policy, with mean cost and latency per episode
+    (policies evaluated over several trials per task, e.g. τ²)."""
+    if not any(s.get("trials", 1) > 1 for s in summaries):
+        return ""
+    lines = [
+        "",
+        "pass^k over trials per task (mean cost in USD and latency in s per episode; "
+        "the simulated user's spending is apart and not included):",
+        "",
+        "| policy | domain | pass^k (k = 1, 2, ...) | mean cost | mean latency |",
+        "|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        domains = s.get("by_domain", {})
+        for domain, values in s.get("pass_k", {}).items():
+            row = s if domain == "all" else domains.get(domain, {})
+            passes = ", ".join(f"{v:.3f}" for v in values.values())
+            lines.append(
+                f"| {s['policy']} | {domain} | {passes} "
+                f"| {_fmt(row.get('mean_cost_usd'), '.5f')} "
+                f"| {_fmt(row.get('mean_latency_s'), '.1f')} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def _group_table(

@@ -15,6 +15,16 @@ so routers are graded, priced and logged exactly like a trained policy.
   direct_strongest   answer at once with the strongest answer model
   random             1 to 3 steps, uniformly random tools and aliases, then answer
 
+For conversations (τ²), where an episode ends when the user stops, not at
+`answer`, the relay routers hand every turn to one expert: they call
+`ask_expert` with the chosen alias, then say exactly what the expert advised
+(a tool call, or a message to the customer), and again, turn after turn. A
+plan ending in the `RELAY` step repeats from its start.
+
+  expert_strongest   ask_expert with the priciest expert, relay its advice
+  expert_cheapest    the same with the cheapest expert
+  expert_random      the same with one expert drawn per episode
+
 A name joined with "+" is a mixture: each episode follows one of the named
 routers, drawn uniformly (seeded), e.g. "always_cheapest+direct_strongest+random".
 
@@ -98,6 +108,28 @@ def _random(config, rng) -> Plan:
     return steps
 
 
+# The step that says what the last tool returned (the expert's advice); a plan
+# ending with it is played in a loop.
+RELAY = "<relay>"
+RELAY_TOOL = "ask_expert"
+
+
+def _relay(pick: Callable | None) -> Callable[[Any, np.random.Generator], Plan]:
+    def plan(config, rng):
+        if pick is None:
+            return [(RELAY_TOOL, _random_alias(config, RELAY_TOOL, rng)), (RELAY, "")]
+        return [(RELAY_TOOL, _by_price(config, RELAY_TOOL, pick)), (RELAY, "")]
+
+    return plan
+
+
+def last_tool_response(text: str) -> str:
+    """The content of the last `<tool_response>` block in `text` ("" without one)."""
+    if "<tool_response>\n" not in text:
+        return ""
+    return text.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]
+
+
 # A router is `(tool_config, rng) -> Plan`; "package.module:plan_fn" names one's own.
 ROUTERS: Registry[Callable[[Any, np.random.Generator], Plan]] = Registry("router")
 ROUTERS.register("always_strongest", _fixed_plan(max))
@@ -106,6 +138,11 @@ ROUTERS.register("random_models", _random_models)
 ROUTERS.register("random_answer", _random_answer)
 ROUTERS.register("direct_strongest", _direct_strongest)
 ROUTERS.register("random", _random)
+ROUTERS.register("expert_strongest", _relay(max))
+ROUTERS.register("expert_cheapest", _relay(min))
+ROUTERS.register("expert_random", _relay(None))
+# The routers for conversations (their tool configurations offer `ask_expert`).
+CONVERSATION_ROUTERS = ("expert_strongest", "expert_cheapest", "expert_random")
 
 
 MIXTURE_SEPARATOR = "+"
@@ -177,11 +214,16 @@ class RouterEngine(ScriptedEngine):
         return self._plans[key]
 
     def _next_call(self, input_ids: Sequence[int], request: GenerateRequest) -> list[int]:
-        del input_ids
         if request.request_id is None:
             raise ValueError("RouterEngine needs request ids '<task>/<group>/<turn>'")
         task_id, group, turn = parse_request_id(request.request_id)
         plan = self.plan_for(task_id, group)
-        tool, alias = plan[min(turn, len(plan) - 1)]
-        text = tool_call_text(tool, {"model": alias})
+        if plan and plan[-1][0] == RELAY:
+            tool, alias = plan[turn % len(plan)]
+        else:
+            tool, alias = plan[min(turn, len(plan) - 1)]
+        if tool == RELAY:
+            text = last_tool_response(self.tokenizer.decode(input_ids)) or "..."
+        else:
+            text = tool_call_text(tool, {"model": alias})
         return self.tokenizer.encode(text) + [self.tokenizer.im_end_id]

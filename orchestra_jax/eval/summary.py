@@ -14,9 +14,9 @@ the most preferred tool; -1: every call went to a tool the user asked to avoid.
 The policy's `preference_score` is the mean over scored episodes (None when no
 episode states a tool preference).
 
-`by_domain` repeats accuracy, cost and backend mix per task domain (the task's
-`metadata["domain"]`): whether a policy's choice of model depends on the
-question shows there, not in the pooled mix. `by_category` does the same per
+`by_domain` repeats accuracy, cost, latency and backend mix per task domain
+(the task's `metadata["domain"]`): whether a policy's choice of model depends on
+the question shows there, not in the pooled mix. `by_category` does the same per
 benchmark category (HLE's `category`), where the caller gives the tasks'
 categories. `tool_errors` / `expert_errors` count failed calls per episode
 (an expert error: the endpoint failed after its retries).
@@ -67,9 +67,10 @@ def _groups(
     key: Callable[[Any], str | None],
     correct: np.ndarray,
     cost: np.ndarray,
+    latency: np.ndarray,
     tool_configs: Mapping[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """Accuracy, mean cost and backend mix per value of `key` (None: left out)."""
+    """Accuracy, mean cost, mean latency and backend mix per value of `key` (None: left out)."""
     groups: dict[str, list[int]] = collections.defaultdict(list)
     for i, t in enumerate(trajectories):
         value = key(t)
@@ -80,6 +81,7 @@ def _groups(
             "num_episodes": len(idx),
             "accuracy": float(correct[idx].mean()),
             "mean_cost_usd": float(cost[idx].mean()),
+            "mean_latency_s": float(latency[idx].mean()),
             "backend_mix": backend_mix([trajectories[i] for i in idx], tool_configs),
         }
         for g, idx in sorted(groups.items())
@@ -143,11 +145,17 @@ def summarize(
             lambda t: str(t.metadata.get("domain", "all")),
             correct,
             cost,
+            latency,
             tool_configs or {},
         ),
     }
     if categories is not None:
         out["by_category"] = _groups(
-            trajectories, lambda t: categories.get(t.task_id), correct, cost, tool_configs or {}
+            trajectories,
+            lambda t: categories.get(t.task_id),
+            correct,
+            cost,
+            latency,
+            tool_configs or {},
         )
     return out

@@ -69,13 +69,18 @@ class JudgeError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class JudgeVerdict:
-    """A judge's decision and what it cost (zero when served from the cache)."""
+    """A judge's decision and what it cost (zero when served from the cache).
+
+    `info`: what a grader reports beyond the decision (e.g. τ²-bench's reward
+    and its breakdown), kept in the trajectory's `metadata["grade"]`.
+    """
 
     correct: bool
     cost_usd: float = 0.0
     latency_s: float = 0.0
     cached: bool = False
     parse_failed: bool = False
+    info: dict[str, Any] | None = None
 
 
 @runtime_checkable

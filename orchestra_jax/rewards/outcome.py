@@ -8,7 +8,9 @@ Answer types (`envs/base.Task.answer_type`):
             tolerance (commas, `$`, `%` ignored);
   "math"    symbolic equivalence through `math-verify` (falls back to "numeric"
             and then "exact" when math-verify parses nothing);
-  "judge"   free-form answers graded by an LLM judge (`rewards/judge.py`).
+  "judge"   free-form answers graded by an LLM judge (`rewards/judge.py`);
+  "environment"  the task's environment grades the whole episode (τ²-bench):
+            no answer check applies, so asking here is an error.
 An empty answer, or one longer than `MAX_ANSWER_WORDS` words, is always wrong.
 """
 
@@ -143,6 +145,11 @@ def is_correct(prediction: str | None, task: GradableTask) -> bool:
     answer_type = task.answer_type
     if answer_type not in ANSWER_TYPES:
         raise ValueError(f"unknown answer_type {answer_type!r}; expected one of {ANSWER_TYPES}")
+    if answer_type == "environment":
+        raise ValueError(
+            f"task {getattr(task, 'id', '?')!r} is graded by its environment (answer_type "
+            "'environment'), not by its answer: play it in that environment (task.metadata['env'])"
+        )
     if prediction is None or not is_valid_answer(prediction):
         return False
     if answer_type == "exact":

@@ -160,10 +160,11 @@ class ToolConfig:
                 out.append(function_tools.plain_tool_schema(tool))
         return out
 
-    def system_prompt(self) -> str:
-        """The system prompt: the orchestrator's role and the user's preferences."""
+    def system_prompt(self, head: str = SYSTEM_PROMPT_HEAD) -> str:
+        """The system prompt: the orchestrator's role (`head`; a conversation's
+        environment gives its own, e.g. a τ² domain policy) and the user's preferences."""
         wording = self.preference_text or descriptions.preference_wording(self.preference)
-        return f"{SYSTEM_PROMPT_HEAD}\n\n{wording}"
+        return f"{head}\n\n{wording}"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

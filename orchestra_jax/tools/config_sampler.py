@@ -152,8 +152,9 @@ class ToolConfigSampler:
             pref["cost"] = pref["latency"] = 0.0
         if rng.random() < r.tool_preference_probability:
             tool_features = config.feature_names()[len(config_lib.BASE_FEATURES) :]
-            feature = tool_features[int(rng.integers(len(tool_features)))]
-            pref[feature] = round(float(rng.uniform(*r.tool_weight)), 2)
+            if tool_features:  # a configuration without tools has none to prefer
+                feature = tool_features[int(rng.integers(len(tool_features)))]
+                pref[feature] = round(float(rng.uniform(*r.tool_weight)), 2)
         return pref
 
 

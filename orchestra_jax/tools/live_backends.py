@@ -137,10 +137,20 @@ def make_retriever(kind: str, index_path: str = "", *, min_docs: int = 3) -> Ret
     return FallbackRetriever(index, TavilyRetriever(), min_docs=min_docs)
 
 
+# Readers whose tasks name the environment that plays them (`metadata["env"]`); the
+# tasks of every other file source go to the run's (default) environment.
+SELF_ROUTED_SOURCES = ("tau2", "toolscale")
+KNOWN_ENVS = ("synthetic", "qa", "tau2")
+
+
 def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[str]:
     """One message per problem of tools.backends, tools.catalogue, tools.search* in an
     experiment config: what serves each tool, and that no simulated expert (which
-    reads the gold answer) meets the data of `file_sources` (non-synthetic)."""
+    reads the gold answer) meets the tasks of `file_sources` (non-synthetic data):
+    neither the simulated experts of "offline" tools nor the synthetic world, where
+    it is the environment that plays those tasks (`env.name`, or a routed run's
+    default, first member)."""
+    from orchestra_jax.envs.routing import member_names
     from orchestra_jax.tools.catalogue import (
         CatalogueError,
         check_roles_cover,
@@ -158,26 +168,34 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
     errors = []
     offline = tools_of_kind(kinds, "offline")
     live = tools_of_kind(kinds, "live")
-    real_data = list(file_sources)
-    if offline and real_data:
-        errors.append(
-            f"tools.backends: the simulated experts of {offline} read the gold answer and "
-            f"may serve synthetic data only, but data.sources has {real_data}: set "
-            "tools.backends='live' (env.name='qa')"
+    played = member_names(config) if config.env.name == "routed" else [config.env.name]
+    default = played[0] if played else config.env.name
+    real_data = [s for s in file_sources if s not in SELF_ROUTED_SOURCES]
+    if real_data and (offline or default == "synthetic"):
+        experts = (
+            f"the simulated experts of {offline}"
+            if offline
+            else f"the synthetic world (env {default!r}, which plays those tasks)"
         )
-    if config.env.name == "synthetic":
+        errors.append(
+            f"tools.backends: {experts} read the gold answer and may serve synthetic "
+            f"data only, but data.sources has {real_data}: set tools.backends='live' "
+            "(env.name='qa')"
+        )
+    if "qa" not in played and set(played) <= set(KNOWN_ENVS):
+        # No environment here reads tools.backends or tools.search: say so, not ignore it.
         if live:
             errors.append(
-                f"tools.backends: env.name='synthetic' runs its simulated experts only; "
-                f"{live} live needs env.name='qa'"
+                f"tools.backends: {live} live needs env.name='qa' (or 'qa' among "
+                f"env.members); {played} run their own experts"
             )
         if t.search != "index" or t.search_index:
             errors.append(
-                "tools.search / tools.search_index: env.name='synthetic' searches its own "
-                "corpus; other search backends need env.name='qa'"
+                "tools.search / tools.search_index: only env.name='qa' reads them; the "
+                "synthetic world searches its own corpus"
             )
         return errors
-    if config.env.name != "qa":  # an environment of one's own reads what it needs
+    if "qa" not in played:  # an environment of one's own reads what it needs
         return errors
     if live:
         try:

@@ -79,16 +79,9 @@ class MetaTool:
             return error_result(
                 f"{self.name}: no backend {spec.backend!r} for {alias}", tool=self.name, model=alias
             )
-        messages = prompts.role_messages(
-            self.role,
-            ctx.task.question,
-            ctx.documents,
-            ctx.notes,
-            conversation_context(ctx.messages),
-        )
         try:
             reply = await expert.complete(
-                messages,
+                self.expert_messages(ctx),
                 max_tokens=self.backends.expert_max_tokens,
                 temperature=self.backends.expert_temperature,
                 ctx=ctx,
@@ -117,6 +110,17 @@ class MetaTool:
                 latency_s=reply.latency_s,
                 metadata=meta,
             )
+
+    def expert_messages(self, ctx: ToolContext) -> list[dict[str, Any]]:
+        """What the expert reads: its role prompt, the task's question, the documents
+        and intermediate results so far, and the orchestrator's own words."""
+        return prompts.role_messages(
+            self.role,
+            ctx.task.question,
+            ctx.documents,
+            ctx.notes,
+            conversation_context(ctx.messages),
+        )
 
     async def finish(
         self, reply: ExpertReply, ctx: ToolContext, cost: float, meta: dict[str, Any]

@@ -309,7 +309,7 @@ def _path_key(source: str) -> str:
 
 # Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
 # the reference grades it: exact match, then the judge).
-JUDGED_SOURCES = ("frames", "generalthought", "toolscale", "hle")
+JUDGED_SOURCES = ("frames", "generalthought", "hle")
 
 
 def check_data(config: Any) -> list[str]:
@@ -397,6 +397,7 @@ def check_env(config: Any) -> list[str]:
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
+    errors += _check_env_members(config)
     errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     try:
         enabled_tools(config.tools.enabled)
@@ -430,6 +431,27 @@ def check_env(config: Any) -> list[str]:
         allow_zero=True,
     )
     return errors + backend_config_problems(config, file_sources(config))
+
+
+def _check_env_members(config: Any) -> list[str]:
+    """env.members of a routed environment, and env.tau2 where τ² tasks are played."""
+    from orchestra_jax.envs.routing import member_names
+
+    names = [config.env.name]
+    errors = []
+    if config.env.name == "routed":
+        names = member_names(config)
+        if not names:
+            errors.append(
+                "env.members: env.name='routed' needs environments, e.g. 'synthetic,tau2'"
+            )
+        for name in names:
+            errors += _choice("env.members", name, ENVIRONMENTS)
+    if "tau2" in names:
+        from orchestra_jax.envs.tau2_env import config_problems
+
+        errors += config_problems(config)
+    return errors
 
 
 # --- reward ------------------------------------------------------------------------
@@ -653,20 +675,32 @@ def check_sft(config: Any) -> list[str]:
 
 def check_eval(config: Any) -> list[str]:
     """eval.*."""
-    from orchestra_jax.eval.routers import ROUTERS, is_router
+    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
 
     errors = _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
+    errors += _positive(config, "eval.num_trials")
     if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
         errors.append(
             "eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
             "the held-out reward and reward.type='utility')"
         )
+    conversations = config.env.name == "tau2"
     for name in split_list(config.eval.baselines):
         if not is_router(name):
             errors.append(
                 f"eval.baselines: unknown router {name!r}; known: {ROUTERS.names()} "
                 "or a '+' mixture of them"
             )
+        elif config.env.name in ("tau2", "synthetic") and conversations != all(
+            part in CONVERSATION_ROUTERS for part in name.split("+")
+        ):
+            errors.append(
+                f"eval.baselines: {name!r} does not play {config.env.name!r} episodes; "
+                + (f"τ² conversations take {CONVERSATION_ROUTERS}" if conversations else "")
+                + ("" if conversations else f"{CONVERSATION_ROUTERS} are for τ² conversations")
+            )
+    if conversations and split_list(config.eval.baselines) and not config.env.tau2.meta_tools:
+        errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
     return errors
 
 

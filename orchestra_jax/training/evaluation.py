@@ -4,7 +4,8 @@ Evaluation tasks each get a fixed `ToolConfig` the training sampler never
 produces (held-out prices, cycling over `env.eval_tool_configs()`) and a stated
 preference cycling over three kinds: cost-minded, latency-minded, and
 cost-minded with a tool preference, so the preference score has something to
-score. One episode per task.
+score. `trials` episodes per task (one by default; τ² reports pass^k over k
+trials, `eval/pass_k.py`).
 
 Held-out reward (absolute, comparable across policies, meaningful for one
 episode; the group-relative training reward is not):
@@ -13,7 +14,8 @@ episode; the group-relative training reward is not):
 
 An `Evaluator` holds the test (tasks, their configurations, the episodes' seed
 and sampling, the judge) and plays it with any engine; it writes
-`<workdir>/eval_<policy>.json` (see `eval.summary.summarize`; plus the read
+`<workdir>/eval_<policy>.json` (see `eval.summary.summarize`; plus pass^k per
+domain, what the other party of conversations spent, apart, and the read
 report of each data source, e.g. how many HLE image questions were skipped)
 and the episodes to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
 """
@@ -31,6 +33,7 @@ import numpy as np
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
+from orchestra_jax.eval.pass_k import pass_k_by_domain
 from orchestra_jax.eval.summary import summarize
 from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
@@ -58,8 +61,8 @@ def eval_tool_configs(
     for i, task in enumerate(tasks):
         config = base[i % len(base)]
         preference = dict(EVAL_PREFERENCES[i % len(EVAL_PREFERENCES)])
-        if preference.pop("tool", None):
-            tool_features = [f for f in config.feature_names() if f.startswith("tool:")]
+        tool_features = [f for f in config.feature_names() if f.startswith("tool:")]
+        if preference.pop("tool", None) and tool_features:  # none: nothing to prefer
             preference[tool_features[int(rng.integers(len(tool_features)))]] = 1.0
         out[task.id] = dataclasses.replace(config, preference=preference, preference_text=None)
     return out
@@ -84,11 +87,27 @@ def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) ->
     ).astype(np.float32)
 
 
+def other_party_spending(trajectories) -> dict[str, Any]:
+    """Mean per episode of what conversations' other party (a simulated user) spent,
+    kept apart from the policy's cost; empty where no episode had one."""
+    spent = [t.metadata["other_party"] for t in trajectories if "other_party" in t.metadata]
+    if not spent:
+        return {}
+    n = len(trajectories)
+    return {
+        "other_party_mean_cost_usd": sum(s.get("cost_usd", 0.0) for s in spent) / n,
+        "other_party_mean_tokens": sum(
+            s.get("prompt_tokens", 0) + s.get("completion_tokens", 0) for s in spent
+        )
+        / n,
+    }
+
+
 class Evaluator:
     """Held-out evaluation of any policy on one fixed test, built once per experiment.
 
-    The test is fixed at construction: `tasks` (one episode each), their held-out
-    `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling. Each
+    The test is fixed at construction: `tasks` (`trials` episodes each), their
+    held-out `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling. Each
     `evaluate(name, engine)` plays the test with that policy and writes
     `<workdir>/eval_<name>.json` and `<workdir>/trajectories/eval_<name>.jsonl`.
     """
@@ -104,10 +123,14 @@ class Evaluator:
         latency_scale: float,
         workdir: str,
         data_reports: Sequence[Mapping[str, Any]] = (),
+        trials: int = 1,
     ):
         missing = [t.id for t in tasks if t.id not in tool_configs]
         if missing:
             raise ValueError(f"no held-out tool configuration for tasks {missing[:5]}")
+        if trials < 1:
+            raise ValueError(f"trials must be >= 1, got {trials}")
+        self.trials = trials
         self.tasks, self.tool_configs = list(tasks), dict(tool_configs)
         self.data_reports = [dict(r) for r in data_reports]
         self.episodes, self.seed, self.workdir = episodes, seed, workdir
@@ -125,7 +148,7 @@ class Evaluator:
         default the evaluator's); `extra` fields are added to the summary."""
         workdir = workdir or self.workdir
         configs = [self.tool_configs[t.id] for t in self.tasks]
-        how = dataclasses.replace(self.episodes, engine=engine, group_size=1)
+        how = dataclasses.replace(self.episodes, engine=engine, group_size=self.trials)
         trajectories = await run_graded_episodes(self.tasks, configs, how, seed=self.seed)
         rewards = heldout_rewards(
             trajectories, cost_scale=self.cost_scale, latency_scale=self.latency_scale
@@ -147,6 +170,9 @@ class Evaluator:
                 f"- P_latency*latency/{self.latency_scale:g})"
             ),
             "data": self.data_reports,
+            "trials": self.trials,
+            "pass_k": pass_k_by_domain(trajectories),
+            **other_party_spending(trajectories),
             **(extra or {}),
         }
         os.makedirs(workdir, exist_ok=True)

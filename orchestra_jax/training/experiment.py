@@ -110,6 +110,7 @@ def build_evaluator(
         latency_scale=config.eval.latency_scale_s,
         workdir=grpo_loop.workdir_of(config),
         data_reports=reports,
+        trials=config.eval.num_trials,
     )
 
 

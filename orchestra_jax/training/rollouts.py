@@ -63,13 +63,22 @@ async def grade_all(
     env: Environment,
     *,
     judge: Judge | None = None,
+    states: Sequence[Any] | None = None,
 ) -> None:
-    """Sets `correct` on every trajectory: `env.grade` (concurrently, for LLM judges)."""
+    """Sets `correct` on every trajectory: `env.grade` (concurrently, for LLM judges),
+    given each episode's state (`states[i]` for trajectory i) where there is one.
+    A grader's report (`JudgeVerdict.info`) goes to `metadata["grade"]`."""
+    states = [None] * len(trajectories) if states is None else states
     verdicts = await asyncio.gather(
-        *(env.grade(tasks[t.task_id], t.final_answer, judge=judge) for t in trajectories)
+        *(
+            env.grade(tasks[t.task_id], t.final_answer, judge=judge, state=state)
+            for t, state in zip(trajectories, states)
+        )
     )
     for traj, verdict in zip(trajectories, verdicts):
         traj.correct = bool(verdict.correct)
+        if verdict.info is not None:
+            traj.metadata["grade"] = verdict.info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,30 +106,37 @@ async def run_graded_episodes(
 ) -> list[Trajectory]:
     """`how.group_size` episodes per task with its ToolConfig and tools, then graded.
 
-    Episode (i, g) has seed derive_seed(seed, i, g) and its own state
-    `env.reset(task)`. Environments with a conversation partner
-    (`other_party`) need a dialogue loop, which `run_episodes` is not.
+    Episode (i, g) has seed derive_seed(seed, i, g), its own state
+    `env.reset(task)` and, in environments with a conversation partner, its
+    own `env.other_party(task)`; it is graded from its final answer and its
+    state.
     """
     env = how.env
     if how.engine is None:
         raise ValueError("Episodes.engine is not set: which policy plays the episodes?")
-    for task in tasks:
-        if env.other_party(task) is not None:
-            raise ValueError(
-                f"task {task.id!r} has a conversation partner (Environment.other_party); "
-                "the agent loop runs episodes between the orchestrator and its tools only"
-            )
     tools = [
-        env.tools(config, seed=how.tools_seed, sleep_scale=how.sleep_scale)
-        for config in tool_configs
+        env.tools(config, task=task, seed=how.tools_seed, sleep_scale=how.sleep_scale)
+        for task, config in zip(tasks, tool_configs)
     ]
     specs = make_group_specs(
-        tasks, tool_configs, how.group_size, seed, tools=tools, reset=env.reset
+        tasks,
+        tool_configs,
+        how.group_size,
+        seed,
+        tools=tools,
+        reset=env.reset,
+        other_party=env.other_party,
     )
     trajectories = await run_episodes(
         specs, how.engine, how.tokenizer, sampling=how.sampling, limits=how.limits
     )
-    await grade_all(trajectories, {t.id: t for t in tasks}, env, judge=how.judge)
+    await grade_all(
+        trajectories,
+        {t.id: t for t in tasks},
+        env,
+        judge=how.judge,
+        states=[spec.state for spec in specs],
+    )
     return trajectories
 
 

@@ -1,0 +1,451 @@
+"""The "tau2" environment: τ²-bench conversations, played and graded by tau2-bench itself.
+
+For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
+
+  reset(task)        tau2's own environment for the task's domain (tools and
+                     database), initialised from the task's initial state, in a
+                     fresh `Tau2Episode` whose record opens with tau2's greeting
+                     (or the task's initial message history, replayed)
+  tools(config, task=…)
+                     the domain's tools (`DomainTool`: run in the episode's tau2
+                     environment, tau2's error semantics) and the configuration's
+                     meta-tools (`ask_expert`: experts the policy may consult,
+                     priced per alias as elsewhere)
+  other_party(task)  the user: tau2's user simulator on an OpenAI-compatible
+                     endpoint, or a script (`Tau2Conversation`, `tau2_user.py`)
+  grade(task, _, state=episode)
+                     tau2's evaluator (`evaluate_simulation`, all criteria of the
+                     task's `reward_basis`: DB, ENV_ASSERTION, ACTION,
+                     COMMUNICATE, NL_ASSERTION) on the episode's message record;
+                     correct = reward 1. A conversation the loop cut short (turn
+                     or context budget, an error) is graded as tau2 grades one
+                     that hit its step budget: 0.
+
+The policy's prompt is tau2's own agent prompt (instructions and the domain
+policy), then the tool configuration's preferences, the domain tools' schemas
+and the meta-tools' schemas with their prices; the conversation opens with
+tau2's greeting and the user's first message. Natural-language assertions
+need an LLM judge: `nl_assertions="judge"` points tau2's judge at an
+OpenAI-compatible endpoint, `"skip"` leaves them out of the reward (and says
+so in the grade's report). The user's and the judge's spending never enter
+the policy's cost.
+
+Needs the `tau2` extra (`envs/tau2_setup.py` says how to install it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from orchestra_jax.agent.conversation import OtherParty
+from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
+from orchestra_jax.envs.tau2_setup import import_tau2
+from orchestra_jax.envs.tau2_tools import ASK_EXPERT, EXPERT_PROFILES, AskExpertTool, DomainTool
+from orchestra_jax.envs.tau2_user import ScriptedUser, SimulatedUser, Speaker, Tau2Conversation
+from orchestra_jax.rewards.judge import Judge, JudgeVerdict
+from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.config import ModelProfile, ToolConfig
+from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler, fixed_eval_configs
+from orchestra_jax.tools.experts import ExpertClient, OpenAIChatExpert
+from orchestra_jax.tools.registry import Backends
+
+# tau2's success criterion: a reward of 1 (within float error).
+SUCCESS_TOLERANCE = 1e-6
+NL_ASSERTION_MODES = ("skip", "judge")
+USER_KINDS = ("simulator", "scripted")
+# `(tau2 task, tau2 environment of its domain) -> Speaker`: who plays the user.
+SpeakerFactory = Callable[[Any, Any], Speaker]
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """A tau2 domain as the orchestrator sees it: its policy and tools."""
+
+    name: str
+    policy: str
+    tools: tuple[Any, ...]  # tau2's Tool objects
+    template: Any  # a tau2 environment of the domain (user tools' schemas)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [tool.openai_schema for tool in self.tools]
+
+
+class Tau2Environment:
+    """The `Environment` of τ² tasks (see the module docstring).
+
+    Args:
+      speaker: who plays the user, `(tau2 task, tau2 environment) -> Speaker`
+        (`simulated_user_factory`, `scripted_user_factory`).
+      data_dir: tau2's data folder (default `$TAU2_DATA_DIR`).
+      max_steps / max_errors: tau2's budgets of one conversation.
+      experts: backend name -> expert client, for the meta-tools.
+      expert_profiles: the experts on offer (names are backends of `experts`).
+      meta_tools: the meta-tools every task offers ("ask_expert" or none).
+      nl_assertions: "skip" or "judge" (see the module docstring).
+      judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
+      domain: the domain `tasks(split, n)` reads (from `data_dir`).
+    """
+
+    def __init__(
+        self,
+        speaker: SpeakerFactory,
+        *,
+        data_dir: str | os.PathLike | None = None,
+        max_steps: int = 40,
+        max_errors: int = 10,
+        experts: Mapping[str, ExpertClient] | None = None,
+        expert_profiles: Sequence[ModelProfile] = EXPERT_PROFILES,
+        meta_tools: Sequence[str] = (),
+        nl_assertions: str = "skip",
+        judge_url: str = "",
+        judge_model: str = "",
+        judge_api_key: str = "EMPTY",
+        domain: str = "",
+    ):
+        self.tau2 = import_tau2(data_dir)
+        if max_steps < 1 or max_errors < 1:
+            raise ValueError(
+                f"max_steps and max_errors must be >= 1, got {max_steps}, {max_errors}"
+            )
+        unknown = [t for t in meta_tools if t != ASK_EXPERT.name]
+        if unknown:
+            raise ValueError(f"τ² meta-tools: only {ASK_EXPERT.name!r} is offered, got {unknown}")
+        self.experts = dict(experts or {})
+        missing = sorted({p.backend for p in expert_profiles} - set(self.experts))
+        if meta_tools and missing:
+            raise ValueError(f"τ² experts {missing} have no client (env.tau2.expert_url)")
+        if nl_assertions not in NL_ASSERTION_MODES:
+            raise ValueError(f"nl_assertions must be one of {NL_ASSERTION_MODES}")
+        if nl_assertions == "judge":
+            if not (judge_url and judge_model):
+                raise ValueError("nl_assertions='judge' needs judge_url and judge_model")
+            _point_nl_judge(judge_url, judge_model, judge_api_key)
+        self.speaker = speaker
+        self.max_steps, self.max_errors = max_steps, max_errors
+        self.expert_profiles = tuple(expert_profiles)
+        self.meta_tools = tuple(meta_tools)
+        self.nl_assertions = nl_assertions
+        self.domain = domain
+        self._tasks: dict[str, Any] = {}
+        self._domains: dict[str, Domain] = {}
+
+    # --- tasks -------------------------------------------------------------------
+
+    def tasks(self, split: str, n: int) -> list[Task]:
+        """The first `n` tasks of `split` ("base", "train", "test") of `domain`."""
+        from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+
+        if not self.domain:
+            raise ValueError("Tau2Environment.tasks needs a domain (env.tau2.domain)")
+        from tau2.utils import utils as tau2_utils
+
+        folder = tau2_utils.DATA_DIR / "tau2" / "domains" / self.domain
+        return read_tau2_tasks(folder, split=split, limit=n)[0]
+
+    def tau2_task(self, task: Task) -> Any:
+        """tau2's own `Task` for one of ours (validated by tau2, cached)."""
+        if task.id not in self._tasks:
+            row = task.metadata.get("tau2_task")
+            if not isinstance(row, dict):
+                raise ValueError(f"task {task.id!r} is not a τ² task (no metadata['tau2_task'])")
+            from tau2.data_model.tasks import Task as Tau2Task
+
+            self._tasks[task.id] = Tau2Task.model_validate(row)
+        return self._tasks[task.id]
+
+    def domain_of(self, name: str) -> Domain:
+        """tau2's domain `name`: its policy and tools (ValueError when tau2 lacks it)."""
+        if name not in self._domains:
+            from tau2.registry import registry
+
+            try:
+                environment = registry.get_env_constructor(name)()
+            except Exception as e:
+                raise ValueError(f"τ² domain {name!r} is not available in tau2: {e}") from None
+            self._domains[name] = Domain(
+                name, environment.get_policy(), tuple(environment.get_tools()), environment
+            )
+        return self._domains[name]
+
+    @staticmethod
+    def task_domain(task: Task) -> str:
+        domain = task.metadata.get("tau2_domain")
+        if not domain:
+            raise ValueError(f"task {task.id!r} names no τ² domain (metadata['tau2_domain'])")
+        return str(domain)
+
+    # --- tool configurations --------------------------------------------------------
+
+    def tool_config_sampler(
+        self, seed: int = 0, ranges: SamplerRanges | None = None, **fields: Any
+    ) -> ToolConfigSampler:
+        """Prices and preferences per task over the experts; the meta-tools are this
+        environment's (`meta_tools`), whatever `fields` enable."""
+        fields["tools"] = self.meta_tools
+        return ToolConfigSampler(
+            self.expert_profiles, ranges=ranges or SamplerRanges(), seed=seed, **fields
+        )
+
+    def eval_tool_configs(self, ranges: SamplerRanges | None = None, **fields: Any):
+        """Held-out prices over the experts (`fixed_eval_configs`)."""
+        fields["tools"] = self.meta_tools
+        return fixed_eval_configs(self.expert_profiles, ranges=ranges or SamplerRanges(), **fields)
+
+    # --- episodes --------------------------------------------------------------------
+
+    def tools(
+        self,
+        tool_config: ToolConfig,
+        *,
+        task: Task | None = None,
+        seed: int = 0,
+        sleep_scale: float = 0.0,
+    ) -> dict[str, Tool]:
+        """The task's domain tools, then the configuration's meta-tools."""
+        del seed, sleep_scale
+        if task is None:
+            raise ValueError("τ² tools depend on the task's domain: pass task=")
+        domain = self.domain_of(self.task_domain(task))
+        tools: dict[str, Tool] = {t.name: DomainTool(t) for t in domain.tools}
+        others = [name for name in tool_config.tools if name != ASK_EXPERT.name]
+        if others:
+            raise ValueError(
+                f"τ² episodes offer the meta-tool {ASK_EXPERT.name!r} only; this tool "
+                f"configuration offers {others} (a configuration of another environment?)"
+            )
+        if ASK_EXPERT.name in tool_config.tools:
+            if ASK_EXPERT.name in tools:
+                raise ValueError(f"{ASK_EXPERT.name!r} clashes with a {domain.name} tool")
+            tools[ASK_EXPERT.name] = AskExpertTool(tool_config, Backends(experts=self.experts))
+        return tools
+
+    def reset(self, task: Task) -> Tau2Episode:
+        """A fresh tau2 environment for the task, initialised as tau2's orchestrator does."""
+        from tau2.data_model.message import AssistantMessage
+        from tau2.registry import registry
+
+        tau2_task = self.tau2_task(task)
+        domain = self.domain_of(self.task_domain(task))
+        environment = registry.get_env_constructor(domain.name)()
+        initial = tau2_task.initial_state
+        history = [m.model_copy(deep=True) for m in (initial and initial.message_history) or []]
+        for message in history:
+            message.turn_idx = None  # as tau2's orchestrator does
+        environment.set_state(
+            initialization_data=initial.initialization_data if initial else None,
+            initialization_actions=initial.initialization_actions if initial else None,
+            message_history=history,  # its tool calls are replayed into the database
+        )
+        greeting = AssistantMessage(role="assistant", content=GREETING, cost=0.0)
+        return Tau2Episode(
+            domain=domain.name,
+            task=tau2_task,
+            environment=environment,
+            policy=domain.policy,
+            tool_schemas=domain.schemas(),
+            max_steps=self.max_steps,
+            max_errors=self.max_errors,
+            messages=history or [greeting],
+        )
+
+    def other_party(self, task: Task) -> OtherParty:
+        """The task's user (`speaker`) in a tau2 conversation."""
+        domain = self.domain_of(self.task_domain(task))
+        return Tau2Conversation(self.speaker(self.tau2_task(task), domain.template))
+
+    async def grade(
+        self,
+        task: Task,
+        final_answer: str | None,
+        *,
+        judge: Judge | None = None,
+        state: Any = None,
+    ) -> JudgeVerdict:
+        """tau2's evaluator on the episode's record (module docstring); its reward,
+        breakdown and termination go to the verdict's `info`."""
+        del final_answer, judge
+        if not isinstance(state, Tau2Episode):
+            raise ValueError(
+                f"task {task.id!r}: τ² episodes are graded from their conversation; "
+                "pass the episode's state (Environment.reset's Tau2Episode)"
+            )
+        return await asyncio.to_thread(self._grade, state)
+
+    def _grade(self, episode: Tau2Episode) -> JudgeVerdict:
+        from tau2.data_model.simulation import SimulationRun
+        from tau2.data_model.tasks import RewardType
+        from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+        termination = episode.termination or "max_steps"
+        task, not_scored = episode.task, []
+        criteria = task.evaluation_criteria
+        if (
+            self.nl_assertions == "skip"
+            and criteria is not None
+            and RewardType.NL_ASSERTION in criteria.reward_basis
+        ):
+            basis = [b for b in criteria.reward_basis if b != RewardType.NL_ASSERTION]
+            criteria = criteria.model_copy(update={"reward_basis": basis})
+            task = task.model_copy(update={"evaluation_criteria": criteria})
+            not_scored.append(RewardType.NL_ASSERTION.value)
+        info: dict[str, Any] = {"termination": termination, "not_scored": not_scored}
+        run = SimulationRun(
+            id=f"{task.id}-{id(episode)}",
+            task_id=task.id,
+            start_time="",
+            end_time="",
+            duration=0.0,
+            termination_reason=termination,  # type: ignore[arg-type]
+            messages=list(episode.messages),
+        )
+        try:
+            result = evaluate_simulation(
+                run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
+            )
+        except Exception as e:  # a failing evaluation scores 0 and says why
+            info.update(reward=0.0, error=f"{type(e).__name__}: {e}")
+            return JudgeVerdict(correct=False, info=info)
+        reward = float(result.reward)
+        info["reward"] = reward
+        info["reward_basis"] = [b.value for b in result.reward_basis or []]
+        info["breakdown"] = {
+            getattr(k, "value", str(k)): float(v)
+            for k, v in (result.reward_breakdown or {}).items()
+        }
+        if result.info and "note" in result.info:
+            info["note"] = result.info["note"]
+        return JudgeVerdict(correct=abs(reward - 1.0) <= SUCCESS_TOLERANCE, info=info)
+
+
+def _point_nl_judge(url: str, model: str, api_key: str) -> None:
+    """tau2 reads its NL-assertion judge from module constants: point them at `url`."""
+    from tau2.evaluator import evaluator_nl_assertions as nl
+
+    nl.DEFAULT_LLM_NL_ASSERTIONS = f"openai/{model}"
+    nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = {
+        "temperature": 0.0,
+        "api_base": url,
+        "api_key": api_key,
+    }
+
+
+# --- building from a config ------------------------------------------------------------
+
+
+def scenario_lines(task: Any) -> list[str]:
+    """A scripted user's lines for a tau2 task: the reason for the call and what the
+    user knows (or the free-text instructions), then a confirmation; then it stops."""
+    instructions = task.user_scenario.instructions
+    if isinstance(instructions, str):
+        opening = instructions
+    else:
+        opening = " ".join(
+            part for part in (instructions.reason_for_call, instructions.known_info) if part
+        )
+    return [opening, "Yes, that is right. Please go ahead."]
+
+
+def scripted_user_factory(task: Any, environment: Any) -> Speaker:
+    """`ScriptedUser(scenario_lines(task))`: an offline user for CPU demos."""
+    del environment
+    return ScriptedUser(scenario_lines(task))
+
+
+def simulated_user_factory(
+    base_url: str, model: str, *, api_key: str = "EMPTY", **options: Any
+) -> SpeakerFactory:
+    """tau2's user simulator served at `base_url` as `model` (`SimulatedUser` options)."""
+
+    def make(task: Any, environment: Any) -> Speaker:
+        return SimulatedUser(
+            task, environment, base_url=base_url, model=model, api_key=api_key, **options
+        )
+
+    return make
+
+
+def _key(variable: str) -> str:
+    """The API key in environment variable `variable` ("" or unset: "EMPTY")."""
+    return (os.environ.get(variable) if variable else None) or "EMPTY"
+
+
+def config_problems(config: Any) -> list[str]:
+    """One message per mistake in `env.tau2` (checked at start-up, before tau2 loads)."""
+    from orchestra_jax.envs.tau2_setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
+
+    t, errors = config.env.tau2, []
+    if not tau2_installed():
+        errors.append(f"env: the tau2 environment needs tau2. {INSTALL_HINT}")
+    data_dir = t.data_dir or os.environ.get(DATA_DIR_VARIABLE, "")
+    if not data_dir:
+        errors.append(f"env.tau2.data_dir: set it or ${DATA_DIR_VARIABLE} (tau2's data folder)")
+    elif not os.path.isdir(os.path.join(data_dir, "tau2", "domains")):
+        errors.append(f"env.tau2.data_dir: {data_dir!r} is not a τ²-bench data folder")
+    if t.user not in USER_KINDS:
+        errors.append(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
+    elif t.user == "simulator" and not (t.user_url and t.user_model):
+        errors.append("env.tau2.user='simulator' needs env.tau2.user_url and user_model")
+    if t.max_steps < 1 or t.max_errors < 1 or t.user_retries < 0:
+        errors.append("env.tau2: max_steps and max_errors must be >= 1, user_retries >= 0")
+    meta_tools = [s.strip() for s in t.meta_tools.split(",") if s.strip()]
+    if any(name != ASK_EXPERT.name for name in meta_tools):
+        errors.append(f"env.tau2.meta_tools: only {ASK_EXPERT.name!r}, got {meta_tools}")
+    if meta_tools and not t.expert_url:
+        errors.append("env.tau2.meta_tools needs env.tau2.expert_url (the experts' server)")
+    if t.nl_assertions not in NL_ASSERTION_MODES:
+        errors.append(f"env.tau2.nl_assertions must be one of {NL_ASSERTION_MODES}")
+    elif t.nl_assertions == "judge" and not (t.judge_url and t.judge_model):
+        errors.append("env.tau2.nl_assertions='judge' needs env.tau2.judge_url and judge_model")
+    return errors
+
+
+def from_config(config: Any) -> Tau2Environment:
+    """The environment of an experiment config's `env.tau2` section."""
+    t = config.env.tau2
+    if t.user == "simulator":
+        if not (t.user_url and t.user_model):
+            raise ValueError("env.tau2.user='simulator' needs env.tau2.user_url and user_model")
+        speaker = simulated_user_factory(
+            t.user_url,
+            t.user_model,
+            api_key=_key(t.user_api_key_env),
+            temperature=t.user_temperature,
+            price_in=t.user_price_in,
+            price_out=t.user_price_out,
+            retries=t.user_retries,
+        )
+    elif t.user == "scripted":
+        speaker = scripted_user_factory
+    else:
+        raise ValueError(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
+    meta_tools = tuple(s.strip() for s in t.meta_tools.split(",") if s.strip())
+    experts: dict[str, ExpertClient] = {}
+    if meta_tools:
+        if not t.expert_url:
+            raise ValueError("env.tau2.meta_tools needs env.tau2.expert_url (the experts' server)")
+        experts = {
+            p.backend: OpenAIChatExpert(
+                t.expert_url,
+                t.expert_served_model or p.backend,
+                api_key_env=t.expert_api_key_env or None,
+            )
+            for p in EXPERT_PROFILES
+        }
+    return Tau2Environment(
+        speaker,
+        data_dir=t.data_dir or None,
+        max_steps=t.max_steps,
+        max_errors=t.max_errors,
+        experts=experts,
+        meta_tools=meta_tools,
+        nl_assertions=t.nl_assertions,
+        judge_url=t.judge_url,
+        judge_model=t.judge_model,
+        judge_api_key=_key(t.judge_api_key_env),
+        domain=t.domain,
+    )
