@@ -75,6 +75,9 @@ EXTRAS = {
         "gymnasium",
     ],
     "sglang": ["sglang[all]>=0.4.9"],
+    # Benchmark peer only (learner_step, decode: $TUNIX_PYTHON). It pins an older
+    # transformers, so install it into its own venv: python -m venv --system-site-packages.
+    "tunix_peer": ["google-tunix==0.1.7"],
     "tpu": ["jax[tpu]>=0.6"],
     "gpu": ["jax[cuda12]>=0.6"],
 }

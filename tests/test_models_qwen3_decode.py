@@ -150,3 +150,39 @@ def test_hf_style_initialisation():
     assert abs(gate.std() - 0.02) < 0.003 and abs(gate.mean()) < 0.003
     np.testing.assert_array_equal(m.model.norm.scale[...], 1.0)
     assert jax.tree.leaves(nnx.state(m, nnx.Param))  # every parameter is an nnx.Param
+
+
+def test_bf16_cache_moves_exact_bits_without_float32_copies():
+    """bf16 KV-cache writes and row copies equal the float32 ones rounded, and compile
+    without a float32 copy of the cache (moved as uint16 bit patterns)."""
+    from orchestra_jax.models import qwen3_cache
+    from orchestra_jax.models.qwen3_cache import KVCache
+
+    rng = np.random.default_rng(0)
+    b, kv, s, d = 3, 2, 10, 4
+    k = jnp.asarray(rng.normal(size=(b, 1, kv, d)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(b, 1, kv, d)), jnp.float32)
+    slots = jnp.asarray([[2], [9], [s]])  # slot s is out of range: dropped
+    results = {}
+    for dtype in (jnp.float32, jnp.bfloat16):
+        cache = KVCache.zeros(1, b, kv, s, d, dtype)
+        ck, cv = qwen3_cache.write_layer(cache.k[0], cache.v[0], k, v, slots)
+        cache = KVCache((ck,), (cv,))
+        moved = cache.put_rows(jnp.asarray([2, 0]), cache.take_rows(jnp.asarray([0, 1])))
+        results[dtype] = moved
+        assert moved.k[0].dtype == dtype
+    for got, want in zip(
+        jax.tree.leaves(results[jnp.bfloat16]), jax.tree.leaves(results[jnp.float32])
+    ):
+        np.testing.assert_array_equal(
+            np.asarray(got.astype(jnp.float32)),
+            np.asarray(want.astype(jnp.bfloat16).astype(jnp.float32)),
+        )
+    ck = jnp.zeros((b, kv, d, s), jnp.bfloat16)
+    hlo = (
+        jax.jit(lambda c: qwen3_cache.write_layer(c, c.transpose(0, 1, 3, 2), k, v, slots)[0])
+        .lower(ck)
+        .compile()
+        .as_text()
+    )
+    assert f"f32[{b},{kv},{d},{s}]" not in hlo

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import transformers
-
 from flax import nnx
 
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
@@ -107,14 +106,15 @@ def test_tied_export_is_single_file(tmp_path):
 
 
 def test_bf16_compute_within_tolerance(tmp_path):
-    """bf16 weights and matmuls (float32 norms/softmax): logits within 0.05 of fp32 HF."""
+    """bf16 weights and matmuls (float32 accumulation, norms, softmax): logits within 0.01
+    of fp32 HF (measured 0.0034-0.0041 over the four shapes)."""
     hf = _hf_model(tmp_path, False, 4, 2, 16)
     ids, pos = _inputs()
     model, config = load_hf_checkpoint(tmp_path, dtype=jnp.bfloat16)
     assert config.dtype == jnp.bfloat16 and config.param_dtype == jnp.bfloat16
     got = np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(pos)))
     assert got.dtype == np.float32
-    np.testing.assert_allclose(got, _hf_logits(hf, ids), atol=5e-2, rtol=0)
+    np.testing.assert_allclose(got, _hf_logits(hf, ids), atol=1e-2, rtol=0)
 
 
 def test_missing_tensor_is_a_clear_error(tmp_path):

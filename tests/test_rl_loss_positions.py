@@ -35,8 +35,8 @@ def test_gathered_logprobs_equal_full_logprobs(pack):
         trajs.append(_Traj(rng.integers(0, 256, n).tolist(), mask, float(rng.normal())))
     batch = build_train_batch(trajs, config=BatchingConfig(seq_buckets=(64,), pack=pack))
     full, _ = model_logprobs(model, batch)
-    gathered, logits, view = loss_position_logprobs(model, batch)
-    assert logits.shape[:2] == batch.loss_index.shape
+    gathered, entropy, view = loss_position_logprobs(model, batch)
+    assert entropy.shape == batch.loss_index.shape
     mask = np.asarray(batch.loss_mask) > 0
     np.testing.assert_allclose(
         np.asarray(gathered)[np.asarray(view.loss_mask) > 0],

@@ -4,17 +4,23 @@
 
 1. Fixed batch: 16 prompts x 128 new tokens, sampling at temperature 1 (no
    stop tokens, so both sides generate exactly 128 tokens per row). New tokens/s,
-   ours and HF timed alternately in one process, medians and their ratio. HF is
-   timed with torch's default threads (one per core) and with one thread: on a
-   shared machine the default collapses (spinning OpenMP barriers), so the
-   ratio is reported against the faster of the two.
-2. Mixed lengths: many requests with random prompt lengths and budgets. Ours
+   timed round robin in one run, medians and ratios: ours in float32, ours with
+   bfloat16 weights (float32 accumulation; the KV cache float32, the engine's CPU
+   default), HF with torch's default threads (one per core) and with one thread
+   (on a shared machine the default collapses: spinning OpenMP barriers; the
+   ratio is against the faster of the two), and Tunix 0.1.7's sampler in float32
+   (run in $TUNIX_PYTHON as a separate process answering one batch per request,
+   alternating with ours; skipped, saying why, without Tunix).
+2. Batch sweep: ours in float32 and with bf16 weights at 8, 16, 32 and 64 rows
+   (one engine of that many slots each, same prompts and budgets), new tokens/s.
+3. Mixed lengths: many requests with random prompt lengths and budgets. Ours
    runs them all through 16 continuously batched slots; the peer is HF
    `generate` (its faster thread setting) over fixed batches of 16 (left-padded,
    each batch runs until its longest budget). Useful (requested) new tokens/s.
 
 The model is the demo Qwen3 shape (vocab 4096, hidden 256, 4 layers, 4 heads,
-2 KV heads, head_dim 64, intermediate 768), float32 on both sides. Writes
+2 KV heads, head_dim 64, intermediate 768), random weights identical on every
+side; HF and the mixed-lengths part in float32. Writes
 experiments/benchmarks/results/decode.json.
 """
 
@@ -25,6 +31,7 @@ import asyncio
 import tempfile
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
@@ -90,30 +97,48 @@ def with_threads(n: int, fn):
     return run
 
 
-def fixed_batch(engine, peer, rng, repeats, peer_threads):
-    prompts = [rng.integers(3, 4000, PROMPT_LEN).tolist() for _ in range(BATCH)]
-    sp = [SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS, seed=i) for i in range(BATCH)]
-    requests = [GenerateRequest(p, s) for p, s in zip(prompts, sp)]
-    counts = {}
+def batch_requests(rng, rows: int) -> tuple[list[list[int]], list[GenerateRequest]]:
+    """`rows` random prompts of PROMPT_LEN tokens, each asking for NEW_TOKENS tokens at T = 1."""
+    prompts = [rng.integers(3, 4000, PROMPT_LEN).tolist() for _ in range(rows)]
+    sp = [SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS, seed=i) for i in range(rows)]
+    return prompts, [GenerateRequest(p, s) for p, s in zip(prompts, sp)]
 
-    def ours():
-        counts["ours"] = ours_generate(engine, requests)
+
+def _warm(engine, requests, counts, name):
+    """A zero-argument run of `requests` on `engine`, called twice to compile everything
+    (the second call also compiles the cache shrink); and the compiles so far."""
+
+    def run():
+        counts[name] = ours_generate(engine, requests)
+
+    run()
+    run()
+    return run
+
+
+def fixed_batch(engines, peer, rng, repeats, peer_threads, tunix):
+    prompts, requests = batch_requests(rng, BATCH)
+    counts = {}
+    fns = {name: _warm(engine, requests, counts, name) for name, engine in engines.items()}
+    compiles_before = {n: sum(e.compile_counts.values()) for n, e in engines.items()}
 
     def hf():
         counts["hf"] = hf_generate(peer, prompts, NEW_TOKENS, seed=0)
 
-    ours()  # compile outside the timing; the second call also compiles the cache shrink
-    ours()
-    compiles_before = sum(engine.compile_counts.values())
-    fns = {"ours": ours}
     fns.update({f"hf_{n}_threads": with_threads(n, hf) for n in peer_threads})
+    tunix_seconds: list[float] = []
+    if tunix.available:
+        fns["tunix_float32"] = lambda: tunix_seconds.append(tunix.step())
     timings = common.alternate_timings(fns, repeats=repeats, warmup=0)
+    if tunix.available:  # the peer's own timing of each batch, without the pipe round trip
+        timings["tunix_float32"] = tunix_seconds
+        counts["tunix"] = tunix.last["new_tokens"]
     summary = common.summarize(timings)
     tokens = BATCH * NEW_TOKENS
-    assert counts["ours"] == counts["hf"] == tokens
+    assert all(c == tokens for c in counts.values()), counts
     tps = {k: tokens / summary[k]["median_s"] for k in summary}
-    best_peer = max((k for k in tps if k != "ours"), key=tps.get)
-    return {
+    hf_best = max((k for k in tps if k.startswith("hf_")), key=tps.get)
+    result = {
         "shape": {
             "batch": BATCH,
             "prompt_len": PROMPT_LEN,
@@ -122,9 +147,56 @@ def fixed_batch(engine, peer, rng, repeats, peer_threads):
         },
         "timings": summary,
         "new_tokens_per_s": tps,
-        "best_peer": best_peer,
-        "speedup_vs_best_peer": tps["ours"] / tps[best_peer],
-        "recompiles_during_timing": sum(engine.compile_counts.values()) - compiles_before,
+        "best_peer": hf_best,
+        "speedup_vs_best_peer": tps["ours"] / tps[hf_best],
+        "bf16_speedup_vs_best_peer": tps["ours_bf16"] / tps[hf_best],
+        "bf16_over_float32": tps["ours_bf16"] / tps["ours"],
+        "noise_max_over_min": {k: v["max_s"] / v["min_s"] for k, v in summary.items()},
+        "recompiles_during_timing": {
+            n: sum(e.compile_counts.values()) - compiles_before[n] for n, e in engines.items()
+        },
+    }
+    if tunix.available:
+        result["speedup_vs_tunix"] = tps["ours"] / tps["tunix_float32"]
+    else:
+        result["tunix_skipped"] = tunix.reason
+    return result
+
+
+def batch_sweep(models, rng, repeats, steps_per_call, sizes=(8, 16, 32, 64)) -> dict:
+    """New tokens/s of ours in each precision at each batch size, timed round robin."""
+    fns, engines, counts = {}, {}, {}
+    for rows in sizes:
+        _, requests = batch_requests(rng, rows)
+        for name, model in models.items():
+            engine = JaxEngine(
+                model,
+                JaxEngineConfig(
+                    max_batch_size=rows, max_seq_len=512, steps_per_call=steps_per_call
+                ),
+            )
+            key = f"{name}_b{rows}"
+            engines[key] = engine
+            fns[key] = _warm(engine, requests, counts, key)
+    before = {k: sum(e.compile_counts.values()) for k, e in engines.items()}
+    try:
+        timings = common.alternate_timings(fns, repeats=repeats, warmup=0)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    summary = common.summarize(timings)
+    table = {
+        rows: {name: rows * NEW_TOKENS / summary[f"{name}_b{rows}"]["median_s"] for name in models}
+        for rows in sizes
+    }
+    for rates in table.values():
+        rates["bf16_over_float32"] = rates["ours_bf16"] / rates["ours"]
+    return {
+        "new_tokens_per_s": table,
+        "timings": summary,
+        "recompiles_during_timing": {
+            k: sum(e.compile_counts.values()) - before[k] for k, e in engines.items()
+        },
     }
 
 
@@ -173,46 +245,73 @@ def mixed_lengths(engine, peer, rng, repeats, n_requests, peer_threads):
 
 
 def main(argv=None):
+    from experiments.benchmarks.peer_process import PeerProcess, tunix_python
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mixed-requests", type=int, default=48)
     parser.add_argument("--steps-per-call", type=int, default=16)
+    parser.add_argument("--skip-sweep", action="store_true")
     args = parser.parse_args(argv)
     config = Qwen3Config.preset("demo")
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
+    # The same weights stored in bf16, computing in bf16 with float32 accumulation.
+    bf16_config = config.replace(param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
+    bf16_model = nnx.merge(
+        nnx.graphdef(Qwen3ForCausalLM(bf16_config, rngs=nnx.Rngs(0))),
+        jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.state(model)),
+    )
+    models = {"ours": model, "ours_bf16": bf16_model}
     peer = hf_model(model, config)
-    engine = JaxEngine(
-        model,
-        JaxEngineConfig(max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call),
+    engine_config = JaxEngineConfig(
+        max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call
+    )
+    engines = {name: JaxEngine(m, engine_config) for name, m in models.items()}
+    tunix = PeerProcess.start(
+        tunix_python(),
+        "experiments.benchmarks.tunix_peer",
+        ["decode", "--batch", str(BATCH), "--prompt-len", str(PROMPT_LEN)]
+        + ["--new-tokens", str(NEW_TOKENS)],
     )
     rng = np.random.default_rng(0)
     # torch's default (one thread per core) collapses when the machine is shared
     # (spinning OpenMP barriers); one thread is often faster here, so time both.
     peer_threads = sorted({1, torch.get_num_threads()})
-    fixed = fixed_batch(engine, peer, rng, args.repeats, peer_threads)
+    try:
+        fixed = fixed_batch(engines, peer, rng, args.repeats, peer_threads, tunix)
+    finally:
+        tunix.close()
     best_threads = int(fixed["best_peer"].split("_")[1])
+    engine = engines["ours"]
     result = {
-        "model": "Qwen3 demo shape, float32, random weights (identical on both sides)",
+        "model": "Qwen3 demo shape, random weights (identical on every side)",
         "engine": {
             "max_batch_size": BATCH,
             "max_seq_len": 512,
             "steps_per_call": args.steps_per_call,
+            "kv_cache_dtype": "float32 (the CPU default, also with bf16 weights)",
         },
         "peer": f"transformers {transformers.__version__} generate, torch {torch.__version__}",
         "fixed_batch": fixed,
         "mixed_lengths": mixed_lengths(
             engine, peer, rng, args.repeats, args.mixed_requests, best_threads
         ),
-        "compile_counts": dict(engine.compile_counts),
+        "compile_counts": {n: dict(e.compile_counts) for n, e in engines.items()},
         "jax_backend": jax.default_backend(),
     }
-    engine.close()
+    for e in engines.values():
+        e.close()
+    if not args.skip_sweep:
+        result["batch_sweep"] = batch_sweep(models, rng, args.repeats, args.steps_per_call)
     path = common.write_result("decode", result)
     fb, ml = result["fixed_batch"], result["mixed_lengths"]
     rates = ", ".join(f"{k} {v:.0f}" for k, v in fb["new_tokens_per_s"].items())
     print(f"fixed batch new tok/s: {rates}; x{fb['speedup_vs_best_peer']:.2f} vs {fb['best_peer']}")
+    print(f"bf16 / float32: {fb['bf16_over_float32']:.2f}")
     rates = ", ".join(f"{k} {v:.0f}" for k, v in ml["useful_new_tokens_per_s"].items())
     print(f"mixed lengths useful tok/s: {rates}; x{ml['speedup_vs_peer']:.2f}")
+    for rows, rates in result.get("batch_sweep", {}).get("new_tokens_per_s", {}).items():
+        print(f"batch {rows}: " + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
     print(f"wrote {path}")
 
 

@@ -65,7 +65,7 @@ def main(argv=None):
     load_before = os.getloadavg()[0]
     for step, step_tasks in enumerate(tasks):
         for name, engine in engines.items():
-            asyncio.run(engine.update_weights(run.learner.params, version=step + 1))
+            asyncio.run(engine.update_weights(run.learner.policy_params(), version=step + 1))
             start = time.perf_counter()
             experience = run_sync(
                 grpo_loop.collect_experience(

@@ -1,21 +1,30 @@
-"""Training-step throughput: our jit Qwen3 step vs Hugging Face transformers (PyTorch CPU).
+"""Training-step throughput: our jit Qwen3 step against Hugging Face (PyTorch CPU) and Tunix.
 
-Both run forward + backward + AdamW on the `demo` Qwen3 shape (vocab 4096,
+All run forward + backward + AdamW on the `demo` Qwen3 shape (vocab 4096,
 hidden 256, 4 layers, 4 heads, 2 KV heads, head_dim 64, intermediate 768, tied)
-with a batch of 16 x 256 tokens, in float32, timed alternately in one process.
+with a batch of 16 x 256 tokens, timed alternately (round robin) in one run,
+in two precisions:
 
-Three steps are timed: `ours` (a plain cross-entropy step, the model alone),
+* float32: everything float32.
+* bfloat16: float32 parameters and optimizer state, bfloat16 compute. Ours
+  multiplies bf16 operands with float32 accumulation (`models/matmul.py`);
+  HF runs under `torch.autocast("cpu", torch.bfloat16)`; Tunix with
+  `dtype=bfloat16`.
+
+Steps timed per precision: `ours` (a plain cross-entropy step of the model),
 `ours_train_step` (the real GRPO `Learner.train_step`: PPO-clip loss over a
-loss mask covering the last 3/4 of each row, advantages, rollout log-probs,
-global-norm clip, AdamW; the LM head runs at loss positions only) and
-`hf_torch` (the peer).
+loss mask on the last 3/4 of each row, advantages, rollout log-probs,
+global-norm clip, AdamW; the LM head runs at loss positions only), `hf_torch`
+and `tunix` (Tunix 0.1.7's Qwen3 with optax AdamW, run in the interpreter
+$TUNIX_PYTHON (a venv with Tunix) as a separate process that answers one step
+per request, alternating with ours; skipped, saying why, when Tunix is missing).
 
-Reported: tokens/s of each, their ratio, and our achieved FLOP/s as a fraction
-of a large jnp float32 matmul's FLOP/s on the same machine, where
-step FLOPs = 3 x forward FLOPs (backward ~ 2 x forward) and forward FLOPs =
+Reported: tokens/s of each, the ratios, and our achieved FLOP/s as a fraction of
+a large jnp matmul's FLOP/s in the same precision (float32, or bf16 operands
+with a float32 result), where step FLOPs = 3 x forward FLOPs and forward FLOPs =
 2 x tokens x (matmul weights incl. the LM head) + 4 x B x H x T^2 x D (attention).
 
-Run: python -m experiments.benchmarks.learner_step [--repeats N]
+Run: TUNIX_PYTHON=/path/to/venv/bin/python python -m experiments.benchmarks.learner_step
 """
 
 from __future__ import annotations
@@ -44,10 +53,11 @@ def step_flops(c: Qwen3Config, batch: int, seq: int) -> float:
     return 3.0 * (2.0 * batch * seq * per_token + attention)
 
 
-def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of an n x n x n float32 jnp matmul (the machine's practical peak)."""
-    a = jnp.asarray(np.random.RandomState(0).randn(n, n), jnp.float32)
-    mm = jax.jit(lambda x: x @ x)
+def matmul_flops_per_s(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of an n x n x n jnp matmul with `dtype` operands and a float32 result
+    (the machine's practical peak for that precision)."""
+    a = jnp.asarray(np.random.RandomState(0).randn(n, n), dtype)
+    mm = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
     times = common.alternate_timings({"mm": lambda: mm(a).block_until_ready()}, repeats)
     return 2.0 * n**3 / float(np.median(times["mm"]))
 
@@ -108,8 +118,11 @@ def make_learner_step(config: Qwen3Config, tokens: np.ndarray):
     return lambda: learner.train_step(train_batch), learner
 
 
-def make_hf_step(config: Qwen3Config, tokens: np.ndarray):
-    """The same step in transformers + torch.optim.AdamW (float32, CPU)."""
+def make_hf_step(config: Qwen3Config, tokens: np.ndarray, autocast: bool = False):
+    """The same step in transformers + torch.optim.AdamW (float32 weights, CPU); with
+    `autocast`, forward and loss under torch.autocast("cpu", bfloat16)."""
+    import contextlib
+
     import torch
     import transformers
 
@@ -123,8 +136,12 @@ def make_hf_step(config: Qwen3Config, tokens: np.ndarray):
     labels = torch.tensor(tokens[:, 1:])
 
     def run():
-        logits = model(input_ids=ids).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        context = (
+            torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        )
+        with context:
+            logits = model(input_ids=ids).logits
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -147,58 +164,104 @@ def with_cpu_time(fn, sink: list):
     return run
 
 
+def _peer_fn(peer, sink: list):
+    """A callable running one peer step, appending the peer's own timing to `sink`."""
+    return lambda: sink.append(peer.step())
+
+
 def main(repeats: int) -> None:
-    config = Qwen3Config.preset("demo")
-    tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
-    ours, jitted = make_jax_step(config, tokens)
-    grpo_step, learner = make_learner_step(config, tokens)
-    peer = make_hf_step(config, tokens)
-    cpu = {"ours": [], "ours_train_step": [], "hf_torch": []}
-    fns = {
-        "ours": with_cpu_time(ours, cpu["ours"]),
-        "ours_train_step": with_cpu_time(grpo_step, cpu["ours_train_step"]),
-        "hf_torch": with_cpu_time(peer, cpu["hf_torch"]),
+    from experiments.benchmarks.peer_process import PeerProcess, tunix_python
+
+    tokens = None
+    fns, cpu, peer_seconds, compiles, peers, skipped = {}, {}, {}, {}, [], {}
+    configs = {
+        "float32": Qwen3Config.preset("demo"),
+        "bfloat16": Qwen3Config.preset("demo", dtype=jnp.bfloat16),
     }
-    timings = common.alternate_timings(fns, repeats, warmup=2)
+    for name, config in configs.items():
+        tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
+        ours, jitted = make_jax_step(config, tokens)
+        grpo_step, learner = make_learner_step(config, tokens)
+        hf = make_hf_step(config, tokens, autocast=name == "bfloat16")
+        compiles[name] = (jitted, learner)
+        for key, fn in (("ours", ours), ("ours_train_step", grpo_step), ("hf_torch", hf)):
+            cpu[f"{key}_{name}"] = []
+            fns[f"{key}_{name}"] = with_cpu_time(fn, cpu[f"{key}_{name}"])
+        peer = PeerProcess.start(
+            tunix_python(),
+            "experiments.benchmarks.tunix_peer",
+            ["train", "--dtype", name, "--batch", str(BATCH), "--seq", str(SEQ)],
+        )
+        if peer.available:
+            peers.append(peer)
+            peer_seconds[f"tunix_{name}"] = []
+            fns[f"tunix_{name}"] = _peer_fn(peer, peer_seconds[f"tunix_{name}"])
+        else:
+            skipped[f"tunix_{name}"] = peer.reason
+    try:
+        timings = common.alternate_timings(fns, repeats, warmup=2)
+    finally:
+        for peer in peers:
+            peer.close()
+    # The peer's own step timings (without the pipe round trip) replace the wall times.
+    for key, seconds in peer_seconds.items():
+        timings[key] = seconds[-repeats:]
     summary = common.summarize(timings)
-    cpu_median = {k: float(np.median(v[-repeats:])) for k, v in cpu.items()}
     n_tokens = BATCH * SEQ
-    ours_tps = n_tokens / summary["ours"]["median_s"]
-    grpo_tps = n_tokens / summary["ours_train_step"]["median_s"]
-    peer_tps = n_tokens / summary["hf_torch"]["median_s"]
-    flops = step_flops(config, BATCH, SEQ)
-    peak = matmul_flops_per_s()
-    achieved = flops / summary["ours"]["median_s"]
+    tps = {k: n_tokens / v["median_s"] for k, v in summary.items()}
+    flops = step_flops(configs["float32"], BATCH, SEQ)
+    peaks = {
+        "float32": matmul_flops_per_s(jnp.float32),
+        "bfloat16": matmul_flops_per_s(jnp.bfloat16),
+    }
+    results = {}
+    for name in configs:
+        r = {
+            "tokens_per_s": {k[: -len(name) - 1]: v for k, v in tps.items() if k.endswith(name)},
+            "matmul_peak_flops_per_s": peaks[name],
+            "ours_fraction_of_matmul_peak": flops
+            / summary[f"ours_{name}"]["median_s"]
+            / peaks[name],
+            "train_step_fraction_of_matmul_peak": flops
+            / summary[f"ours_train_step_{name}"]["median_s"]
+            / peaks[name],
+            "train_step_over_plain": tps[f"ours_train_step_{name}"] / tps[f"ours_{name}"],
+            "ratio_ours_over_hf": tps[f"ours_{name}"] / tps[f"hf_torch_{name}"],
+            "ratio_train_step_over_hf": tps[f"ours_train_step_{name}"] / tps[f"hf_torch_{name}"],
+            "cpu_s_per_step_median": {
+                k: float(np.median(v[-repeats:])) for k, v in cpu.items() if k.endswith(name)
+            },
+            "plain_step_compiles": compiles[name][0]._cache_size(),
+            "train_step_compiles": sum(
+                f._cache_size() for f in compiles[name][1]._compiled.values()
+            ),
+        }
+        if f"tunix_{name}" in tps:
+            r["ratio_ours_over_tunix"] = tps[f"ours_{name}"] / tps[f"tunix_{name}"]
+        results[name] = r
+    spread = {k: v["max_s"] / v["min_s"] for k, v in summary.items()}
     payload = {
         "config": "demo",
         "batch": BATCH,
         "seq_len": SEQ,
-        "dtype": "float32",
-        "timings": summary,
-        "ours_tokens_per_s": ours_tps,
-        "hf_torch_tokens_per_s": peer_tps,
-        "ratio_ours_over_hf": ours_tps / peer_tps,
-        "ours_train_step_tokens_per_s": grpo_tps,
-        "ratio_train_step_over_hf": grpo_tps / peer_tps,
-        "train_step_compiles": sum(f._cache_size() for f in learner._compiled.values()),
-        "cpu_s_per_step_median": cpu_median,
-        "ratio_by_cpu_time": cpu_median["hf_torch"] / cpu_median["ours"],
         "step_flops": flops,
-        "ours_flops_per_s": achieved,
-        "hf_flops_per_s": flops / summary["hf_torch"]["median_s"],
-        "matmul_flops_per_s": peak,
-        "ours_fraction_of_matmul_peak": achieved / peak,
-        "jit_compiles": jitted._cache_size(),
-        "note": "timings alternate ours / ours_train_step / peer in one process",
+        "timings": summary,
+        "results": results,
+        "bf16_over_float32_ours": tps["ours_bfloat16"] / tps["ours_float32"],
+        "peers_skipped": skipped,
+        "noise_max_over_min": spread,
+        "note": "timings alternate every step in one run (round robin); the Tunix peer runs "
+        "in its own process ($TUNIX_PYTHON), alternating with ours; HF bf16 = autocast",
     }
     path = common.write_result("learner_step", payload)
-    print(
-        f"ours {ours_tps:,.0f} tok/s | train_step {grpo_tps:,.0f} tok/s | "
-        f"HF torch {peer_tps:,.0f} tok/s | "
-        f"ratio {ours_tps / peer_tps:.2f} | {achieved / peak:.1%} of matmul peak "
-        f"| by CPU time {payload['ratio_by_cpu_time']:.2f} | compiles {payload['jit_compiles']} "
-        f"-> {path}"
-    )
+    for name, r in results.items():
+        rates = ", ".join(f"{k} {v:,.0f}" for k, v in r["tokens_per_s"].items())
+        print(
+            f"{name}: {rates} tok/s | ours/HF {r['ratio_ours_over_hf']:.2f} | "
+            f"{r['ours_fraction_of_matmul_peak']:.1%} of matmul peak | "
+            f"train_step/plain {r['train_step_over_plain']:.2f}"
+        )
+    print(f"skipped: {skipped or 'none'} -> {path}")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def _base() -> ml_collections.ConfigDict:
     c.model.dtype = "float32"  # Compute dtype.
     c.model.scan_layers = False
     c.model.remat = "none"
+    c.model.attention = "auto"  # models/attention_kernels.py: auto, flash, xla, cudnn, splash.
     c.model.overrides = ml_collections.ConfigDict()  # Qwen3Config fields over the preset.
     c.tokenizer = "demo"  # "demo" (bundled) or a folder with tokenizer.json.
 
@@ -272,6 +273,8 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.format_penalty = grpo.DEFAULT_FORMAT_PENALTY  # Used by format_filter="penalty" only.
     c.rl.filter_no_answer = False  # Drop groups where nobody answered.
     c.rl.tis_cap = 2.0  # Truncated importance sampling cap (0: off).
+    c.rl.lm_head_chunk = 0  # Loss tokens per LM-head chunk (0: as fit 256 MiB of logits).
+    c.rl.reference_dtype = ""  # The KL reference's storage dtype ("bfloat16"; "": as the weights).
     c.rl.seq_buckets = (256, 512, 1024, 2048, 4096, 8192)
 
     # --- supervised warm start ---------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -92,7 +92,9 @@ def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None
             variable.set_value(jax.device_put(tensor, sharding))
             continue
         if layer == 0:
-            zeros = jax.jit(lambda: jnp.zeros(variable.shape, dtype), out_shardings=sharding)
+            zeros = jax.jit(
+                functools.partial(jnp.zeros, variable.shape, dtype), out_shardings=sharding
+            )
             variable.set_value(zeros())
         variable.set_value(_set_layer(variable.get_value(), tensor, layer))
         del tensor

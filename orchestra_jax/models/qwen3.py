@@ -17,12 +17,15 @@ the weights per call; serve with scan_layers=False where decode speed matters).
 
 from __future__ import annotations
 
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from orchestra_jax.models.qwen3_attention import Attention, cache_mask, segment_causal_mask
+from orchestra_jax.models.attention_mask import AttentionMask
+from orchestra_jax.models.matmul import dense
+from orchestra_jax.models.qwen3_attention import Attention
 from orchestra_jax.models.qwen3_cache import KVCache
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
@@ -55,7 +58,7 @@ def _stack_layers(config: Qwen3Config, rngs: nnx.Rngs) -> DecoderLayer:
     """One DecoderLayer whose every parameter has a leading [num_layers] axis."""
     layers = [DecoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
     graphdef, _ = nnx.split(layers[0])
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(l) for l in layers])
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(layer) for layer in layers])
     return nnx.merge(graphdef, stacked)
 
 
@@ -65,6 +68,8 @@ class Qwen3Model(nnx.Module):
     def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
         self.config = config
         self.embed_tokens = Embed(config, rngs=rngs)
+        # One stacked DecoderLayer (scan_layers) or a list of them.
+        self.layers: Any
         if config.scan_layers:
             self.layers = _stack_layers(config, rngs)
         else:
@@ -145,16 +150,18 @@ class Qwen3ForCausalLM(nnx.Module):
             c.dtype if dtype is None else dtype,
         )
 
+    def head_weight(self) -> tuple[jax.Array, bool]:
+        """(LM head weight, tied): the [E, V] kernel, or the [V, E] embedding table when tied."""
+        if self.config.tie_word_embeddings:
+            return self.model.embed_tokens.embedding[...], True
+        return self.lm_head.kernel[...], False
+
     def logits(self, hidden):
         """Float32 logits [..., V] from final hidden states [..., H] (the LM head)."""
         c = self.config
         if c.tie_word_embeddings:
             return self.model.embed_tokens.attend(hidden)
-        return jnp.dot(
-            hidden.astype(c.dtype),
-            self.lm_head.kernel[...].astype(c.dtype),
-            preferred_element_type=jnp.float32,
-        )
+        return dense(hidden, self.lm_head.kernel[...], c.dtype, out_dtype=jnp.float32)
 
     def rope_table(self, length: int) -> tuple[jax.Array, jax.Array]:
         """cos, sin [length, head_dim / 2] for positions 0 .. length - 1 (see `hidden_states`)."""
@@ -185,20 +192,20 @@ class Qwen3ForCausalLM(nnx.Module):
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
             seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-            x, _, _ = self.model(
-                input_ids, cos, sin, segment_causal_mask(seg), None, None, None, None
-            )
+            mask = AttentionMask.causal(seg)
+            x, _, _ = self.model(input_ids, cos, sin, mask, None, None, None, None)
             return x
         kv_len = cache.max_len if kv_len is None else int(kv_len)
         if not 0 < kv_len <= cache.max_len:
             raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
-        mask = cache_mask(positions, kv_len)
+        mask = AttentionMask.cache(positions, kv_len, segment_ids)
         slots = (
             positions
             if segment_ids is None
             else jnp.where(segment_ids != 0, positions, cache.max_len)
         )  # out of range: dropped.
         x, cache_k, cache_v = self.model(input_ids, cos, sin, mask, cache.k, cache.v, slots, kv_len)
+        assert cache_k is not None and cache_v is not None  # a cache in, a cache out
         return x, KVCache(cache_k, cache_v)
 
     def __call__(

@@ -25,10 +25,13 @@ Prefilling one row of a large cache (a new request entering a free slot):
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from orchestra_jax.models.qwen3_layers import as_bits, from_bits
 
 
 class KVCache(NamedTuple):
@@ -41,7 +44,7 @@ class KVCache(NamedTuple):
     @classmethod
     def zeros(
         cls, num_layers: int, batch_size: int, num_kv_heads: int, max_len: int, head_dim: int, dtype
-    ) -> "KVCache":
+    ) -> KVCache:
         k_shape = (batch_size, num_kv_heads, head_dim, max_len)
         v_shape = (batch_size, num_kv_heads, max_len, head_dim)
         return cls(
@@ -61,36 +64,46 @@ class KVCache(NamedTuple):
     def max_len(self) -> int:
         return self.v[0].shape[2]
 
-    def _map(self, fn_k: Callable, fn_v: Callable, *others: "KVCache") -> "KVCache":
+    def _map(self, fn_k: Callable, fn_v: Callable, *others: KVCache) -> KVCache:
         return KVCache(
             tuple(fn_k(*xs) for xs in zip(self.k, *(o.k for o in others))),
             tuple(fn_v(*xs) for xs in zip(self.v, *(o.v for o in others))),
         )
 
-    def take_rows(self, rows: jax.Array) -> "KVCache":
+    def take_rows(self, rows: jax.Array) -> KVCache:
         """The sub-cache of the given batch rows (int32 [R])."""
-        take = lambda x: x[rows]
+        take = lambda x: from_bits(as_bits(x)[rows], x.dtype)  # noqa: E731 (see write_layer)
         return self._map(take, take)
 
-    def put_rows(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
+    def put_rows(self, rows: jax.Array, sub: KVCache) -> KVCache:
         """This cache with batch rows `rows` replaced by `sub`'s rows (index >= batch: dropped)."""
-        put = lambda x, s: x.at[rows].set(s, mode="drop")
+
+        def put(x, s):
+            return from_bits(
+                as_bits(x).at[rows].set(as_bits(s.astype(x.dtype)), mode="drop"), x.dtype
+            )
+
         return self._map(put, put, sub)
 
-    def put_prefix(self, rows: jax.Array, sub: "KVCache") -> "KVCache":
+    def put_prefix(self, rows: jax.Array, sub: KVCache) -> KVCache:
         """Rows `rows` [R] get `sub`'s first sub.max_len slots (row index >= batch: dropped).
 
         Later slots of those rows keep their old values; the masking rule above
         keeps them unread until overwritten.
         """
         t = sub.max_len
-        return self._map(
-            lambda x, s: x.at[rows, :, :, :t].set(s, mode="drop"),
-            lambda x, s: x.at[rows, :, :t].set(s, mode="drop"),
-            sub,
-        )
 
-    def resized(self, length: int) -> "KVCache":
+        def put_k(x, s):
+            bits = as_bits(x).at[rows, :, :, :t].set(as_bits(s.astype(x.dtype)), mode="drop")
+            return from_bits(bits, x.dtype)
+
+        def put_v(x, s):
+            bits = as_bits(x).at[rows, :, :t].set(as_bits(s.astype(x.dtype)), mode="drop")
+            return from_bits(bits, x.dtype)
+
+        return self._map(put_k, put_v, sub)
+
+    def resized(self, length: int) -> KVCache:
         """The cache with `length` slots per row: cut, or zero-padded at the end."""
 
         def fit(x, axis):
@@ -115,9 +128,12 @@ def write_layer(
     """
     rows = jnp.arange(k.shape[0])[:, None]  # [B, 1], broadcast against slots [B, T]
     # Indexing [rows, :, :, slots] / [rows, :, slots] selects [B, T, K, D]: k's own layout.
-    cache_k = cache_k.at[rows, :, :, slots].set(k.astype(cache_k.dtype), mode="drop")
-    cache_v = cache_v.at[rows, :, slots].set(v.astype(cache_v.dtype), mode="drop")
-    return cache_k, cache_v
+    # 16-bit caches are scattered as uint16 bit patterns (`qwen3_layers.as_bits`).
+    dtype = cache_k.dtype
+    new_k, new_v = as_bits(k.astype(dtype)), as_bits(v.astype(dtype))
+    cache_k = as_bits(cache_k).at[rows, :, :, slots].set(new_k, mode="drop")
+    cache_v = as_bits(cache_v).at[rows, :, slots].set(new_v, mode="drop")
+    return from_bits(cache_k, dtype), from_bits(cache_v, dtype)
 
 
 def read_layer(cache_k: jax.Array, cache_v: jax.Array, kv_len: int) -> tuple[jax.Array, jax.Array]:

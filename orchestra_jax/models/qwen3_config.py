@@ -5,14 +5,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
+
+from orchestra_jax.models.attention_kernels import check_attention
 
 REMAT_POLICIES = ("none", "full", "dots")
 
 # Runtime fields: how to run the model here; never written to config.json.
-_RUNTIME_FIELDS = ("param_dtype", "dtype", "scan_layers", "remat")
+_RUNTIME_FIELDS = (
+    "param_dtype",
+    "dtype",
+    "scan_layers",
+    "remat",
+    "attention",
+    "attention_block_size",
+)
 
 _PRESETS: dict[str, dict[str, Any]] = {
     # Qwen/Qwen3-0.6B config.json.
@@ -87,10 +97,14 @@ class Qwen3Config:
     """Qwen3 shape (Hugging Face field names) and how to run it.
 
     `param_dtype` is the storage dtype of weights, `dtype` the compute dtype of
-    matmuls (norms, softmax and RoPE always run in float32). `scan_layers` stacks
+    matmuls and activations; every matmul accumulates in float32, and norms'
+    statistics, softmax, RoPE and logits are float32. `scan_layers` stacks
     the layers' weights on a leading axis and runs them with `lax.scan` (fast
     compiles for deep models); `remat` picks what the backward pass recomputes:
     "none", "full" (everything in a layer) or "dots" (keep matmul outputs).
+    `attention` names the attention implementation (`attention_kernels.py`:
+    "auto", "flash", "xla", "cudnn", "splash" or "module:function") and
+    `attention_block_size` the query/key block of the blocked ones.
     """
 
     vocab_size: int
@@ -112,6 +126,8 @@ class Qwen3Config:
     dtype: Any = jnp.float32
     scan_layers: bool = False
     remat: str = "none"
+    attention: str = "auto"
+    attention_block_size: int = 256  # tokens per query / key block (flash attention)
 
     def __post_init__(self):
         if isinstance(self.eos_token_id, list):  # hashable, so jit can key on the config.
@@ -123,30 +139,34 @@ class Qwen3Config:
             )
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        check_attention(self.attention)
+        if self.attention_block_size < 1:
+            raise ValueError(f"attention_block_size must be >= 1, got {self.attention_block_size}")
 
     @property
     def num_kv_groups(self) -> int:
         """Query heads per key/value head (GQA group size)."""
         return self.num_attention_heads // self.num_key_value_heads
 
-    def replace(self, **changes) -> "Qwen3Config":
+    def replace(self, **changes) -> Qwen3Config:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "Qwen3Config":
+    def preset(cls, name: str, **overrides) -> Qwen3Config:
         """A named shape ("qwen3_0p6b", "qwen3_8b", "tiny", "demo"), optionally overridden."""
         if name not in _PRESETS:
             raise ValueError(f"unknown Qwen3 preset {name!r}; choose from {sorted(_PRESETS)}")
         return cls(**{**_PRESETS[name], **overrides})
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any] | str | pathlib.Path, **runtime) -> "Qwen3Config":
+    def from_hf(cls, config: Mapping[str, Any] | str | pathlib.Path, **runtime) -> Qwen3Config:
         """From a `config.json` dict, file, or checkpoint folder; `runtime` sets dtype etc."""
         if not isinstance(config, Mapping):
             path = pathlib.Path(config)
             if path.is_dir():
                 path = path / "config.json"
-            config = json.loads(path.read_text())
+            loaded: Mapping[str, Any] = json.loads(path.read_text())
+            config = loaded
         _check_supported(config)
         names = {f.name for f in dataclasses.fields(cls)} - set(_RUNTIME_FIELDS)
         values = {k: v for k, v in config.items() if k in names}

@@ -6,7 +6,28 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.models.matmul import dense
 from orchestra_jax.models.qwen3_config import Qwen3Config
+
+
+def as_bits(x: jax.Array) -> jax.Array:
+    """A 16-bit float array viewed as uint16 (other dtypes unchanged); see `from_bits`.
+
+    XLA's CPU backend has no bfloat16 gather or scatter: it converts the whole
+    operand to float32 and back around each one (for a decode step's KV-cache
+    writes, every layer's cache, every step). Moving 16-bit floats as uint16 bit
+    patterns is exact and keeps them 16-bit.
+    """
+    if x.dtype.itemsize == 2 and jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.uint16)
+    return x
+
+
+def from_bits(x: jax.Array, dtype) -> jax.Array:
+    """The inverse of `as_bits` for an array meant to have `dtype`."""
+    if x.dtype == jnp.uint16 and jnp.dtype(dtype) != jnp.uint16:
+        return jax.lax.bitcast_convert_type(x, dtype)
+    return x
 
 
 def normal_init(stddev: float):
@@ -15,7 +36,11 @@ def normal_init(stddev: float):
 
 
 class Linear(nnx.Module):
-    """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias."""
+    """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias.
+
+    Computed in `config.dtype` with float32 accumulation (`matmul.dense`), result in
+    `config.dtype`.
+    """
 
     def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *, rngs: nnx.Rngs):
         init = normal_init(config.initializer_range)
@@ -25,7 +50,7 @@ class Linear(nnx.Module):
         self.dtype = config.dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        return dense(x, self.kernel[...], self.dtype)
 
 
 class Embed(nnx.Module):
@@ -38,14 +63,13 @@ class Embed(nnx.Module):
         self.dtype = config.dtype
 
     def __call__(self, ids: jax.Array) -> jax.Array:
-        return jnp.take(self.embedding[...], ids, axis=0).astype(self.dtype)
+        table = self.embedding[...]
+        rows = from_bits(jnp.take(as_bits(table), ids, axis=0), table.dtype)  # see as_bits
+        return rows.astype(self.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:
         """Float32 logits x @ embedding^T, accumulated in float32."""
-        table = self.embedding[...].astype(self.dtype)
-        return jnp.einsum(
-            "bte,ve->btv", x.astype(self.dtype), table, preferred_element_type=jnp.float32
-        )
+        return dense(x, self.embedding[...], self.dtype, out_dtype=jnp.float32, w_t=True)
 
 
 class RMSNorm(nnx.Module):
@@ -62,7 +86,35 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.scale[...].astype(self.dtype) * normed.astype(self.dtype)
+        return scale_features(normed.astype(self.dtype), self.scale[...], self.dtype)
+
+
+@jax.custom_vjp
+def _scale_features(x: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * scale.astype(x.dtype)
+
+
+def _scale_features_fwd(x, scale):
+    return x * scale.astype(x.dtype), (x, scale)
+
+
+def _scale_features_bwd(residuals, g):
+    x, scale = residuals
+    dx = (g * scale.astype(g.dtype)).astype(x.dtype)
+    rows = (g.astype(jnp.float32) * x.astype(jnp.float32)).reshape(-1, x.shape[-1])
+    # dscale = Σ_tokens g ∘ x as a [1, N] · [N, E] matmul: XLA's CPU backend runs this
+    # column sum over many tokens as a slow windowed tree reduction otherwise.
+    ones = jnp.ones((1, rows.shape[0]), jnp.float32)
+    dscale = jnp.dot(ones, rows, preferred_element_type=jnp.float32)[0]
+    return dx, dscale.astype(scale.dtype)
+
+
+_scale_features.defvjp(_scale_features_fwd, _scale_features_bwd)
+
+
+def scale_features(x: jax.Array, scale: jax.Array, dtype) -> jax.Array:
+    """x [..., E] · scale [E] in `dtype`; scale's gradient summed over tokens in float32."""
+    return _scale_features(x.astype(dtype), scale)
 
 
 class MLP(nnx.Module):

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import pathlib
 import struct
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
@@ -53,7 +53,7 @@ class TensorRef:
             raise ValueError(f"{self.file}: byte range does not match shape {self.shape}")
         with open(self.file, "rb") as f:
             f.seek(self.start)
-            if f.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
+            if f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
                 raise ValueError(f"{self.file}: truncated tensor data")
         return out
 
@@ -124,7 +124,7 @@ def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, 
             data = np.ascontiguousarray(spec.produce(), dtype=spec.dtype)
             if data.shape != tuple(spec.shape):
                 raise ValueError(f"{spec.name}: produced {data.shape}, declared {spec.shape}")
-            f.write(memoryview(data.reshape(-1).view(np.uint8)))
+            f.write(data.reshape(-1).view(np.uint8).data)
             del data
 
 

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
 from orchestra_jax.rl import grpo
@@ -50,6 +51,20 @@ Batch = TrainBatch | SharedPromptBatch  # rows: episodes, or groups sharing a pr
 __all__ = ["LearnerConfig", "Learner", "make_optimizer", "compute_logprobs"]
 
 SCHEDULES = ("constant", "cosine", "linear")
+FLOAT_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def cast_floats(tree: Any, dtype: str | None) -> Any:
+    """`tree` with its floating-point leaves in `dtype` (None: unchanged; same dtype: no copy)."""
+    if dtype is None:
+        return tree
+    dt = FLOAT_DTYPES[dtype]
+
+    def cast(x):
+        floating = jnp.issubdtype(x.dtype, jnp.floating)
+        return x.astype(dt) if floating and x.dtype != dt else x
+
+    return jax.tree.map(cast, tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +92,14 @@ class LearnerConfig:
     entropy_coef: float = 0.0
     temperature: float = 1.0  # the rollout's sampling temperature
     tis_cap: float | None = None  # truncated importance sampling cap C
+    # Tokens per chunk of the LM head + log-softmax at loss positions (rl/head_logprobs.py):
+    # one [chunk, vocab] float32 block at a time; None = as many as fit 256 MiB of logits.
+    lm_head_chunk: int | None = None
+    # The learner's weights and optimizer state ("float32" masters whatever the model
+    # stores; the model gets them cast to its own dtypes after each step); None = as stored.
+    master_dtype: str | None = "float32"
+    # The stored KL reference's dtype ("bfloat16" halves its memory); None = master dtype.
+    reference_dtype: str | None = None
 
     def __post_init__(self):
         check_aggregation(self.agg)
@@ -92,6 +115,14 @@ class LearnerConfig:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if self.kl_coef < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("kl_coef, weight_decay and warmup_steps must be >= 0")
+        if self.lm_head_chunk is not None and self.lm_head_chunk < 1:
+            raise ValueError(f"lm_head_chunk must be >= 1 or None, got {self.lm_head_chunk}")
+        for name in ("master_dtype", "reference_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in FLOAT_DTYPES:
+                raise ValueError(
+                    f"{name} must be one of {sorted(FLOAT_DTYPES)} or None, got {value!r}"
+                )
 
 
 def make_schedule(config: LearnerConfig) -> optax.Schedule:
@@ -100,6 +131,7 @@ def make_schedule(config: LearnerConfig) -> optax.Schedule:
     if config.schedule == "constant":
         main = optax.constant_schedule(lr)
     else:
+        assert config.total_steps is not None  # LearnerConfig checks it for these schedules
         decay_steps = config.total_steps - config.warmup_steps
         main = (
             optax.cosine_decay_schedule(lr, decay_steps)
@@ -149,10 +181,14 @@ class Learner:
     """Owns the policy's parameters and optimizer state; `train_step` / `sft_step` update them.
 
     The model passed in stays valid: after every step its parameters are replaced
-    by the new ones (`learner.model` is the same object). The step donates the old
-    parameter buffers, so arrays read from the model before a step must be read
-    again after it. A reference model is kept only when `config.kl_coef != 0`:
-    `reference_model`, or a frozen copy of the initial policy.
+    by the new ones (`learner.model` is the same object), cast to the model's own
+    dtypes. `params` and the optimizer state are the master weights
+    (`config.master_dtype`, float32 by default, whatever the model stores); the
+    step computes in the model config's compute dtype from them. The step donates
+    the old parameter buffers, so arrays read from the model before a step must be
+    read again after it. A reference model is kept only when `config.kl_coef != 0`:
+    `reference_model`, or a frozen copy of the initial policy, stored in
+    `config.reference_dtype`.
     """
 
     def __init__(
@@ -167,8 +203,11 @@ class Learner:
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
         self.tx = make_optimizer(config)
         self._graphdef, params, self._rest = nnx.split(model, nnx.Param, ...)
+        self._model_dtypes = jax.tree.map(lambda x: x.dtype, params)
         self._param_shardings = state_shardings(params, self.mesh)
-        self.params = jax.device_put(params, self._param_shardings)
+        self.params = jax.device_put(
+            cast_floats(params, config.master_dtype), self._param_shardings
+        )
         self._rest = jax.device_put(self._rest, NamedSharding(self.mesh, P()))
         abstract_opt = jax.eval_shape(self.tx.init, self.params)
         self._replicated = NamedSharding(self.mesh, P())
@@ -189,10 +228,10 @@ class Learner:
                 if reference_model is not None
                 else jax.tree.map(jnp.copy, self.params)
             )
-            self.ref_params = jax.device_put(source, self._param_shardings)
+            self.ref_params = self._place_reference(source)
         self.step = 0
         self._compiled: dict[tuple[str, int], Any] = {}  # (objective, #micro-batches) -> step
-        nnx.update(self.model, self.params)
+        self._sync_model()
 
     def load_state(self, params: Any, opt_state: Any | None = None, *, step: int = 0) -> None:
         """Replaces parameters (and optimizer state, step) e.g. from a checkpoint.
@@ -200,23 +239,38 @@ class Learner:
         Arrays are placed on this learner's shardings; `opt_state=None` starts the
         optimizer afresh. The KL reference is left alone (see `set_reference`).
         """
-        self.params = jax.device_put(params, self._param_shardings)
+        self.params = jax.device_put(
+            cast_floats(params, self.config.master_dtype), self._param_shardings
+        )
         self.opt_state = (
             jax.device_put(opt_state, self._opt_shardings)
             if opt_state is not None
             else self._fresh_opt_state()
         )
         self.step = int(step)
-        nnx.update(self.model, self.params)
+        self._sync_model()
 
     def set_reference(self, reference_params: Any) -> None:
         """Replaces the frozen KL reference (only kept when `kl_coef != 0`)."""
         if not self.config.kl_coef:
             raise ValueError("reference_params given but kl_coef == 0: no reference is kept")
         # A copy: the train step donates `params`, which may be these very buffers.
-        self.ref_params = jax.tree.map(
-            jnp.copy, jax.device_put(reference_params, self._param_shardings)
+        self.ref_params = jax.tree.map(jnp.copy, self._place_reference(reference_params))
+
+    def _place_reference(self, params: Any) -> Any:
+        dtype = self.config.reference_dtype or self.config.master_dtype
+        return jax.device_put(cast_floats(params, dtype), self._param_shardings)
+
+    def policy_params(self) -> Any:
+        """The current weights in the model's own dtypes (what rollout engines load)."""
+        return nnx.state(self.model, nnx.Param)
+
+    def _sync_model(self) -> None:
+        """The model's parameters := the master weights, cast to the model's dtypes."""
+        model_params = jax.tree.map(
+            lambda x, dt: x if x.dtype == dt else x.astype(dt), self.params, self._model_dtypes
         )
+        nnx.update(self.model, model_params)
 
     def _fresh_opt_state(self) -> Any:
         return jax.device_put(self.tx.init(self.params), self._opt_shardings)
@@ -255,7 +309,7 @@ class Learner:
         self.params, self.opt_state, metrics = self._compiled[key](
             self.params, self.opt_state, ref_params, batch
         )
-        nnx.update(self.model, self.params)
+        self._sync_model()
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.step += int(not metrics["skipped"])
         return metrics

@@ -26,6 +26,7 @@ from orchestra_jax.registry import Registry
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import aggregate
 from orchestra_jax.rl.batching import TrainBatch
+from orchestra_jax.rl.head_logprobs import auto_chunk_size, head_logprobs
 from orchestra_jax.rl.sft import sft_loss
 from orchestra_jax.rl.shared_prompts import SharedPromptBatch, shared_prompt_hidden_states
 
@@ -61,14 +62,21 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
 
 
 def loss_position_logprobs(
-    model: nnx.Module, batch: TrainBatch | SharedPromptBatch, temperature: float = 1.0
-) -> tuple[jax.Array, jax.Array, TrainBatch]:
-    """(log-probs [B, K], logits [B, K, V], the loss rows at their loss positions).
+    model: Any,  # a Qwen3ForCausalLM: hidden_states, head_weight, config
+    batch: TrainBatch | SharedPromptBatch,
+    temperature: float = 1.0,
+    *,
+    chunk_size: int | None = None,
+    with_entropy: bool = True,
+) -> tuple[jax.Array, jax.Array | None, TrainBatch]:
+    """(log-probs [B, K], entropies [B, K] or None, the loss rows at their loss positions).
 
     Runs the transformer over all T positions but the LM head only at the K
     loss positions (`batch.loss_index`): exact, and far cheaper when the loss
-    covers a small part of each row. A SharedPromptBatch runs each group's
-    prompt once (`rl/shared_prompts.py`); its B rows are its episodes.
+    covers a small part of each row; the head and log-softmax run `chunk_size`
+    tokens at a time (`rl/head_logprobs.py`; None: `auto_chunk_size` of the
+    vocabulary). A SharedPromptBatch runs each group's prompt once
+    (`rl/shared_prompts.py`); its B rows are its episodes.
     """
     if isinstance(batch, SharedPromptBatch):
         hidden, batch = shared_prompt_hidden_states(model, batch)
@@ -77,9 +85,19 @@ def loss_position_logprobs(
             batch.input_ids, batch.positions, segment_ids=batch.segment_ids
         )
     index = jnp.where(batch.loss_index >= 0, batch.loss_index, 0)
-    logits = model.logits(jnp.take_along_axis(hidden, index[..., None], axis=1))
     view = at_loss_positions(batch)
-    return grpo.token_logprobs(logits, view.target_ids, temperature), logits, view
+    weight, tied = model.head_weight()
+    logp, entropy = head_logprobs(
+        jnp.take_along_axis(hidden, index[..., None], axis=1),
+        weight,
+        view.target_ids,
+        dtype=model.config.dtype,
+        temperature=temperature,
+        chunk_size=chunk_size or auto_chunk_size(model.config.vocab_size),
+        tied=tied,
+        with_entropy=with_entropy,
+    )
+    return logp, entropy, view
 
 
 @nnx.jit(static_argnames=("temperature",))
@@ -113,7 +131,10 @@ def grpo_objective(
     log π_rollout), C) instead.
     """
     micro_full = micro
-    logp, logits, micro = loss_position_logprobs(model, micro_full, config.temperature)
+    logp, entropy, micro = loss_position_logprobs(
+        model, micro_full, config.temperature, chunk_size=config.lm_head_chunk
+    )
+    assert entropy is not None
     mask, rollout = micro.loss_mask, micro.old_logprobs
     agg = dict(segment_ids=micro.segment_ids, norm_length=config.norm_length)
     if config.tis_cap is None:
@@ -133,7 +154,6 @@ def grpo_objective(
     )
     num_tokens = jnp.maximum(mask.sum(), 1.0)  # the loss's token-means are over this count
     ratio = jnp.exp(logp - old)
-    entropy = grpo.entropy_from_logits(logits, config.temperature)
     stats = {
         "total/pg_loss": pg_loss,
         "token/entropy": _masked_sum(entropy, mask),
@@ -151,7 +171,13 @@ def grpo_objective(
     if config.kl_coef:
         if ref_model is None:
             raise ValueError("kl_coef > 0 needs a reference model")
-        ref_logp, _, _ = loss_position_logprobs(ref_model, micro_full, config.temperature)
+        ref_logp, _, _ = loss_position_logprobs(
+            ref_model,
+            micro_full,
+            config.temperature,
+            chunk_size=config.lm_head_chunk,
+            with_entropy=False,
+        )
         kl = grpo.kl_penalty(logp, jax.lax.stop_gradient(ref_logp), config.kl_type)
         kl_loss = aggregate(kl, mask, config.agg, denominator=denominator, **agg)[0]
         loss = loss + config.kl_coef * kl_loss
@@ -177,7 +203,9 @@ def sft_objective(
     Always at temperature 1: SFT fits the distribution itself, not a sampler of it.
     """
     del ref_model
-    logp, _, micro = loss_position_logprobs(model, micro, 1.0)
+    logp, _, micro = loss_position_logprobs(
+        model, micro, 1.0, chunk_size=config.lm_head_chunk, with_entropy=False
+    )
     loss, _ = sft_loss(
         logp,
         micro.loss_mask,

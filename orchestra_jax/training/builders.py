@@ -24,6 +24,7 @@ from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.data.splits import file_sources, source_path_key, split_config_problems
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
+from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
@@ -118,6 +119,7 @@ def build_model(
         dtype=DTYPES[config.model.dtype],
         scan_layers=config.model.scan_layers,
         remat=config.model.remat,
+        attention=config.model.attention,
     )
     if config.model.hf_path:
         model, model_config = load_hf_checkpoint(
@@ -163,6 +165,7 @@ def check_model(config: Any) -> list[str]:
         errors.append(f"model.hf_path: no config.json in {model.hf_path!r}")
     for name in ("param_dtype", "dtype"):
         errors += _choice(f"model.{name}", model[name], DTYPES)
+    errors += _choice("model.attention", model.attention, ATTENTION)
     if config.tokenizer != "demo" and not os.path.exists(
         os.path.join(config.tokenizer, "tokenizer.json")
     ):
@@ -567,6 +570,8 @@ def build_learner_config(config: Any, *, total_steps: int | None = None) -> Lear
         kl_type=rl.kl_type,
         temperature=max(config.rollout.temperature, 1e-6),
         tis_cap=rl.tis_cap or None,
+        lm_head_chunk=rl.lm_head_chunk or None,
+        reference_dtype=rl.reference_dtype or None,
     )
 
 
@@ -587,8 +592,11 @@ def check_rl(config: Any) -> list[str]:
         "rl.warmup_steps",
         "rl.filter_reward_std",
         "rl.tis_cap",
+        "rl.lm_head_chunk",
         allow_zero=True,
     )
+    if rl.reference_dtype:
+        errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
     if rl.group_size < 2:
         errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
     errors += _choice("rl.loss", rl.loss, grpo.POLICY_LOSSES)

@@ -207,7 +207,7 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
 
 
 async def sync_weights(run: Run, version: int) -> None:
-    await run.engine.update_weights(run.learner.params, version=version)
+    await run.engine.update_weights(run.learner.policy_params(), version=version)
 
 
 def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
