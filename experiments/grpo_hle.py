@@ -20,7 +20,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 def main(argv):
     del argv
-    flags_util.init_distributed()
+    flags_util.init_distributed(_CONFIG.value)
     from orchestra_jax.training.experiment import run_experiment
 
     run_experiment(flags_util.validated(_CONFIG.value))

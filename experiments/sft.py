@@ -59,7 +59,7 @@ def read_conversations(path, tokenizer, enable_thinking):
 
 def main(argv):
     del argv
-    flags_util.init_distributed()
+    flags_util.init_distributed(_CONFIG.value)
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
     from orchestra_jax.rl.learner import Learner
     from orchestra_jax.training import builders, experiment, grpo_loop, warm_start

@@ -13,7 +13,8 @@ The sweep file defines `get_sweep(hyper)` (see launch/hyper.py) and may set
 - `local`: subprocesses here, at most --max_parallel at once, each logging to
   `<workdir>/launch.log`; a summary table and `<root>/<sweep>/sweep_summary.json`
   (re-running some trials with --trials updates their entries only).
-- `xmanager`: one XManager experiment, one job per trial (needs `pip install xmanager`).
+- `xmanager`: one XManager experiment, one job per trial (needs `pip install -e ".[xm]"`);
+  `--xm_platform=local` runs the jobs here without Docker and waits for them.
 
 Every swept key is checked against the config before anything starts.
 Exit status: 0 if every trial succeeded, 1 if any failed, 2 for bad input.
@@ -68,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not load the config to check the swept keys exist",
     )
     parser.add_argument(
-        "--xm_platform", choices=xm_executor.PLATFORMS, help="xmanager: local Docker or vertex"
+        "--xm_platform",
+        choices=xm_executor.PLATFORMS,
+        help="xmanager: local (this machine, no Docker; default), docker, or vertex",
     )
     parser.add_argument(
         "--xm_requirements", help="xmanager: resources, e.g. A100=8,ram=256GiB or local_gpu=1"
@@ -155,15 +158,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.executor == "local":
             return _run_local(args, name, trials, console)
-        experiment_id = xm_executor.launch_xmanager(
-            trials,
-            config=config,
-            module=args.module,
-            title=f"{name} ({config})",
-            platform=args.xm_platform or "local",
-            requirements=args.xm_requirements or "",
-        )
-        console.print(f"launched XManager experiment {experiment_id} with {len(trials)} jobs")
+        platform = args.xm_platform or "local"
+        try:
+            experiment_id = xm_executor.launch_xmanager(
+                trials,
+                config=config,
+                module=args.module,
+                title=f"{name} ({config})",
+                platform=platform,
+                requirements=args.xm_requirements or "",
+                python=args.python,
+            )
+        except xm_executor.JobsFailed as error:
+            console.print(f"[red]{error}[/]")
+            return 1
+        done = "ran" if platform in ("local", "docker") else "launched"
+        console.print(f"XManager experiment {experiment_id} {done} {len(trials)} jobs")
         return 0
     except (ValueError, TypeError, FileNotFoundError, xm_executor.XManagerMissing) as error:
         print(f"launch.sweep: error: {error}", file=sys.stderr)

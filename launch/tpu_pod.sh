@@ -4,9 +4,13 @@
 # Steps, each on all workers at once (gcloud ... --worker=all):
 #   1. sync   copy this checkout (tracked and untracked-but-not-ignored files) to ~/$REMOTE_DIR
 #   2. install  pip install -e ".[tpu]"
-#   3. run    ORCHESTRA_JAX_DISTRIBUTED=1 python3 -m $MODULE <your flags>
+#   3. run    ORCHESTRA_JAX_DISTRIBUTED=1 python3 -m $MODULE <your flags> <rollout flags>
 # Every worker runs the same command: JAX is multi-controller, and the entry point
 # calls jax.distributed.initialize() when ORCHESTRA_JAX_DISTRIBUTED=1 (see launch/README.md).
+# Rollouts: a TPU VM runs no SGLang, so by default each worker plays its share of the
+# episodes on the in-process JAX engine (--config.rollout.engine=jax); with SGLANG_URLS,
+# the workers share SGLang servers running elsewhere (a GPU cluster), which reload
+# weights from SGLANG_WEIGHTS_DIR, a folder both sides mount.
 set -euo pipefail
 
 usage() {
@@ -28,11 +32,15 @@ Environment:
   TPU_PROJECT          GCP project (default: gcloud's configured project)
   REMOTE_DIR           checkout folder under the workers' home (default: orchestra_jax)
   MODULE               python module to run (default: experiments.grpo_hle)
+  SGLANG_URLS          comma-separated SGLang servers elsewhere; unset = JAX rollouts on the TPUs
+  SGLANG_WEIGHTS_DIR   with SGLANG_URLS: a folder the workers write and the servers read
   DRY_RUN=1            print the gcloud commands instead of running them
 
-Example (Qwen3-8B on a v5p-64 slice, checkpoints on GCS):
-  TPU_NAME=orch-v5p-64 TPU_ZONE=us-east5-a launch/tpu_pod.sh -- \
-      --config=experiments/configs/grpo_hle.py:qwen3_8b --config.workdir=gs://my-bucket/runs/8b
+Example (Qwen3-8B on a v5p-32 slice: 16 chips, 4 workers; checkpoints on GCS; see
+docs/scaling.md and `python -m launch.plan` for the mesh):
+  TPU_NAME=orch-v5p-32 TPU_ZONE=us-east5-a launch/tpu_pod.sh -- \
+      --config=experiments/configs/grpo_hle.py:qwen3_8b --config.model.hf_path=/mnt/ckpt/Qwen3-8B \
+      --config.tokenizer=/mnt/ckpt/Qwen3-8B --config.workdir=gs://my-bucket/runs/8b
 EOF
 }
 
@@ -82,8 +90,15 @@ if [[ "${install}" == "1" ]]; then
 && python3 -m pip install --quiet -e '.[tpu]'"
 fi
 
-job_flags=""
-[[ $# -gt 0 ]] && job_flags="$(printf ' %q' "$@")"
+rollout_flags=(--config.rollout.engine=jax)
+if [[ -n "${SGLANG_URLS:-}" ]]; then
+  [[ -n "${SGLANG_WEIGHTS_DIR:-}" ]] \
+    || die "SGLANG_URLS needs SGLANG_WEIGHTS_DIR, a folder the workers write and the servers read"
+  rollout_flags=(--config.rollout.engine=sglang "--config.rollout.urls=${SGLANG_URLS}"
+                 "--config.rollout.weights_dir=${SGLANG_WEIGHTS_DIR}")
+fi
+# Rollout flags last: ml_collections applies --config.a.b overrides after --config loads.
+job_flags="$(printf ' %q' "$@" "${rollout_flags[@]}")"
 job="ORCHESTRA_JAX_DISTRIBUTED=1 python3 -m $(printf '%q' "${module}")${job_flags}"
 if [[ "${detach}" == "1" ]]; then
   log="logs/\$(date -u +%Y%m%dT%H%M%SZ).log"

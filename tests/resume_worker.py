@@ -1,9 +1,14 @@
-"""A GRPO run of the `micro` config that can kill itself: the subject of test_training_resume.
+"""A GRPO run of the `micro` config that can kill itself: the subject of
+test_training_resume and test_multihost.
 
     python tests/resume_worker.py WORKDIR NUM_STEPS [KILL_AFTER_STEP]
+    python -m launch.local_hosts --num_hosts 2 --devices_per_host 4 -- \
+        python tests/resume_worker.py WORKDIR NUM_STEPS [KILL_AFTER_STEP]
 
 With KILL_AFTER_STEP it sends itself SIGKILL right after that step's metrics
-are written (its checkpoint may still be in flight), like a preempted job.
+are written (its checkpoint may still be in flight), like a preempted job;
+with a fourth argument `saved`, once that step's checkpoint is on disk.
+Under launch/local_hosts.py each process joins the job as one host.
 """
 
 import os
@@ -20,10 +25,13 @@ def ranked_reward(features, correct, preference):
     return np.arange(len(features), dtype=np.float32)
 
 
-def main(workdir, num_steps, kill_after=None):
+def main(workdir, num_steps, kill_after=None, wait_for_checkpoint=False):
     import logging
 
     logging.basicConfig(level=logging.INFO)
+    from orchestra_jax.parallel import distributed
+
+    distributed.initialize()  # a no-op outside launch/local_hosts.py
     from experiments.configs import grpo_hle
     from orchestra_jax.training import grpo_loop
 
@@ -37,6 +45,8 @@ def main(workdir, num_steps, kill_after=None):
     def progress(step, metrics):
         del metrics
         if kill_after is not None and step == kill_after:
+            if wait_for_checkpoint:
+                run.checkpointer.wait_until_finished()
             os.kill(os.getpid(), signal.SIGKILL)
 
     grpo_loop.grpo_train(run, progress=progress)
@@ -45,4 +55,9 @@ def main(workdir, num_steps, kill_after=None):
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
+    main(
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]) if len(sys.argv) > 3 else None,
+        len(sys.argv) > 4 and sys.argv[4] == "saved",
+    )

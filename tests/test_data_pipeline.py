@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from orchestra_jax.data.pipeline import WeightedSource, task_batches, task_iterator
+from orchestra_jax.data.pipeline import (
+    WeightedSource,
+    global_positions,
+    task_batches,
+    task_iterator,
+)
 from orchestra_jax.envs.base import Task
 
 
@@ -77,17 +82,33 @@ def test_finite_epochs_end_when_the_first_source_runs_out():
     assert collections.Counter(math_ids) == {f"m{i}": 2 for i in range(30)}
 
 
-def test_shards_are_disjoint_and_cover_an_epoch():
+def test_hosts_split_the_single_host_steps():
+    """On H hosts, step s's tasks are exactly a single host's step s (host h at positions
+    h, h + H, …), whatever H; the iterators' states agree."""
     tasks = make_tasks("t", 24)
-    per_host = []
-    for host in range(3):
-        it = task_iterator(
-            [WeightedSource("t", tasks)], tasks_per_step=4, seed=0, shard_index=host, shard_count=3
-        )
-        per_host.append(set(sum(take(it, 2), [])))  # 8 tasks = this host's whole epoch
-    assert all(len(s) == 8 for s in per_host)
-    assert set.union(*per_host) == {t.id for t in tasks}
-    assert sum(len(s) for s in per_host) == 24
+    single = task_iterator([WeightedSource("t", tasks)], tasks_per_step=6, seed=0)
+    want = take(single, 5)  # past an epoch: 30 of 24 tasks
+    for hosts in (2, 3):
+        iterators = [
+            task_iterator(
+                [WeightedSource("t", tasks)],
+                tasks_per_step=6,
+                seed=0,
+                shard_index=h,
+                shard_count=hosts,
+            )
+            for h in range(hosts)
+        ]
+        per_host = [take(it, 5) for it in iterators]
+        for step, batch in enumerate(want):
+            got = [None] * 6
+            for h in range(hosts):
+                for task, position in zip(per_host[h][step], global_positions(h, hosts, 6)):
+                    got[position] = task
+            assert got == batch
+        assert len({str(it.get_state()) for it in iterators}) == 1
+    with pytest.raises(ValueError, match="not a multiple of the 4 hosts"):
+        task_iterator(SOURCES, tasks_per_step=6, seed=0, shard_index=0, shard_count=4)
 
 
 def test_default_shard_is_this_process():
@@ -252,14 +273,8 @@ def test_bad_configurations_raise_clearly():
         task_batches([WeightedSource("a", [])], tasks_per_step=1, seed=0)
     with pytest.raises(ValueError, match="unique"):
         task_batches([WeightedSource("a", make_tasks("a", 3))] * 2, tasks_per_step=1, seed=0)
-    with pytest.raises(ValueError, match="too few"):
-        task_batches(
-            [WeightedSource("a", make_tasks("a", 2))],
-            tasks_per_step=1,
-            seed=0,
-            shard_index=3,
-            shard_count=4,
-        )
+    with pytest.raises(ValueError, match="not a multiple of the 4 hosts"):
+        task_batches(SOURCES, tasks_per_step=2, seed=0, shard_index=3, shard_count=4)
     with pytest.raises(ValueError, match="both"):
         task_batches(SOURCES, tasks_per_step=1, seed=0, shard_index=0)
     with pytest.raises(ValueError, match="tasks_per_step"):

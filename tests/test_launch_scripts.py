@@ -1,4 +1,4 @@
-"""The TPU pod and GPU node launch scripts, in DRY_RUN mode (nothing is started)."""
+"""The TPU pod, GPU node and Slurm launch scripts, in DRY_RUN mode (nothing is started)."""
 
 import os
 import pathlib
@@ -8,15 +8,27 @@ import subprocess
 import pytest
 
 LAUNCH = pathlib.Path(__file__).resolve().parents[1] / "launch"
-SCRIPTS = ("tpu_pod.sh", "gpu_node.sh")
+SCRIPTS = ("tpu_pod.sh", "gpu_node.sh", "slurm_gpu.sbatch")
+CLEARED = (
+    "TPU_NAME",
+    "TPU_ZONE",
+    "TPU_PROJECT",
+    "LEARNER_GPUS",
+    "SGLANG_URLS",
+    "SGLANG_GPUS",
+    "SGLANG_MODEL",
+    "SGLANG_WEIGHTS_DIR",
+    "SGLANG_TP",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
+    "SLURM_PROCID",
+    "SLURM_JOB_NODELIST",
+)
 
 
 def run_script(name, *args, **env):
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TPU_NAME", "TPU_ZONE", "TPU_PROJECT", "LEARNER_GPUS", "SGLANG_URLS")
-    }
+    clean = {k: v for k, v in os.environ.items() if k not in CLEARED}
     return subprocess.run(
         ["bash", str(LAUNCH / name), *args],
         env={**clean, "DRY_RUN": "1", **env},
@@ -30,7 +42,7 @@ def commands(result):
     return [line for line in result.stdout.splitlines() if line.startswith("+ ")]
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", SCRIPTS[:2])
 def test_help_prints_usage(name):
     result = run_script(name, "--help")
     assert result.returncode == 0 and result.stdout.startswith("Usage:")
@@ -62,6 +74,21 @@ def test_tpu_pod_syncs_installs_and_runs_on_every_worker():
     # The job's flags survive two rounds of quoting (local shell, remote shell).
     assert "ORCHESTRA_JAX_DISTRIBUTED=1\\ python3\\ -m\\ experiments.grpo_hle" in job
     assert "--config.note=a\\\\\\ b" in job
+    # A TPU VM runs no SGLang server: rollouts on the TPUs unless servers are named.
+    assert job.endswith("--config.rollout.engine=jax")
+
+
+def test_tpu_pod_shares_remote_sglang_servers():
+    env = dict(TPU_NAME="pod", TPU_ZONE="z", SGLANG_URLS="http://gpu-1:30000")
+    result = run_script("tpu_pod.sh", "--no-sync", "--no-install", "--config=c.py:demo", **env)
+    assert result.returncode == 2 and "SGLANG_WEIGHTS_DIR" in result.stderr
+    env["SGLANG_WEIGHTS_DIR"] = "/mnt/shared/w"
+    result = run_script("tpu_pod.sh", "--no-sync", "--no-install", "--config=c.py:demo", **env)
+    [job] = commands(result)
+    assert job.endswith(
+        "--config.rollout.engine=sglang\\ --config.rollout.urls=http://gpu-1:30000\\ "
+        "--config.rollout.weights_dir=/mnt/shared/w"
+    )
 
 
 def test_tpu_pod_detach_skips_sync_and_install():
@@ -103,7 +130,66 @@ def test_gpu_node_points_the_rollout_engine_at_sglang():
 
 def test_gpu_node_without_servers_runs_the_in_process_engine():
     result = run_script("gpu_node.sh", "--config=c.py:demo")
-    assert commands(result) == ["+ python3 -m experiments.grpo_hle --config=c.py:demo"]
+    assert commands(result) == [
+        "+ python3 -m experiments.grpo_hle --config=c.py:demo --config.rollout.engine=jax"
+    ]
+
+
+def test_gpu_node_starts_its_own_servers_on_sglang_gpus():
+    env = dict(LEARNER_GPUS="0,1,2,3", SGLANG_GPUS="4,5,6,7", SGLANG_TP="2", SGLANG_MODEL="/m")
+    result = run_script("gpu_node.sh", "--config=c.py:demo", SGLANG_WEIGHTS_DIR="/w", **env)
+    assert result.returncode == 0, result.stderr
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    lines = commands(result)
+    assert lines[1:3] == [
+        "+ env CUDA_VISIBLE_DEVICES=4\\,5 TP_SIZE=2 launch/sglang_server.sh /m 30000",
+        "+ env CUDA_VISIBLE_DEVICES=6\\,7 TP_SIZE=2 launch/sglang_server.sh /m 30001",
+    ]
+    assert f"+ wait for http://{host}:30001/health" in lines
+    assert lines[-1].endswith(
+        f"--config.rollout.urls=http://{host}:30000\\,http://{host}:30001 "
+        "--config.rollout.weights_dir=/w"
+    )
+    del env["SGLANG_MODEL"]
+    result = run_script("gpu_node.sh", **env)
+    assert result.returncode == 2 and "SGLANG_MODEL" in result.stderr
+
+
+def test_gpu_node_passes_the_distributed_environment_on():
+    env = dict(JAX_COORDINATOR_ADDRESS="n0:12355", JAX_NUM_PROCESSES="2", SLURM_PROCID="1")
+    result = run_script("gpu_node.sh", "--config=c.py:demo", **env)
+    assert result.returncode == 0 and "process 1 of 2, coordinator n0:12355" in result.stderr
+    del env["SLURM_PROCID"]
+    result = run_script("gpu_node.sh", **env)
+    assert result.returncode == 2 and "JAX_PROCESS_ID" in result.stderr
+
+
+def test_slurm_runs_gpu_node_on_every_node_as_one_jax_job(tmp_path):
+    """A stand-in srun runs each task's command: gpu_node.sh, printing what it would run."""
+    (tmp_path / "srun").write_text(
+        "#!/usr/bin/env bash\n"
+        "n=1; while [[ $1 == --* ]]; do [[ $1 == --ntasks=* ]] && n=${1#--ntasks=}; shift; done\n"
+        'for ((i = 0; i < n; i++)); do SLURM_PROCID=$i DRY_RUN=1 "$@" || exit; done\n'
+    )
+    (tmp_path / "srun").chmod(0o755)
+    env = dict(
+        SLURM_JOB_NODELIST="gpu-a,gpu-b",
+        SGLANG_MODEL="/shared/Qwen3-8B",
+        SGLANG_WEIGHTS_DIR="/shared/w",
+        SGLANG_TP="2",
+        PATH=f"{tmp_path}:{os.environ['PATH']}",
+    )
+    result = run_script("slurm_gpu.sbatch", "--config=c.py:qwen3_8b", DRY_RUN="0", **env)
+    assert result.returncode == 0, result.stderr
+    assert "2 nodes, coordinator gpu-a:12355, 4 SGLang servers" in result.stderr
+    assert "process 0 of 2" in result.stderr and "process 1 of 2" in result.stderr
+    jobs = [line for line in commands(result) if line.startswith("+ python3")]
+    assert len(jobs) == 2 and jobs[0] == jobs[1]
+    assert "--config.rollout.urls=http://gpu-a:30000\\,http://gpu-a:30001\\," in jobs[0]
+    assert "http://gpu-b:30001 --config.rollout.weights_dir=/shared/w" in jobs[0]
+    del env["SGLANG_WEIGHTS_DIR"]
+    result = run_script("slurm_gpu.sbatch", DRY_RUN="0", **env)
+    assert result.returncode == 2 and "every node shares" in result.stderr
 
 
 @pytest.mark.parametrize(

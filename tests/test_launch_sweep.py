@@ -330,7 +330,7 @@ def test_cli_local_run_writes_summary_and_exit_code(tmp_path, config_path, monke
     assert [(s["name"], s["status"]) for s in summary] == [("0_seed=0", "ok"), ("1_seed=1", "ok")]
 
 
-# --- xmanager: the pure parts (xmanager itself is not installed here) -------------------------
+# --- xmanager ----------------------------------------------------------------------------------
 
 
 def test_xmanager_job_args_and_requirements():
@@ -359,11 +359,11 @@ def test_xmanager_missing_is_a_one_line_install_hint(tmp_path, config_path, caps
     path = write_sweep(tmp_path, 'hyper.sweep("config.seed", [0])')
     assert sweep.main([f"--config={config_path}", f"--sweep={path}", "--executor=xmanager"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "pip install xmanager" in err and len(err.splitlines()) == 1
+    assert 'pip install -e ".[xm]"' in err and len(err.splitlines()) == 1
 
 
-def test_xmanager_experiment_against_the_real_api(monkeypatch):
-    """Runs only where xmanager is installed: real xm objects, a recording stand-in experiment."""
+def test_xmanager_container_spec_against_the_real_api(monkeypatch):
+    """The Docker / Vertex path: real xm objects, a recording stand-in experiment."""
     pytest.importorskip("xmanager")
     from xmanager import xm, xm_local
 
@@ -397,7 +397,7 @@ def test_xmanager_experiment_against_the_real_api(monkeypatch):
         config="c.py:demo",
         module="experiments.grpo_hle",
         title="t",
-        platform="local",
+        platform="docker",
         requirements="local_gpu=1",
         repo_root=str(REPO_ROOT),
     )
@@ -410,3 +410,37 @@ def test_xmanager_experiment_against_the_real_api(monkeypatch):
         "--config.seed=1",
         "--config.workdir=gs://b/s/1_seed=1",
     ]
+
+
+@pytest.mark.slow
+def test_xmanager_local_executor_runs_a_two_job_sweep_of_the_micro_variant(
+    tmp_path, monkeypatch, capsys
+):
+    """The real library end to end: XManager's local executor runs both trials here."""
+    pytest.importorskip("xmanager")
+    monkeypatch.setenv("HOME", str(tmp_path))  # XManager's experiment database
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    monkeypatch.setenv("XLA_FLAGS", "")  # one CPU device per job
+    monkeypatch.chdir(REPO_ROOT)
+    path = write_sweep(
+        tmp_path,
+        'hyper.product([hyper.fixed("config.num_steps", 1), hyper.sweep("config.seed", [0, 1])])',
+    )
+    argv = [
+        "--config=experiments/configs/grpo_hle.py:micro",
+        f"--sweep={path}",
+        "--executor=xmanager",
+        "--xm_platform=local",
+        f"--workdir_root={tmp_path / 'runs'}",
+    ]
+    assert sweep.main(argv) == 0, capsys.readouterr().err
+    assert "ran 2 jobs" in capsys.readouterr().err
+    for seed in (0, 1):
+        workdir = tmp_path / "runs" / "my_sweep" / f"{seed}_num_steps=1,seed={seed}"
+        assert json.loads((workdir / "config.json").read_text())["seed"] == seed
+        [record] = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+        assert record["step"] == 1
+    # A failing job fails the sweep, naming the experiment.
+    bad = [*argv[:-1], f"--workdir_root={tmp_path / 'bad'}", "--module=no_such_module"]
+    assert sweep.main(bad + ["--skip_config_check"]) == 1
+    assert "a job failed" in capsys.readouterr().err

@@ -123,3 +123,17 @@ def test_plot_metrics_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="at least one key"):
         plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "x.png", [])
+
+
+def test_a_disabled_writer_writes_nothing(tmp_path, capsys):
+    """Hosts other than process 0 log nothing, in files or on the console."""
+    writer = MetricsWriter(tmp_path / "run", total_steps=3, resume_step=1, enabled=False)
+    assert writer.write(1, {"reward": 0.5, "tools": {"search": 2}}) == {
+        "reward": 0.5,
+        "tools/search": 2.0,
+    }
+    writer.truncate_after(0)
+    writer.flush()
+    writer.close()
+    assert not (tmp_path / "run").exists()
+    assert capsys.readouterr().err == ""

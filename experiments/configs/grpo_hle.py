@@ -71,6 +71,16 @@ def _base() -> ml_collections.ConfigDict:
     c.mesh.fsdp = -1  # -1: every remaining device.
     c.mesh.tensor = 1
 
+    # Multi-host jobs (orchestra_jax/parallel/distributed.py). Unset fields come
+    # from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID.
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.coordinator_address = ""  # "host:port" of process 0.
+    c.distributed.num_processes = 0  # 0: from the environment or detected.
+    c.distributed.process_id = -1  # -1: from the environment or detected.
+    # JAX's cluster detection (Cloud TPU pods, Slurm, Open MPI); also turned on
+    # by ORCHESTRA_JAX_DISTRIBUTED=1 (launch/tpu_pod.sh).
+    c.distributed.auto_detect = False
+
     # --- rollouts --------------------------------------------------------------
     c.rollout = ml_collections.ConfigDict()
     c.rollout.engine = "jax"  # "jax" (in process) or "sglang" (servers).
@@ -249,6 +259,8 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.warmup_steps = 0
     c.rl.weight_decay = 0.01
     c.rl.grad_clip = 1.0
+    # Rows per micro-batch on each batch shard (mesh.data x mesh.fsdp devices): a
+    # micro-batch is micro_batch_size x shards rows, so any mesh divides it.
     c.rl.micro_batch_size = 8
     # Keep one copy of each group's prompt in the learner batch and run it once
     # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
@@ -349,7 +361,7 @@ def _demo(c):
     # KL to the warm start: domains share the answer choice; this keeps logic's.
     c.rl.kl_coef = 0.3
     c.rl.share_prompts = True  # Each group's ~670-token prompt runs once, not 8 times.
-    c.rl.micro_batch_size = 2  # Groups: 16 episodes.
+    c.rl.micro_batch_size = 2  # Groups per device: 16 episodes.
     c.data.stratify_by = "domain"  # Every step holds all three domains.
     c.data.stratum_weights = "logic:2"  # Logic pays for the frontier answer: twice its share.
     c.rl.filter_reward_std = 0.0
@@ -381,9 +393,9 @@ def _micro(c):
     c.rl.schedule = "constant"  # Two steps are all warm-up; nothing is left to decay.
     c.rl.group_size = 2
     c.rl.tasks_per_step = 2
-    # Groups a micro-batch (rl.share_prompts): a multiple of the devices a test's
-    # mesh splits the batch over (8 fake CPU devices).
-    c.rl.micro_batch_size = 8
+    # One group per device per micro-batch (rl.share_prompts): 8 rows on the
+    # tests' 8 fake CPU devices.
+    c.rl.micro_batch_size = 1
     c.rollout.max_batch_size = 4
     c.agent.max_turns = 2
     c.agent.max_new_tokens_per_turn = 32  # Router calls fit.
@@ -566,7 +578,7 @@ def _qwen3_8b(c):
     c.rl.group_size = 8
     c.rl.tasks_per_step = 16
     c.rl.lr = 1e-6
-    c.rl.micro_batch_size = 1
+    c.rl.micro_batch_size = 1  # One 32k-token episode per device per micro-batch.
     c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
     c.num_steps = 1000
     c.checkpoint.every_steps = 25

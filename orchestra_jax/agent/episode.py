@@ -70,6 +70,7 @@ def make_group_specs(
     tools: Sequence[Mapping[str, Any]] | None = None,
     reset: Callable[[Any], Any] | None = None,
     other_party: Callable[[Any], Any] | None = None,
+    task_indices: Sequence[int] | None = None,
 ) -> list[EpisodeSpec]:
     """G = `group_size` episodes per task, task by task (the order GRPO groups expect).
 
@@ -78,7 +79,9 @@ def make_group_specs(
     its tools (tools keep per-episode state in their `ToolContext`); `reset(task)`,
     when given, makes each episode's own `state` (`Environment.reset`), and
     `other_party(task)` the other side of its conversation
-    (`Environment.other_party`). Episode (i, g) gets seed derive_seed(seed, i, g).
+    (`Environment.other_party`). Episode (i, g) gets seed
+    derive_seed(seed, task_indices[i], g); task_indices default to 0, 1, … (a host
+    playing part of a step passes its tasks' places in the step).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -92,6 +95,9 @@ def make_group_specs(
         tools = [make_tools(config, backends) for config in tool_configs]
     elif len(tools) != len(tasks):
         raise ValueError(f"{len(tasks)} tasks but {len(tools)} tool sets")
+    indices = range(len(tasks)) if task_indices is None else task_indices
+    if len(indices) != len(tasks):
+        raise ValueError(f"{len(tasks)} tasks but {len(indices)} task indices")
     return [
         EpisodeSpec(
             task=task,
@@ -102,6 +108,6 @@ def make_group_specs(
             state=None if reset is None else reset(task),
             other_party=None if other_party is None else other_party(task),
         )
-        for i, (task, config, task_tools) in enumerate(zip(tasks, tool_configs, tools))
+        for i, task, config, task_tools in zip(indices, tasks, tool_configs, tools)
         for g in range(group_size)
     ]

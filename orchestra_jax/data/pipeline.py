@@ -3,16 +3,21 @@
 Tasks travel through Grain as the Python `Task` objects themselves (no
 conversion to dicts or arrays): every stage here is an in-memory `MapDataset`
 read with zero worker threads, so nothing is pickled. Each element the
-iterator yields is a `list[Task]` of length `tasks_per_step` (one GRPO step).
+iterator yields is this host's `list[Task]` of one GRPO step: `tasks_per_step`
+tasks on a single host, `tasks_per_step / H` on each of H hosts.
 
 Pipeline, per source i with weight w_i:
 
-    tasks_i ─ shard (host h of H takes indices h, h+H, …) ─ shuffle(seed_i)
-            ─ repeat(num_epochs)
-    mix(sources, proportions w) ─ batch(tasks_per_step, drop remainder) ─ iterator
+    tasks_i ─ shuffle(seed_i) ─ repeat(num_epochs)
+    mix(sources, proportions w) ─ shard (host h of H takes positions h, h+H, …)
+                                ─ batch(tasks_per_step / H, drop remainder) ─ iterator
 
-- Sharding comes first, so hosts see disjoint tasks in every epoch; every host
-  uses the same seeds, so the whole job's order is reproducible.
+- Sharding comes last, over the job's one task stream: step s holds that
+  stream's tasks s·T … s·T + T − 1 (T = tasks_per_step) whatever the number of
+  hosts, and host h holds those at positions h, h + H, … of the step
+  (`global_positions`). So a run on H hosts trains on the tasks a single host
+  would, hosts see disjoint tasks, and the iterator state is the same on every
+  host.
 - Shuffling is a seeded index permutation that changes every epoch
   (Grain folds the epoch into the seed), derived per source from `seed`.
 - Mixing is Grain's deterministic proportional interleave: of every
@@ -118,7 +123,8 @@ def task_batches(
     """The batched, mixed, sharded dataset of `list[Task]` (see module docstring).
 
     `num_epochs=None` repeats forever. `shard_index`/`shard_count` default to
-    this JAX process's index and the process count. `stratify_by` (a task field
+    this JAX process's index and the process count; `tasks_per_step` (the whole
+    step's) must be a multiple of `shard_count`. `stratify_by` (a task field
     of `STRATIFY_FIELDS`, or None) fixes each step's composition by that field;
     `stratum_weights` reweights its values (see `stratify`).
     """
@@ -129,6 +135,11 @@ def task_batches(
         shard_index, shard_count = host_shard()
     if not 0 <= shard_index < shard_count:
         raise ValueError(f"shard_index {shard_index} is outside [0, {shard_count})")
+    if tasks_per_step % shard_count:
+        raise ValueError(
+            f"tasks_per_step {tasks_per_step} is not a multiple of the {shard_count} hosts: "
+            "each host plays an equal share of a step's tasks"
+        )
 
     if stratify_by:
         parts = stratify(sources, stratify_by, stratum_weights)
@@ -138,19 +149,20 @@ def task_batches(
         parts = [(source, i, None) for i, source in enumerate(sources)]
     per_source = []
     for source, i, j in parts:
-        ds = grain.MapDataset.source(list(source.tasks))[shard_index::shard_count]
-        if len(ds) == 0:
-            raise ValueError(
-                f"source {source.name!r} has {len(source.tasks)} tasks: too few for "
-                f"{shard_count} shards"
-            )
+        ds = grain.MapDataset.source(list(source.tasks))
         ds = ds.shuffle(seed=source_seed(seed, i, j)).repeat(num_epochs)
         per_source.append(ds)
     if len(per_source) == 1:
         mixed = per_source[0]
     else:
         mixed = grain.MapDataset.mix(per_source, weights=[s.weight for s, _, _ in parts])
-    return mixed.batch(tasks_per_step, drop_remainder=True, batch_fn=list)
+    local = mixed[shard_index::shard_count] if shard_count > 1 else mixed
+    return local.batch(tasks_per_step // shard_count, drop_remainder=True, batch_fn=list)
+
+
+def global_positions(shard_index: int, shard_count: int, tasks_per_step: int) -> list[int]:
+    """Positions within the whole step of host `shard_index`'s tasks: h, h + H, …"""
+    return list(range(shard_index, tasks_per_step, shard_count))
 
 
 def task_iterator(

@@ -116,24 +116,32 @@ def save_hf_checkpoint(
     path,
     *,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    dtype=None,
 ) -> list[pathlib.Path]:
     """Write config.json and safetensors (sharded + index past `max_shard_size` bytes).
 
-    Tensors are written in the parameters' dtype (`config.param_dtype`). Returns the
-    safetensors files written. transformers' Qwen3ForCausalLM.from_pretrained loads them.
+    Tensors are written in `dtype` (default: the parameters' dtype,
+    `config.param_dtype`; weight syncs to a rollout server pass the compute
+    dtype). Returns the safetensors files written. transformers'
+    Qwen3ForCausalLM.from_pretrained loads them.
+
+    On several hosts every host must call this: each tensor is gathered whole,
+    one at a time (cast on its devices first), by every host together, and
+    process 0 alone writes the files (the others return []).
     """
+    from orchestra_jax.parallel.multihost import gather_to_host, is_primary
+
     path = pathlib.Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     state = nnx.state(model, nnx.Param)
     flat = dict(nnx.to_flat_state(state))
-    dtype = np.dtype(jnp.dtype(config.param_dtype))
+    dtype = jnp.dtype(config.param_dtype if dtype is None else dtype)
 
     def producer(key, layer, transpose):
         def produce():
             value = flat[key].get_value()
             value = value[layer] if layer is not None else value
-            host = np.asarray(jax.device_get(value))
-            return np.ascontiguousarray(host.T if transpose else host, dtype=dtype)
+            host = gather_to_host(value.astype(dtype))
+            return np.ascontiguousarray(host.T if transpose else host)
 
         return produce
 
@@ -141,11 +149,36 @@ def save_hf_checkpoint(
     for key, hf_name, layer, transpose in param_entries(state, config.scan_layers):
         shape = flat[key].shape[1:] if layer is not None else flat[key].shape
         shape = tuple(reversed(shape)) if transpose else tuple(shape)
-        specs.append(st.TensorSpec(hf_name, shape, dtype, producer(key, layer, transpose)))
+        specs.append(
+            st.TensorSpec(hf_name, shape, np.dtype(dtype), producer(key, layer, transpose))
+        )
     specs.sort(key=lambda s: _hf_order(s.name))
+    if not is_primary():
+        for spec in specs:  # the same gathers, in the same order, as process 0's writer
+            spec.produce()
+        return []
+    path.mkdir(parents=True, exist_ok=True)
     files = st.write_checkpoint(path, specs, max_shard_size)
-    (path / "config.json").write_text(json.dumps(config.to_hf_dict(), indent=2) + "\n")
+    hf = config.replace(param_dtype=dtype).to_hf_dict()
+    (path / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     return files
+
+
+def prune_versions(folder, keep: int = 2) -> list[pathlib.Path]:
+    """Deletes all but the newest `keep` weight versions `v<N>` under `folder`
+    (weight syncs write one per step); returns the folders removed."""
+    import shutil  # pylint: disable=g-import-not-at-top
+
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    folder = pathlib.Path(folder)
+    versions = sorted(
+        (int(p.name[1:]), p) for p in folder.glob("v*") if p.is_dir() and p.name[1:].isdigit()
+    )
+    removed = [p for _, p in versions[:-keep]]
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
 
 
 def _hf_order(name: str) -> tuple:

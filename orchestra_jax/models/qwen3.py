@@ -29,6 +29,7 @@ from orchestra_jax.models.qwen3_attention import Attention
 from orchestra_jax.models.qwen3_cache import KVCache
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
+from orchestra_jax.parallel.axes import constrain_batch
 
 __all__ = ["KVCache", "Qwen3Config", "Qwen3ForCausalLM", "count_params"]
 
@@ -48,6 +49,7 @@ class DecoderLayer(nnx.Module):
         self.mlp = MLP(config, rngs=rngs)
 
     def __call__(self, x, cos, sin, mask, cache=None):
+        x = constrain_batch(x)  # keep FSDP activations split by batch (parallel/axes.py)
         h, cache_k, cache_v = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))

@@ -23,13 +23,11 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-
-AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
+from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 
 _RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
     ("embed_tokens", "embedding"): ("tensor", "fsdp"),
@@ -44,22 +42,99 @@ _RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
 }
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
-    """A ("data", "fsdp", "tensor") mesh; one size may be -1 to take the remaining devices."""
-    devices = list(jax.devices() if devices is None else devices)
-    sizes = [data, fsdp, tensor]
-    if sizes.count(-1) > 1:
-        raise ValueError(f"at most one mesh axis may be -1, got {dict(zip(AXES, sizes))}")
-    known = math.prod(s for s in sizes if s != -1)
-    if -1 in sizes:
-        if len(devices) % known:
-            raise ValueError(f"{len(devices)} devices are not divisible by {known}")
-        sizes[sizes.index(-1)] = len(devices) // known
-    if math.prod(sizes) != len(devices):
+def resolve_axes(data: int, fsdp: int, tensor: int, num_devices: int) -> dict[str, int]:
+    """The mesh's axis sizes with a -1 resolved to the devices left over.
+
+    Raises ValueError naming the `mesh.*` config fields when the sizes cannot
+    cover exactly `num_devices` devices.
+    """
+    sizes: dict[str, int] = dict(zip(AXES, (data, fsdp, tensor)))
+    bad = [f"mesh.{a}={s}" for a, s in sizes.items() if s == 0 or s < -1]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: each mesh axis is >= 1, or -1 for the rest")
+    free = [a for a, s in sizes.items() if s == -1]
+    if len(free) > 1:
         raise ValueError(
-            f"mesh {dict(zip(AXES, sizes))} needs {math.prod(sizes)} devices, have {len(devices)}"
+            f"mesh.{' and mesh.'.join(free)} are both -1: at most one mesh axis may take the rest"
         )
+    known = math.prod(s for s in sizes.values() if s != -1)
+    if free:
+        if num_devices % known:
+            fixed = " x ".join(f"mesh.{a}={s}" for a, s in sizes.items() if s != -1)
+            raise ValueError(
+                f"{num_devices} devices do not split into {fixed} x the rest (mesh.{free[0]}=-1): "
+                f"choose sizes whose product divides {num_devices}"
+            )
+        sizes[free[0]] = num_devices // known
+    if math.prod(sizes.values()) != num_devices:
+        product = " x ".join(f"mesh.{a}={s}" for a, s in sizes.items())
+        raise ValueError(
+            f"{product} needs {math.prod(sizes.values())} devices, this job has {num_devices}: "
+            f"change mesh.data, mesh.fsdp and mesh.tensor so their product is {num_devices} "
+            "(or set one of them to -1, the rest)"
+        )
+    return sizes
+
+
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
+    """A ("data", "fsdp", "tensor") mesh; one size may be -1 to take the remaining devices.
+
+    Devices are laid out with "tensor" varying fastest, so a tensor group stays
+    within a host where it fits (jax.devices() lists each process's devices
+    together). On TPU, JAX's `mesh_utils.create_device_mesh` orders them along
+    the chips' physical links.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = list(resolve_axes(data, fsdp, tensor, len(devices)).values())
+    if devices[0].platform == "tpu":
+        from jax.experimental import mesh_utils  # pylint: disable=g-import-not-at-top
+
+        return Mesh(mesh_utils.create_device_mesh(sizes, devices), AXES)
     return Mesh(np.asarray(devices).reshape(sizes), AXES)
+
+
+def num_batch_shards(mesh: Mesh) -> int:
+    """Devices the batch is split over: mesh.data × mesh.fsdp."""
+    return math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+
+def mesh_errors(config: Any, *, num_devices: int, num_processes: int = 1) -> list[str]:
+    """Start-up errors of an experiment config's mesh and batch shapes on a job of
+    `num_devices` devices over `num_processes` hosts (empty: it can run).
+
+    Each message names the config fields to change. Checked: the mesh covers the
+    devices exactly; every host plays an equal share of a step's tasks
+    (`rl.tasks_per_step` a multiple of the hosts); with the in-process JAX
+    rollout engine on several hosts, each host runs its own copy of the policy
+    on its own devices, so `mesh.tensor` must divide a host's device count.
+    Micro-batches cannot mismatch the mesh: `rl.micro_batch_size` counts rows
+    per batch shard.
+    """
+    errors: list[str] = []
+    mesh = config.mesh
+    try:
+        sizes = resolve_axes(mesh.data, mesh.fsdp, mesh.tensor, num_devices)
+    except ValueError as e:
+        errors.append(f"mesh: {e}")
+        sizes = None
+    if num_processes > 1:
+        if num_devices % num_processes:
+            errors.append(f"{num_devices} devices are not spread evenly over {num_processes} hosts")
+        tasks = config.rl.tasks_per_step
+        if tasks % num_processes:
+            errors.append(
+                f"rl.tasks_per_step={tasks} is not a multiple of the {num_processes} hosts: "
+                f"each host plays an equal share of a step's tasks; set it to a multiple of "
+                f"{num_processes}"
+            )
+        local = num_devices // num_processes
+        if sizes is not None and config.rollout.engine == "jax" and local % sizes["tensor"]:
+            errors.append(
+                f"mesh.tensor={sizes['tensor']} does not divide a host's {local} devices: "
+                "rollout.engine='jax' runs a copy of the policy on each host's own devices; "
+                f"set mesh.tensor to a divisor of {local}, or rollout.engine='sglang'"
+            )
+    return errors
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -77,7 +152,7 @@ def _path_names(path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh) -> P:
+def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh | AbstractMesh) -> P:
     """The PartitionSpec of the parameter at `names` (e.g. (..., "q_proj", "kernel"))."""
     if names[-1] == "scale":
         return P()

@@ -27,13 +27,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
+from orchestra_jax.parallel.multihost import global_batch
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import check_aggregation, loss_denominator
 from orchestra_jax.rl.batching import TrainBatch
@@ -304,11 +304,12 @@ class Learner:
         key = (objective, rows // micro)
         if key not in self._compiled:
             self._compiled[key] = self._build_step(objective, rows // micro)
-        batch = jax.device_put(jax.tree.map(np.asarray, batch), batch_sharding(self.mesh))
+        batch = global_batch(batch, batch_sharding(self.mesh))  # the same on every host
         ref_params = self.ref_params if objective == "grpo" else None
-        self.params, self.opt_state, metrics = self._compiled[key](
-            self.params, self.opt_state, ref_params, batch
-        )
+        with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
+            self.params, self.opt_state, metrics = self._compiled[key](
+                self.params, self.opt_state, ref_params, batch
+            )
         self._sync_model()
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.step += int(not metrics["skipped"])

@@ -261,14 +261,20 @@ class SGLangClient:
             raise ValueError(
                 "SGLangClient needs weights_dir (a folder the servers can read) to sync weights"
             )
-        from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+        from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
+        from orchestra_jax.parallel.multihost import barrier, is_primary
 
         model, config = _as_model(model_state, self.model_config)
         path = os.path.join(self.weights_dir, f"v{int(version)}")
-        await asyncio.to_thread(save_hf_checkpoint, model, config, path)
-        await self.update_weights_from_disk(
-            os.path.abspath(path), version=version, abort_in_flight=abort_in_flight
-        )
+        # In the compute dtype; on several hosts all gather, process 0 writes and
+        # points the (shared) servers at it, the others wait for it.
+        await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
+        if is_primary():
+            await self.update_weights_from_disk(
+                os.path.abspath(path), version=version, abort_in_flight=abort_in_flight
+            )
+            prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
+        barrier(f"orchestra_jax_weights_v{int(version)}")
 
 
 def _as_model(model_state: Any, config: Any):

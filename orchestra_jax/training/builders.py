@@ -28,7 +28,12 @@ from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.parallel.mesh import create_sharded_model, make_mesh
+from orchestra_jax.parallel.mesh import (
+    create_sharded_model,
+    make_mesh,
+    mesh_errors,
+    num_batch_shards,
+)
 from orchestra_jax.registry import Registry, is_import_path
 from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
 from orchestra_jax.rewards.registry import GroupReward, make_reward
@@ -107,6 +112,11 @@ def build_tokenizer(config: Any) -> ChatTokenizer:
 
 
 def build_mesh(config: Any) -> jax.sharding.Mesh:
+    """The mesh over every device of the job; a config that cannot run on them fails
+    naming the fields to change (`parallel/mesh.mesh_errors`)."""
+    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    if errors:
+        raise ConfigError("invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
 
 
@@ -551,7 +561,11 @@ def _check_judge(config: Any) -> list[str]:
 # --- the learner ----------------------------------------------------------------------
 
 
-def build_learner_config(config: Any, *, total_steps: int | None = None) -> LearnerConfig:
+def build_learner_config(
+    config: Any, *, total_steps: int | None = None, mesh: Any = None
+) -> LearnerConfig:
+    """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
+    each of the mesh's batch shards (one device's share when `mesh` is None)."""
     rl = config.rl
     return LearnerConfig(
         learning_rate=rl.lr,
@@ -560,7 +574,7 @@ def build_learner_config(config: Any, *, total_steps: int | None = None) -> Lear
         schedule=rl.schedule,
         warmup_steps=rl.warmup_steps,
         total_steps=total_steps,
-        micro_batch_size=rl.micro_batch_size,
+        micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
         loss=rl.loss,
         clip_low=rl.clip_low,
         clip_high=rl.clip_high,

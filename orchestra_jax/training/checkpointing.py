@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 _ARRAY_ITEMS = ("params", "opt_state", "rng")
@@ -211,16 +212,25 @@ def _is_typed_key(x: Any) -> bool:
 
 
 def _keys_to_data(tree: Any) -> Any:
-    """Typed PRNG keys → their uint32 key data (Orbax stores plain arrays only)."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_typed_key(x) else x, tree)
+    """Typed PRNG keys → their uint32 key data as host (NumPy) arrays.
+
+    Orbax stores plain arrays only; host arrays because a key lives on one
+    device, which on several hosts is not an array Orbax can write (process 0
+    writes NumPy values, the same on every host).
+    """
+    return jax.tree.map(
+        lambda x: np.asarray(jax.random.key_data(x)) if _is_typed_key(x) else x, tree
+    )
 
 
 def _abstract_key_data(tree: Any) -> Any:
-    """Restore target for `_keys_to_data(tree)`; `tree` may be abstract."""
+    """Restore target for `_keys_to_data(tree)`; `tree` may be abstract. Key data comes
+    back as NumPy arrays (see `_keys_to_data`)."""
 
     def leaf(x):
         if _is_typed_key(x):
-            return jax.eval_shape(jax.random.key_data, x)
+            data = jax.eval_shape(jax.random.key_data, x)
+            return np.zeros(data.shape, data.dtype)
         return ocp.utils.to_shape_dtype_struct(x)
 
     return jax.tree.map(leaf, tree)

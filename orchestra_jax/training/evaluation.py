@@ -35,6 +35,7 @@ from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.pass_k import pass_k_by_domain
 from orchestra_jax.eval.summary import summarize
+from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
@@ -175,8 +176,9 @@ class Evaluator:
             **other_party_spending(trajectories),
             **(extra or {}),
         }
-        os.makedirs(workdir, exist_ok=True)
-        write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
-        with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
-            json.dump(summary, f, indent=2, sort_keys=True)
+        if is_primary():  # on several hosts, process 0 alone writes
+            os.makedirs(workdir, exist_ok=True)
+            write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+            with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
+                json.dump(summary, f, indent=2, sort_keys=True)
         return summary

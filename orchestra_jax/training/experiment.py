@@ -28,6 +28,7 @@ from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
+from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
@@ -254,9 +255,11 @@ def restore_reference(config: ExperimentConfig, run: grpo_loop.Run) -> None:
 def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     """Runs every stage of the module docstring; returns the evaluation summaries."""
     workdir = grpo_loop.workdir_of(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    primary = is_primary()  # on several hosts, process 0 alone writes files
+    if primary:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     run = grpo_loop.setup_run(config)
     evaluator = build_evaluator(config, run.env, run.tokenizer, run.judge)
     summaries = {}
@@ -295,14 +298,16 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
             summaries[router] = evaluate(evaluator, router, engine, extra={"baseline": True})
             engine.close()
         try:
-            md, png = write_report(workdir)
-            log.info("evaluation report: %s, %s", md, png)
+            if primary:
+                md, png = write_report(workdir)
+                log.info("evaluation report: %s, %s", md, png)
         except Exception:  # eval_*.json are written; the run's end must not be lost to a report
             log.exception("writing the evaluation report failed (eval_*.json are in %s)", workdir)
     metrics_file = os.path.join(workdir, "metrics.jsonl")
-    if os.path.exists(metrics_file):
+    if primary and os.path.exists(metrics_file):
         plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
     run.engine.close()
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summaries, f, indent=2, sort_keys=True)
+    if primary:
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+            json.dump(summaries, f, indent=2, sort_keys=True)
     return summaries

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,6 +30,7 @@ from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.parallel import multihost
 from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
@@ -36,7 +38,7 @@ from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
-from orchestra_jax.training import builders, config_checks, seeds
+from orchestra_jax.training import builders, config_checks, host_rollouts, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.config_checks import ExperimentConfig
 from orchestra_jax.training.metrics import MetricsWriter
@@ -70,6 +72,9 @@ class Run:
     engine: RolloutEngine
     batching: BatchingConfig
     checkpointer: Checkpointer
+    # Several hosts with the JAX engine: its host-local parameters' shardings
+    # (training/host_rollouts.py); None: the engine reads the learner's parameters.
+    engine_shardings: Any = None
 
 
 def workdir_of(config: ExperimentConfig) -> str:
@@ -96,9 +101,16 @@ def setup_run(config: ExperimentConfig) -> Run:
         **builders.tool_config_fields(config),
     )
     learner = Learner(
-        model, builders.build_learner_config(config, total_steps=config.num_steps), mesh=mesh
+        model,
+        builders.build_learner_config(config, total_steps=config.num_steps, mesh=mesh),
+        mesh=mesh,
     )
-    engine = builders.build_engine(config, model, model_config)
+    engine_model, engine_shardings = model, None
+    if jax.process_count() > 1 and config.rollout.engine == "jax":
+        engine_model, engine_shardings = host_rollouts.host_local_engine_model(
+            model, mesh.shape["tensor"]
+        )
+    engine = builders.build_engine(config, engine_model, model_config)
     batching = builders.build_batching(config, learner.row_multiple())
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
@@ -120,6 +132,7 @@ def setup_run(config: ExperimentConfig) -> Run:
         engine=engine,
         batching=batching,
         checkpointer=checkpointer,
+        engine_shardings=engine_shardings,
     )
 
 
@@ -160,11 +173,13 @@ def restore(run: Run, iterator) -> int:
 
 
 async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
-    """Rollouts of one step, graded and scored (see `training/rollouts.py`)."""
+    """Rollouts of one step, graded and scored (see `training/rollouts.py`); on several
+    hosts, this host's share of the step, exchanged (`training/host_rollouts.py`)."""
     config = run.config
+    positions = host_rollouts.task_positions(config.rl.tasks_per_step)
     tool_configs = [
         run.sampler.sample(task, seeds.step_tool_config_seed(config.seed, step, i))
-        for i, task in enumerate(tasks)
+        for i, task in zip(positions, tasks)
     ]
     how = Episodes(
         env=run.env,
@@ -178,8 +193,13 @@ async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
         judge=run.judge,
     )
     trajectories = await run_graded_episodes(
-        tasks, tool_configs, how, seed=seeds.step_episode_seed(config.seed, step)
+        tasks,
+        tool_configs,
+        how,
+        seed=seeds.step_episode_seed(config.seed, step),
+        task_indices=positions,
     )
+    trajectories = host_rollouts.gather_step(trajectories, config.rl.group_size)
     return score_groups(
         trajectories,
         group_size=config.rl.group_size,
@@ -207,7 +227,8 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
 
 
 async def sync_weights(run: Run, version: int) -> None:
-    await run.engine.update_weights(run.learner.policy_params(), version=version)
+    params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
+    await run.engine.update_weights(params, version=version)
 
 
 def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
@@ -225,6 +246,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
         total_steps=config.num_steps,
         use_tensorboard=config.log.tensorboard,
         resume_step=start,
+        enabled=multihost.is_primary(),
     )
     timer = Timer()
     try:
@@ -237,7 +259,8 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                 learner_metrics = train_step(run, experience)
             with timer("weight_sync"):
                 run_sync(sync_weights(run, step + 1))
-            if config.log.trajectories_every and (step + 1) % config.log.trajectories_every == 0:
+            traj_every = config.log.trajectories_every
+            if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
                 write_jsonl(
                     os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
                     experience.trajectories,

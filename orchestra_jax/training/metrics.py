@@ -7,6 +7,9 @@ being resumed from), so every step appears once. TensorBoard events go to
 `<workdir>/tensorboard/`; TensorBoard itself shows the latest value written
 for a step, so re-written steps after a resume display correctly.
 
+On a multi-host job only process 0 writes: the others' writers are built with
+`enabled=False` and write nothing (no file, no events, no console line).
+
 Only numbers are logged: ints, floats, bools and 0-d arrays; NaN and ±inf are
 written to the jsonl as null (strict JSON) and to TensorBoard as they are. Nested dicts are
 flattened with "/" (`{"tools": {"search-1": 3}}` → `"tools/search-1"`), which
@@ -93,14 +96,21 @@ class MetricsWriter:
         resume_step: int | None = None,
         console: bool = True,
         console_keys: Sequence[str] = ("reward", "accuracy", "cost_usd", "kl"),
+        enabled: bool = True,
     ):
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self.enabled = enabled
         self.workdir = pathlib.Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         self.path = self.workdir / METRICS_FILE
         self.total_steps = total_steps
         self.console_keys = tuple(console_keys)
+        self._start_time = time.monotonic()
+        self._first_step: int | None = None
+        self._file = self._tb = self._console = None
+        if not enabled:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:
             truncate_jsonl(self.path, resume_step)
         self._file = self.path.open("a", encoding="utf-8")
@@ -114,8 +124,6 @@ class MetricsWriter:
             from rich.console import Console  # pylint: disable=g-import-not-at-top
 
             self._console = Console(stderr=True)
-        self._start_time = time.monotonic()
-        self._first_step: int | None = None
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Logs one step; returns the flattened scalars written."""
@@ -123,6 +131,8 @@ class MetricsWriter:
         reserved = {"step", "time"} & flat.keys()
         if reserved:
             raise ValueError(f"metric names {sorted(reserved)} are reserved for the record itself")
+        if self._file is None:  # disabled: not process 0
+            return flat
         # Strict JSON has no NaN/Infinity: non-finite values are written as null.
         finite = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
         record = {"step": int(step), "time": time.time(), **finite}
@@ -153,17 +163,23 @@ class MetricsWriter:
 
     def truncate_after(self, step: int) -> int:
         """Drops already-written records with step > `step` (resume decided late)."""
+        if self._file is None:
+            return 0
         self._file.close()
         dropped = truncate_jsonl(self.path, step)
         self._file = self.path.open("a", encoding="utf-8")
         return dropped
 
     def flush(self) -> None:
+        if self._file is None:
+            return
         self._file.flush()
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
+        if self._file is None:
+            return
         self._file.close()
         if self._tb is not None:
             self._tb.close()

@@ -102,11 +102,17 @@ class Episodes:
 
 
 async def run_graded_episodes(
-    tasks: Sequence[Task], tool_configs: Sequence[ToolConfig], how: Episodes, *, seed: int
+    tasks: Sequence[Task],
+    tool_configs: Sequence[ToolConfig],
+    how: Episodes,
+    *,
+    seed: int,
+    task_indices: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """`how.group_size` episodes per task with its ToolConfig and tools, then graded.
 
-    Episode (i, g) has seed derive_seed(seed, i, g), its own state
+    Episode (i, g) has seed derive_seed(seed, task_indices[i], g) (task_indices:
+    the tasks' places in the step, default 0, 1, …), its own state
     `env.reset(task)` and, in environments with a conversation partner, its
     own `env.other_party(task)`; it is graded from its final answer and its
     state.
@@ -126,6 +132,7 @@ async def run_graded_episodes(
         tools=tools,
         reset=env.reset,
         other_party=env.other_party,
+        task_indices=task_indices,
     )
     trajectories = await run_episodes(
         specs, how.engine, how.tokenizer, sampling=how.sampling, limits=how.limits

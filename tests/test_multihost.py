@@ -1,0 +1,151 @@
+"""A 2-host x 4-device job (launch/local_hosts.py) trains as 1 host x 8 devices does.
+
+The `micro` variant: each host plays one of the step's two tasks on its own copy
+of the policy, the hosts exchange trajectories and build the same batch, the
+learner's step spans both hosts' devices, Orbax checkpoints are written by both,
+and only process 0 writes metrics and trajectories. The job is killed after its
+first step (its checkpoint on disk) and resumed; its parameters then equal a
+single 8-device host's to float tolerance (the hosts' reductions run over Gloo in
+another order than one process's).
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from orchestra_jax.training.checkpointing import Checkpointer
+
+WORKER = pathlib.Path(__file__).with_name("resume_worker.py")
+ROOT = WORKER.parents[1]
+STEPS = 2
+
+
+def _run(workdir, *, hosts, kill_after=None):
+    worker = [sys.executable, str(WORKER), str(workdir), str(STEPS)]
+    worker += [] if kill_after is None else [str(kill_after), "saved"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    if hosts == 1:
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        command = worker
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "launch.local_hosts",
+            "--num_hosts",
+            str(hosts),
+            "--devices_per_host",
+            str(8 // hosts),
+            "--",
+            *worker,
+        ]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _params(workdir, like=None):
+    """The last checkpoint's parameters as NumPy arrays. A checkpoint written by several
+    processes names their devices, so it is read into `like`'s structure on this one's."""
+    with Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False) as ckpt:
+        assert ckpt.latest_step() == STEPS
+        if like is None:
+            return jax.tree.map(np.asarray, ckpt.restore(STEPS).params)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), like)
+    with ocp.StandardCheckpointer() as reader:
+        restored = reader.restore(
+            os.path.join(workdir, "checkpoints", str(STEPS), "params"), target
+        )
+    return jax.tree.map(np.asarray, restored)
+
+
+def _metrics(workdir):
+    return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+
+
+@pytest.mark.slow
+def test_two_hosts_killed_and_resumed_equal_one_host(tmp_path):
+    single = _run(tmp_path / "single", hosts=1)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    killed = _run(tmp_path / "multi", hosts=2, kill_after=1)
+    assert killed.returncode == 128 + signal.SIGKILL, killed.stdout[-3000:]
+    assert "[launcher] host" in killed.stdout and "stopping the others" in killed.stdout
+    resumed = _run(tmp_path / "multi", hosts=2)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "[host 0]" in resumed.stdout and "[host 1]" in resumed.stdout
+    assert "resumed from" in resumed.stdout
+
+    want = _params(tmp_path / "single")
+    got = _params(tmp_path / "multi", like=want)
+    assert len(jax.tree.leaves(want)) == len(jax.tree.leaves(got)) > 0
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    # The same episodes, rewards and updates; every step logged once (process 0 alone).
+    one, two = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
+    assert [m["step"] for m in two] == list(range(1, STEPS + 1))
+    for a, b in zip(one, two):
+        assert a["learner/skipped"] == b["learner/skipped"] == 0
+        for key in ("reward", "generated_tokens", "learner/batch_rows", "learner/num_loss_tokens"):
+            assert a[key] == b[key], key
+        # The loss is ~0 (advantages have zero mean per group): compare it absolutely.
+        np.testing.assert_allclose(b["learner/loss"], a["learner/loss"], atol=1e-6)
+        np.testing.assert_allclose(b["learner/grad_norm"], a["learner/grad_norm"], rtol=1e-5)
+    assert sorted(p.name for p in (tmp_path / "multi").iterdir()) == sorted(
+        p.name for p in (tmp_path / "single").iterdir()
+    )
+    trajectories = sorted((tmp_path / "multi" / "trajectories").iterdir())
+    assert [p.name for p in trajectories] == [f"step_{s:06d}.jsonl" for s in (1, 2)]
+    assert all(len(p.read_text().splitlines()) == 4 for p in trajectories)  # 2 tasks x G=2
+
+
+@pytest.mark.slow
+def test_collectives_on_two_hosts(tmp_path):
+    """HF export gathered by both hosts and written by process 0 alone (equal to one
+    process's export), objects exchanged in process order, batches checked across hosts."""
+    from flax import nnx
+
+    from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
+    from orchestra_jax.models.qwen3 import Qwen3Config
+    from orchestra_jax.parallel.mesh import create_sharded_model, make_mesh
+
+    command = [
+        sys.executable,
+        "-m",
+        "launch.local_hosts",
+        "--num_hosts",
+        "2",
+        "--devices_per_host",
+        "4",
+        "--",
+        sys.executable,
+        str(WORKER.with_name("multihost_worker.py")),
+        str(tmp_path),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    hosts = [json.loads((tmp_path / f"host_{i}.json").read_text()) for i in range(2)]
+    assert len(hosts[0]["files"]) == 1 and hosts[1]["files"] == []
+    for seen in hosts:
+        assert seen["parts"] == [["host 0", {"n": 0}], ["host 1", {"n": 1}]]
+        assert "hosts built different batches" in seen["mismatch"]
+    # Each host holds its own devices' rows of the one global batch.
+    rows = [row for seen in hosts for shard in seen["local_rows"] for row in shard]
+    assert sorted(rows) == sorted((np.arange(48).reshape(16, 3) % 100).tolist())
+
+    config = Qwen3Config.preset("tiny")
+    single = create_sharded_model(config, make_mesh(fsdp=-1), seed=0)
+    save_hf_checkpoint(single, config, tmp_path / "single")
+    exported, _ = load_hf_checkpoint(tmp_path / "export")
+    want = jax.tree.leaves(nnx.state(single, nnx.Param))
+    got = jax.tree.leaves(nnx.state(exported, nnx.Param))
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
