@@ -570,7 +570,7 @@ def _qwen3_8b(c):
     c.rollout.engine = "sglang"
     c.rollout.urls = "http://127.0.0.1:30000"
     c.rollout.weights_dir = "/tmp/orchestra_jax_weights"
-    c.rollout.max_seq_len = 32768
+    c.rollout.max_seq_len = 24576 + 8768
     c.agent.max_turns = 30
     c.agent.max_context_tokens = 24576 + 8768
     c.agent.max_new_tokens_per_turn = 8768
