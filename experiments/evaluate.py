@@ -10,10 +10,18 @@ Policies (comma-separated):
                        direct_strongest, random; for τ² conversations
                        expert_strongest, expert_cheapest, expert_random
 
-Writes <workdir>/eval_<policy>.json, the episodes for the trajectory viewer,
-and eval_report.md + eval_pareto.png over every policy evaluated in the folder.
-With --config.eval.num_trials=k each task is played k times and the report adds
-pass^1..pass^k per domain (τ²-bench's metric), with cost and latency per episode.
+Writes <workdir>/eval_<policy>.json (accuracy, mean cost and latency, tool-call
+mix, per domain and per category, the data read), the episodes for the
+trajectory viewer, and eval_report.md + eval_pareto.png over every policy
+evaluated in the folder. With --config.eval.num_trials=k each task is played k
+times and the report adds pass^1..pass^k per domain (τ²-bench's metric), with
+cost and latency per episode. On the paper's benchmarks with live experts,
+search and judge (HLE, FRAMES): see docs/live_setup.md, e.g.
+
+  python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:qwen3_8b \
+      --config.data.sources=frames --config.data.paths.frames=frames.jsonl \
+      --config.data.eval_fraction=1.0 --config.eval.num_tasks=824 \
+      --policies=hf:/ckpt/Orchestrator-8B,direct_strongest,always_cheapest,random
 """
 
 import logging
@@ -34,19 +42,20 @@ _POLICIES = flags.DEFINE_string(
 )
 
 
-def main(argv):
-    del argv
-    flags_util.init_distributed(_CONFIG.value)
+def evaluate_policies(config, policies):
+    """Evaluates each of `policies` (see the module docstring) on the config's held-out
+    test; writes the summaries and the report into the workdir; returns the summaries."""
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
+    from orchestra_jax.parallel.multihost import is_primary
     from orchestra_jax.training import builders, experiment, grpo_loop
-    from orchestra_jax.training.config_checks import split_list
 
-    config = flags_util.validated(_CONFIG.value)
     tokenizer = builders.build_tokenizer(config)
     env = builders.build_env(config)
-    evaluator = experiment.build_evaluator(config, env, tokenizer)
-    for policy in split_list(_POLICIES.value):
+    judge = builders.build_judge(config, grpo_loop.judge_cache_path(config))
+    evaluator = experiment.build_evaluator(config, env, tokenizer, judge)
+    summaries = {}
+    for policy in policies:
         if is_router(policy):
             engine, extra = (
                 experiment.baseline_router(config, policy, tokenizer, evaluator.tool_configs),
@@ -68,10 +77,20 @@ def main(argv):
             extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
         else:
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
-        experiment.evaluate(evaluator, policy, engine, extra=extra)
+        summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
         engine.close()
-    md, png = write_report(grpo_loop.workdir_of(config))
-    logging.info("report: %s, %s", md, png)
+    if is_primary():  # on several hosts, process 0 alone writes the report
+        md, png = write_report(grpo_loop.workdir_of(config))
+        logging.info("report: %s, %s", md, png)
+    return summaries
+
+
+def main(argv):
+    del argv
+    flags_util.init_distributed(_CONFIG.value)
+    from orchestra_jax.training.config_checks import split_list
+
+    evaluate_policies(flags_util.validated(_CONFIG.value), split_list(_POLICIES.value))
 
 
 if __name__ == "__main__":

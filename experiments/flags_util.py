@@ -58,7 +58,12 @@ def run(main):
     flags.mark_flag_as_required("config")
 
     def wrapped(argv):
+        from orchestra_jax.training.config_checks import ConfigError
+
         quiet_libraries()
-        return main(argv)
+        try:
+            return main(argv)
+        except ConfigError as e:  # found while building the parts (an endpoint down)
+            sys.exit(f"error: {e}")
 
     app.run(wrapped, flags_parser=parse_flags_or_exit)

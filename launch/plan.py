@@ -27,12 +27,19 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config: path.py:variant.")
-_MESH = flags.DEFINE_string("mesh", None, "Mesh sizes, e.g. data=1,fsdp=64,tensor=1.")
-_DEVICE = flags.DEFINE_string("device", None, "Accelerator kind, e.g. tpu-v5p or h100-80gb.")
-_PRESET = flags.DEFINE_string(
-    "preset", "", "Qwen3 preset for the shape when model.hf_path is not on this machine."
-)
+
+def _define_flags():
+    """The command line (defined when run as a program: importing this module for
+    `plan` defines no flags, so it sits beside the experiment drivers' own)."""
+    return (
+        config_flags.DEFINE_config_file("config", None, "Experiment config: path.py:variant."),
+        flags.DEFINE_string("mesh", None, "Mesh sizes, e.g. data=1,fsdp=64,tensor=1."),
+        flags.DEFINE_string("device", None, "Accelerator kind, e.g. tpu-v5p or h100-80gb."),
+        flags.DEFINE_string(
+            "preset", "", "Qwen3 preset for the shape when model.hf_path is not on this machine."
+        ),
+    )
+
 
 # Hugging Face folder names of the presets, for configs whose hf_path is elsewhere.
 HF_NAMES = {"qwen3-8b": "qwen3_8b", "qwen3-0.6b": "qwen3_0p6b"}
@@ -147,17 +154,17 @@ def _param_count(mc) -> int:
     return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
 
 
-def main(argv) -> int:
+def main(argv, config_flag, mesh_flag, device_flag, preset_flag) -> int:
     del argv
     from orchestra_jax.parallel.memory_plan import DEVICE_KINDS
 
-    if _DEVICE.value not in DEVICE_KINDS:
+    if device_flag.value not in DEVICE_KINDS:
         print(f"error: --device must be one of {', '.join(DEVICE_KINDS)}", file=sys.stderr)
         return 2
     try:
-        mesh_sizes = parse_mesh(_MESH.value or "")
+        mesh_sizes = parse_mesh(mesh_flag.value or "")
         errors, memory, header = plan(
-            _CONFIG.value, mesh_sizes, DEVICE_KINDS[_DEVICE.value], _PRESET.value
+            config_flag.value, mesh_sizes, DEVICE_KINDS[device_flag.value], preset_flag.value
         )
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -173,5 +180,6 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # shapes only: no accelerator needed
+    command_line = _define_flags()
     flags.mark_flags_as_required(["config", "mesh", "device"])
-    app.run(lambda argv: sys.exit(main(argv)))
+    app.run(lambda argv: sys.exit(main(argv, *command_line)))

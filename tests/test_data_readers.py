@@ -170,10 +170,13 @@ def test_hle_types_images_and_bad_answer_type(tmp_path):
     )
     tasks, report = read_tasks("hle", path)
     check_report(report, tasks=2, malformed=1, skipped=1)
+    # Graded as the reference grades HLE: exact match, then the LLM judge.
     assert [(t.id, t.answer_type, t.domain) for t in tasks] == [
-        ("h1", "exact", "hle"),
-        ("h2", "exact", "hle"),
+        ("h1", "judge", "hle"),
+        ("h2", "judge", "hle"),
     ]
+    exact, _ = read_tasks("hle", path, answer_type="exact")
+    assert {t.answer_type for t in exact} == {"exact"}
     assert tasks[1].metadata == {
         "source": "hle",
         "hle_answer_type": "multipleChoice",

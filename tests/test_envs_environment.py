@@ -157,7 +157,7 @@ def test_an_environment_with_another_party_plays_conversations_graded_from_their
 
 def test_env_name_picks_the_environment():
     config = grpo_hle.get_config("micro")
-    assert ENVIRONMENTS.names() == ["routed", "synthetic", "tau2"]
+    assert ENVIRONMENTS.names() == ["qa", "routed", "synthetic", "tau2"]
     env = make_env(config)
     assert isinstance(env, Environment) and isinstance(env, SyntheticOrchestrationEnv)
     assert env.seed == config.data.synthetic_seed

@@ -60,20 +60,26 @@ def _config(tau2_data):
     config.env.tau2.data_dir = str(tau2_data)
     config.data.sources = "synthetic:1,tau2:1"
     config.data.paths.tau2 = str(tau2_data / "tau2" / "domains" / "retail")
+    config.data.eval_fraction = 0.3  # held-out τ² tasks (data/splits.py)
     config.data.synthetic_num_entities = 20
     config.tools.enabled = "search,enhance_reasoning,answer"
     return config
 
 
 def test_one_run_mixes_qa_tasks_and_tau2_conversations(tau2_data):
-    from orchestra_jax.data.sources import load_sources
     from orchestra_jax.training import builders
 
     config = _config(tau2_data)
     validate(config)
-    sources, _ = load_sources(builders.source_specs(config, "train", num_synthetic=4))
-    qa = sources[0].tasks[0]
-    conversation = next(t for t in sources[1].tasks if t.id == "tau2/retail/70")
+    # Either split of the run's sources (the domain file is split by data.eval_fraction).
+    tasks = [
+        task
+        for split in ("train", "heldout")
+        for source in builders.build_task_sources(config, split)[0]
+        for task in source.tasks
+    ]
+    qa = next(t for t in tasks if t.domain != "retail")
+    conversation = next(t for t in tasks if t.id == "tau2/retail/70")
     env = make_env(config)
     assert isinstance(env, RoutedEnvironment) and env.route(conversation) == "tau2"
     sampler = env.tool_config_sampler(seed=0, **builders.tool_config_fields(config))

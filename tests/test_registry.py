@@ -65,7 +65,7 @@ def test_lazy_entries_import_on_first_use():
 
 def test_the_library_registries():
     assert {"jax", "sglang", "scripted"} <= set(ENGINES.names())
-    assert ENVIRONMENTS.names() == ["routed", "synthetic", "tau2"]
+    assert ENVIRONMENTS.names() == ["qa", "routed", "synthetic", "tau2"]
     assert SANDBOXES.names() == ["bwrap", "rlimits", "wasm"]
     assert sandbox_config_errors("rlimits", code_is_trusted=True) == []
     assert "got 'docker'" in sandbox_config_errors("docker", code_is_trusted=False)[0]

@@ -14,8 +14,10 @@ from tests.test_rollout_jax_engine import (
     MAX_LEN,
     assert_greedy_matches_full_forward,
     generate,
-    model,
-)  # noqa: F401 (model: a fixture)
+)
+from tests.test_rollout_jax_engine import model as model_fixture
+
+model = model_fixture  # the module-scoped fixture, shared with the engine's tests
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 

@@ -67,6 +67,14 @@ def test_retries_5xx_then_succeeds(monkeypatch):
     assert body["max_tokens"] == 8 and body["messages"][0]["content"] == "2+2?"
 
 
+def test_reasoning_models_get_max_completion_tokens_and_no_temperature():
+    reply, seen = run_against([], api_key_env=None, reasoning_model=True)
+    body, _ = seen[0]
+    assert reply.text == "Final answer: 4"
+    assert body["max_completion_tokens"] == 8 and "max_tokens" not in body
+    assert "temperature" not in body
+
+
 def test_gives_up_with_a_clear_error():
     error, seen = run_against([502] * 10, api_key_env=None, retries=2)
     assert isinstance(error, ExpertError) and len(seen) == 3

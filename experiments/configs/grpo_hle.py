@@ -6,25 +6,42 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               environment; warm start, GRPO and held-out evaluation on a
               2-core CPU in minutes. The README's main command.
   micro       the smallest config the end-to-end test runs (two GRPO steps).
+  live_tiny   the whole live path on a 2-core CPU: a tiny policy; the project's
+              server hosting a tiny model on 127.0.0.1:30100 as every expert and
+              as the judge (models_local.yaml); a BM25 index of a small corpus;
+              FRAMES rows from ../shared/reference/frames.jsonl (docs/live_setup.md).
   tau2_demo   τ²-bench's `mock` domain on a 2-core CPU: a tiny random policy in
               conversations with a scripted user (or tau2's user simulator on
               the project's server), graded by tau2; needs the tau2 extra and
               ../shared/tau2-bench beside the clone.
-  qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts.
+  qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts,
+              live experts, search and judge as qwen3_8b.
   qwen3_8b    Qwen3-8B as in the paper (G=8, 16 tasks per step, lr 1e-6,
               dual clip 10, KL 1e-4 as ½Δ², 30 turns), TPU pods / GPU clusters;
+              the paper's experts (models_paper.yaml), a search index, the judge;
               its env.tau2 section is ready for a ToolScale mixture (see there).
 
 Every field is validated at start-up by `orchestra_jax.training.config_checks`.
 Override any field on the command line: `--config.rl.lr=3e-6`.
 """
 
+import os
+
 import ml_collections
 
 from orchestra_jax.rl import grpo
+from orchestra_jax.tools import pricing
 from orchestra_jax.training import warm_start
 
-VARIANTS = ("demo", "micro", "tau2_demo", "qwen3_0p6b", "qwen3_8b")
+VARIANTS = ("demo", "micro", "live_tiny", "tau2_demo", "qwen3_0p6b", "qwen3_8b")
+CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
+# The model catalogues (orchestra_jax/tools/catalogue.py) shipped beside this file.
+PAPER_CATALOGUE = os.path.join(CONFIGS_DIR, "models_paper.yaml")
+# The file readers of data/readers.py: their data.paths / data.eval_paths keys exist in
+# every variant, so --config.data.paths.frames=... works on the command line.
+FILE_SOURCES = ("frames", "generalthought", "hle", "jsonl", "tau2", "toolscale")
+LOCAL_CATALOGUE = os.path.join(CONFIGS_DIR, "models_local.yaml")
 
 
 def _base() -> ml_collections.ConfigDict:
@@ -96,7 +113,16 @@ def _base() -> ml_collections.ConfigDict:
     # Comma-separated `source[:weight]` list; a source is a task reader of
     # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
-    c.data.paths = ml_collections.ConfigDict()  # Source (an import path's reader) -> file path.
+    # File source (a reader, or an import path's attribute name) -> its file ("": none).
+    c.data.paths = ml_collections.ConfigDict(dict.fromkeys(FILE_SOURCES, ""))
+    # Held-out questions of file sources (data/splits.py), never trained on: a second
+    # file per source (source -> path), or this share of each file by a seeded hash
+    # of the question id (1.0: all of it, an evaluation-only config).
+    c.data.eval_paths = ml_collections.ConfigDict(dict.fromkeys(FILE_SOURCES, ""))
+    c.data.eval_fraction = 0.0
+    c.data.split_seed = 0
+    # JSON {question id: [document ids]}: those questions search only those documents.
+    c.data.search_whitelist = ""
     # The synthetic world's seed (organisations, corpus, every split's tasks),
     # apart from `seed` so that runs of different training seeds learn the same
     # world and are evaluated on the same held-out tasks.
@@ -178,6 +204,24 @@ def _base() -> ml_collections.ConfigDict:
     # Run each distinct program once (tools/sandbox_cache.py): only where every
     # program's output is a function of its text, as the offline experts' are.
     c.tools.memoize_code = False
+    # Experts per meta-tool (tools/live_backends.py): "offline" (simulated, they read
+    # the gold answer: synthetic data only), "live" (the catalogue's models over
+    # HTTP), or a default with overrides ("live,answer=offline").
+    c.tools.backends = "offline"
+    c.tools.catalogue = PAPER_CATALOGUE  # Models, endpoints, keys, prices (live tools).
+    c.tools.expert_max_tokens = 2048  # Per expert reply.
+    c.tools.expert_temperature = 0.0
+    c.tools.expert_retries = 3  # After a 429/5xx/timeout, with exponential backoff.
+    c.tools.expert_timeout_s = 600.0  # Per attempt.
+    # Retrieval behind `search` (env "qa"): "index" (tools.search_index), "tavily",
+    # or "index+tavily" (Tavily when fewer than search_min_docs survive a whitelist).
+    c.tools.search = "index"
+    c.tools.search_index = ""  # A folder from python -m orchestra_jax.tools.build_index.
+    c.tools.search_min_docs = 3
+    c.tools.search_top_k = 3  # Documents each search returns.
+    # USD per search call and per document it returns (web search's prices).
+    c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
+    c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
 
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
@@ -190,6 +234,21 @@ def _base() -> ml_collections.ConfigDict:
     # utility's scales: the held-out reward's (one value, set either field).
     c.reward.cost_scale_usd = cost_scale_usd
     c.reward.latency_scale_s = latency_scale_s
+    # The LLM judge of free-form answers (answer_type "judge": FRAMES, GeneralThought,
+    # HLE), in training and evaluation, after an exact-match check. Empty base_url: none.
+    c.reward.judge = ml_collections.ConfigDict()
+    c.reward.judge.base_url = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
+    c.reward.judge.model = ""
+    c.reward.judge.api_key_env = ""  # Empty: the server needs no key.
+    c.reward.judge.price_in = 0.0  # USD per million tokens: grading cost, reported apart.
+    c.reward.judge.price_out = 0.0
+    c.reward.judge.prompt = "reference"  # "reference" (the release's layout) | "project".
+    c.reward.judge.max_tokens = 512
+    # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
+    c.reward.judge.reasoning_model = False
+    c.reward.judge.retries = 3  # Then the step fails, naming the judge.
+    c.reward.judge.timeout_s = 300.0  # Per attempt.
+    c.reward.judge.extra_body = ml_collections.ConfigDict()  # Merged into every request.
 
     # --- GRPO ------------------------------------------------------------------
     c.rl = ml_collections.ConfigDict()
@@ -366,6 +425,87 @@ def _micro(c):
     return c
 
 
+def _live(c):
+    """The paper's live setup: QA tasks from files, the catalogue's experts over HTTP,
+    a search index, the sandbox, an LLM judge (docs/live_setup.md)."""
+    c.env.name = "qa"
+    c.tools.backends = "live"
+    c.tools.catalogue = PAPER_CATALOGUE  # gpt-5 / gpt-5-mini need $OPENAI_API_KEY.
+    c.tools.search = "index"
+    c.tools.search_index = "/data/search_index"  # build_index over your corpus (jsonl).
+    c.tools.search_top_k = 50  # The reference's retrieval depth.
+    # A local index returns documents for nothing; a search is charged Tavily's $0.01.
+    c.tools.search_price_per_document = 0.0
+    c.agent.tool_timeout_s = 900.0  # A frontier expert call with retries.
+    # Live costs and latencies are measured: the orchestrator's turns, the sandbox,
+    # the retriever, failing calls (whatever a base variant set for offline runs).
+    c.agent.seconds_per_generated_token = 0.0
+    c.tools.charge_measured_time = True
+    c.tools.memoize_code = False  # Live experts' programs are not known to be pure.
+    # Training data: GeneralThought QA (the paper also trains on ToolScale, the tau2
+    # environment's); HLE and FRAMES are for experiments/evaluate.py, all questions.
+    c.data.sources = "generalthought"
+    c.data.paths.generalthought = "/data/GeneralThought-430K.parquet"
+    c.data.paths.hle = "/data/hle.parquet"  # id, question, answer, answer_type, category
+    c.data.paths.frames = "/data/frames.jsonl"  # as ../shared/reference/frames.jsonl
+    c.data.eval_fraction = 0.01  # Held-out GeneralThought questions (by id hash).
+    c.reward.judge.base_url = "https://api.openai.com/v1"
+    c.reward.judge.model = "gpt-5"  # The reference's judge.
+    c.reward.judge.api_key_env = "OPENAI_API_KEY"
+    c.reward.judge.price_in = 1.25
+    c.reward.judge.price_out = 10.0
+    c.reward.judge.reasoning_model = True
+    # A reasoning model's completion limit counts its reasoning tokens as well.
+    c.reward.judge.max_tokens = 4096
+    c.tools.expert_max_tokens = 8192
+    c.eval.num_tasks = 256
+    # The catalogue's strongest model answering at once (the paper's "GPT-5" row),
+    # the cheapest three-step plan, and random plans.
+    c.eval.baselines = "direct_strongest,always_cheapest,random"
+    c.eval.cost_scale_usd = 0.2  # A frontier call with long context costs cents.
+    c.eval.latency_scale_s = 600.0
+    return c
+
+
+def _live_tiny(c):
+    """`_live` on a 2-core CPU: every expert and the judge are one tiny model served by
+    `python -m orchestra_jax.rollout.server --model demo --tokenizer demo --port 30100`
+    (models_local.yaml), the search index is built from experiments/data/live_tiny_corpus.jsonl
+    and the tasks are FRAMES rows (commands: docs/live_setup.md)."""
+    c = _live(_micro(c))
+    c.tools.catalogue = LOCAL_CATALOGUE
+    c.tools.search_index = os.path.join(REPO_DIR, "runs", "live_tiny_index")
+    c.tools.search_top_k = 2
+    c.tools.expert_max_tokens = 16  # A random model never stops: keep its replies short.
+    c.tools.expert_retries = 2
+    c.tools.expert_timeout_s = 60.0
+    c.agent.tool_timeout_s = 120.0
+    c.agent.max_turns = 3  # Room for a router's search, reasoning and answer.
+    c.agent.max_context_tokens = 2048  # A FRAMES question, two documents, three turns.
+    c.rollout.max_seq_len = 2048
+    c.rl.seq_buckets = (256, 512, 768, 1024, 1536, 2048)
+    c.data.stratify_by = ""  # One domain (frames): nothing to stratify.
+    c.data.stratum_weights = ""
+    c.data.sources = "frames"
+    c.data.paths.frames = os.path.join(
+        os.path.dirname(REPO_DIR), "shared", "reference", "frames.jsonl"
+    )
+    c.data.eval_fraction = 0.5
+    c.reward.judge.base_url = "http://127.0.0.1:30100/v1"
+    c.reward.judge.model = "tiny-judge"
+    c.reward.judge.api_key_env = ""
+    c.reward.judge.price_in = 0.0
+    c.reward.judge.price_out = 0.0
+    c.reward.judge.max_tokens = 8
+    c.reward.judge.reasoning_model = False
+    c.reward.judge.retries = 2
+    c.reward.judge.timeout_s = 60.0
+    c.reward.judge.extra_body = {"chat_template_kwargs": {"enable_thinking": False}}
+    c.eval.num_tasks = 2
+    c.eval.baselines = "direct_strongest,always_cheapest"
+    return c
+
+
 def _tau2_demo(c):
     """τ²-bench's `mock` domain on CPU. With tau2's user simulator instead of the
     script, serve a tiny model first (python -m orchestra_jax.rollout.server --model
@@ -401,7 +541,10 @@ def _tau2_demo(c):
     c.rl.format_filter = "off"
     c.rl.seq_buckets = (512, 1024, 1536, 2048)
     c.checkpoint.every_steps = 2
-    c.eval.num_tasks = 10  # The whole mock domain.
+    # Half the mock domain's 10 tasks are held out (data/splits.py): evaluated, never
+    # trained on.
+    c.data.eval_fraction = 0.5
+    c.eval.num_tasks = 10  # Every held-out task.
     c.eval.num_trials = 2  # pass^1 and pass^2.
     c.eval.temperature = 1.0  # Trials differ only by sampling.
     c.eval.baselines = ""  # The QA routers' plans do not apply to conversations.
@@ -410,6 +553,7 @@ def _tau2_demo(c):
 
 
 def _qwen3_0p6b(c):
+    c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-0.6B"  # Set with --config.model.hf_path.
     c.tokenizer = "/path/to/Qwen3-0.6B"
     c.model.dtype = "bfloat16"
@@ -427,7 +571,9 @@ def _qwen3_0p6b(c):
 
 def _qwen3_8b(c):
     """The paper's settings (G=8, 16 tasks a step, lr 1e-6, clip 0.2/0.28, dual clip 10,
-    KL 1e-4 as ½Δ², 30 turns, 24k-token prompts and 8768-token responses)."""
+    KL 1e-4 as ½Δ², 30 turns, 24k-token prompts and 8768-token responses), with the
+    paper's live experts, search and judge (`_live`)."""
+    c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-8B"
     c.tokenizer = "/path/to/Qwen3-8B"
     c.model.param_dtype = "float32"
@@ -437,7 +583,7 @@ def _qwen3_8b(c):
     c.rollout.engine = "sglang"
     c.rollout.urls = "http://127.0.0.1:30000"
     c.rollout.weights_dir = "/tmp/orchestra_jax_weights"
-    c.rollout.max_seq_len = 32768
+    c.rollout.max_seq_len = 24576 + 8768
     c.agent.max_turns = 30
     c.agent.max_context_tokens = 24576 + 8768
     c.agent.max_new_tokens_per_turn = 8768
@@ -446,12 +592,12 @@ def _qwen3_8b(c):
     c.rl.tasks_per_step = 16
     c.rl.lr = 1e-6
     c.rl.micro_batch_size = 1  # One 32k-token episode per device per micro-batch.
-    c.rl.seq_buckets = (4096, 8192, 16384, 32768)
+    c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
     c.num_steps = 1000
     c.checkpoint.every_steps = 25
     c.eval.every_steps = 50
     # A ToolScale mixture (the paper's τ² training data) beside the QA sources:
-    #   --config.env.name=routed --config.env.members=<QA env>,tau2
+    #   --config.env.name=routed --config.env.members=qa,tau2
     #   --config.data.sources=<QA sources>,toolscale:1 --config.data.paths.toolscale=<file>
     # τ² episodes then talk to tau2's user simulator (env.tau2.user_*: gpt-5 at
     # OpenAI by default) within tau2's step budget (env.tau2.max_steps).
@@ -463,6 +609,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     builders = {
         "demo": _demo,
         "micro": _micro,
+        "live_tiny": _live_tiny,
         "tau2_demo": _tau2_demo,
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,

@@ -9,6 +9,7 @@ an error message the model reads in its next turn.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -46,6 +47,11 @@ def record_call(call: ToolCall | ToolCallError, features: Collection[str]) -> To
         raw=call.raw,
         feature=call_feature(call.name, call.arguments, features),
     )
+
+
+def json_safe(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """`metadata` as plain JSON values (what is not JSON becomes its `str`)."""
+    return json.loads(json.dumps(dict(metadata), default=str))
 
 
 async def run_call(
@@ -89,6 +95,7 @@ async def run_call(
         cost_usd=float(result.cost_usd),
         latency_s=float(result.latency_s),
         error=result.error,
+        metadata=json_safe(getattr(result, "metadata", None) or {}),
     )
     return record, result.final_answer
 

@@ -36,12 +36,17 @@ class ToolCallRecord:
 
 @dataclasses.dataclass
 class ToolResultRecord:
-    """What one call returned, as the policy read it (`text`), and what it cost."""
+    """What one call returned, as the policy read it (`text`), and what it cost.
+
+    `metadata` is the tool's account of the call (model alias, backend, token
+    usage, query, …; `ToolResult.metadata`), for metrics, audits and the viewer.
+    """
 
     text: str
     cost_usd: float = 0.0
     latency_s: float = 0.0
     error: str | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -12,7 +12,9 @@ Kinds:
   `model_answer`); rows without a gold answer are skipped.
 - `"hle"`: Humanity's Last Exam (`id`, `question`, `answer`, `answer_type` in
   `exactMatch` | `multipleChoice`, `category`); image questions are skipped
-  unless `skip_images=False`.
+  (and counted) unless `skip_images=False`. Graded as the reference grades it:
+  exact match after normalisation, else the LLM judge (`answer_type="judge"`;
+  `answer_type="exact"` compares strings only).
 - `"frames"`: FRAMES (`id`, `question`, `answer`), domain `"frames"`.
 - `"jsonl"`: any jsonl/json/parquet file with a `FieldMap`.
 - `"synthetic"`: `envs.synthetic.SyntheticOrchestrationEnv(seed=...).tasks(split, n)`.
@@ -79,13 +81,16 @@ def generalthought_task(
     )
 
 
-# HLE answer types → how the outcome reward compares answers.
-_HLE_ANSWER_TYPES = {"exactMatch": "exact", "multipleChoice": "exact"}
+# HLE's own answer types.
+_HLE_ANSWER_TYPES = ("exactMatch", "multipleChoice")
 
 
-def hle_task(row: dict, where: str, *, skip_images: bool = True) -> Task | None:
-    """HLE → Task. Multiple-choice answers are option letters, so both HLE types
-    compare exactly; the original type and category stay in metadata."""
+def hle_task(
+    row: dict, where: str, *, skip_images: bool = True, answer_type: str = "judge"
+) -> Task | None:
+    """HLE → Task, graded by `answer_type` ("judge": exact match, then the LLM
+    judge, as the reference; "exact": strings only). The original type and the
+    category stay in metadata (`category` drives the per-category report)."""
     if skip_images and row.get("image"):
         return None  # text-only orchestrator: image questions are skipped, not malformed
     hle_type = text_field(row, "answer_type")
@@ -95,7 +100,7 @@ def hle_task(row: dict, where: str, *, skip_images: bool = True) -> Task | None:
         id=text_field(row, "id"),
         question=text_field(row, "question"),
         answer=text_field(row, "answer"),
-        answer_type=_HLE_ANSWER_TYPES[hle_type],
+        answer_type=answer_type,
         domain="hle",
         metadata={
             "source": "hle",
@@ -243,7 +248,7 @@ def read_tasks(
 
     File kinds need `path`; `"synthetic"` takes `seed`, `split`, `n` instead.
     Options per kind: `limit` (all file kinds), `answer_type` (generalthought,
-    frames), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
+    frames, hle), `use_model_answer` (generalthought), `skip_images` (hle), `fields`
     (jsonl: `FieldMap` or its kwargs), `domain` and `split` (tau2, toolscale).
     """
     reader = READERS.get(kind)

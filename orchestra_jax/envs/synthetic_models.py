@@ -17,7 +17,7 @@ then a cheap answer; logic -> answer with the frontier model.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
@@ -128,15 +128,21 @@ MODEL_PROFILES = (
 
 
 def simulated_experts(
-    tool_config: ToolConfig | None = None, *, seed: int = 0, sleep_scale: float = 0.0
+    tool_config: ToolConfig | None = None,
+    *,
+    seed: int = 0,
+    sleep_scale: float = 0.0,
+    other_backends: Collection[str] = (),
 ) -> dict[str, SimulatedExpert]:
     """One `SimulatedExpert` per backend; each role's mean latency is the one
     its alias shows in `tool_config` (base profile latencies where the config
-    has no such alias, or without a config)."""
+    has no such alias, or without a config). Aliases of `other_backends` (live
+    experts beside the simulated ones) are left to those."""
     latency: dict[str, dict[str, float]] = {}
     for p in MODEL_PROFILES:
         latency.setdefault(p.backend, {})[meta_tool(p.tool).role] = p.latency_s
     aliases = tool_config.aliases if tool_config is not None else ()
+    aliases = [a for a in aliases if a.backend not in other_backends]
     unknown = sorted({a.backend for a in aliases} - set(EXPERT_PARAMS))
     if unknown:
         raise ValueError(

@@ -2,8 +2,9 @@
 
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
 `eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
-tool mix; accuracy, cost and tool mix per task domain; pass^k per domain
-where policies played several trials per task) and `eval_pareto.png`
+tool mix; accuracy, cost and tool mix per task domain and per benchmark
+category; the rows each data source read, skipped and held out; pass^k per
+domain where policies played several trials per task) and `eval_pareto.png`
 (accuracy against mean cost, one point per policy, the non-dominated ones
 joined). A policy is dominated when another is at least as accurate and at
 most as expensive, and strictly better in one.
@@ -66,7 +67,9 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
         + "\n"
         + "\n".join(mix)
         + "\n"
-        + _domain_table(summaries)
+        + _group_table(summaries, "by_domain", "domain", min_groups=2)
+        + _group_table(summaries, "by_category", "category", min_groups=1)
+        + _data_table(summaries)
         + _pass_k_table(summaries)
     )
 
@@ -97,23 +100,26 @@ def _pass_k_table(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """Per task domain and policy: accuracy, cost, and each tool's most used backend."""
-    domains = sorted({d for s in summaries for d in s.get("by_domain", {})})
-    if len(domains) < 2:
+def _group_table(
+    summaries: Sequence[dict[str, Any]], field: str, what: str, *, min_groups: int
+) -> str:
+    """Per group (a summary's `field`: domain or category) and policy: accuracy, cost,
+    and each tool's most used backend; empty with fewer than `min_groups` groups."""
+    groups = sorted({d for s in summaries for d in s.get(field, {})})
+    if len(groups) < min_groups:
         return ""
     lines = [
         "",
-        "Per domain (accuracy, mean cost in USD; per tool, its most used backend "
+        f"Per {what} (accuracy, mean cost in USD; per tool, its most used backend "
         "and that backend's share of the tool's calls):",
         "",
-        "| policy | " + " | ".join(domains) + " |",
-        "|---|" + "---|" * len(domains),
+        "| policy | " + " | ".join(groups) + " |",
+        "|---|" + "---|" * len(groups),
     ]
     for s in summaries:
         cells = []
-        for d in domains:
-            row = s.get("by_domain", {}).get(d)
+        for d in groups:
+            row = s.get(field, {}).get(d)
             cells.append(
                 "—"
                 if row is None
@@ -121,6 +127,26 @@ def _domain_table(summaries: Sequence[dict[str, Any]]) -> str:
                 + _top_backend_per_tool(row["backend_mix"])
             )
         lines.append(f"| {s['policy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _data_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """What each data source of the evaluation read (the first summary that says)."""
+    reports = next((s["data"] for s in summaries if s.get("data")), [])
+    if not reports:
+        return ""
+    lines = [
+        "",
+        "Data (rows read; skipped on purpose, e.g. image questions; malformed; held-out tasks):",
+        "",
+        "| source | file | rows | skipped | malformed | held-out tasks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        lines.append(
+            f"| {r.get('source')} | {r.get('source_file', '')} | {r.get('rows', 0)} "
+            f"| {r.get('skipped', 0)} | {r.get('malformed', 0)} | {r.get('split_tasks', 0)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

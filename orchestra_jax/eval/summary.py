@@ -14,15 +14,18 @@ the most preferred tool; -1: every call went to a tool the user asked to avoid.
 The policy's `preference_score` is the mean over scored episodes (None when no
 episode states a tool preference).
 
-`by_domain` repeats accuracy, cost, latency and backend mix per task domain (the task's
-`metadata["domain"]`, e.g. an HLE category): whether a policy's choice of model
-depends on the question shows there, not in the pooled mix.
+`by_domain` repeats accuracy, cost, latency and backend mix per task domain
+(the task's `metadata["domain"]`): whether a policy's choice of model depends on
+the question shows there, not in the pooled mix. `by_category` does the same per
+benchmark category (HLE's `category`), where the caller gives the tasks'
+categories. `tool_errors` / `expert_errors` count failed calls per episode
+(an expert error: the endpoint failed after its retries).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,14 +62,45 @@ def backend_mix(trajectories: Sequence[Any], tool_configs: Mapping[str, Any]) ->
     return {k: counts[k] / total for k in sorted(counts)} if total else {}
 
 
+def _groups(
+    trajectories: Sequence[Any],
+    key: Callable[[Any], str | None],
+    correct: np.ndarray,
+    cost: np.ndarray,
+    latency: np.ndarray,
+    tool_configs: Mapping[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """Accuracy, mean cost, mean latency and backend mix per value of `key` (None: left out)."""
+    groups: dict[str, list[int]] = collections.defaultdict(list)
+    for i, t in enumerate(trajectories):
+        value = key(t)
+        if value is not None:
+            groups[value].append(i)
+    return {
+        g: {
+            "num_episodes": len(idx),
+            "accuracy": float(correct[idx].mean()),
+            "mean_cost_usd": float(cost[idx].mean()),
+            "mean_latency_s": float(latency[idx].mean()),
+            "backend_mix": backend_mix([trajectories[i] for i in idx], tool_configs),
+        }
+        for g, idx in sorted(groups.items())
+    }
+
+
 def summarize(
-    trajectories: Sequence[Any], *, tool_configs: Mapping[str, Any] | None = None
+    trajectories: Sequence[Any],
+    *,
+    tool_configs: Mapping[str, Any] | None = None,
+    categories: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Per-policy evaluation numbers from graded trajectories (`correct` set).
 
     Args:
       trajectories: episodes of one policy on one evaluation split.
       tool_configs: task id -> ToolConfig, to report the mix by backend.
+      categories: task id -> benchmark category, for `by_category` (tasks not
+        listed are left out of it; no `by_category` without it).
     """
     if not trajectories:
         raise ValueError("summarize needs at least one trajectory")
@@ -85,11 +119,9 @@ def summarize(
     for t in trajectories:
         calls.update(t.tool_call_counts)
     total_calls = sum(calls.values())
-    by_domain: dict[str, list[int]] = collections.defaultdict(list)
-    for i, t in enumerate(trajectories):
-        by_domain[str(t.metadata.get("domain", "all"))].append(i)
     rewards = [t.reward for t in trajectories if t.reward is not None]
-    return {
+    results = [r for t in trajectories for turn in t.turns for r in turn.tool_results]
+    out = {
         "num_episodes": len(trajectories),
         "accuracy": float(correct.mean()),
         "accuracy_stderr": float(correct.std(ddof=1) / np.sqrt(len(correct)))
@@ -105,14 +137,25 @@ def summarize(
         "num_preference_scored": len(scores),
         "format_valid_rate": float(np.mean([t.format_valid for t in trajectories])),
         "answered_rate": float(np.mean([t.finish_reason == "answer" for t in trajectories])),
-        "by_domain": {
-            d: {
-                "num_episodes": len(idx),
-                "accuracy": float(correct[idx].mean()),
-                "mean_cost_usd": float(cost[idx].mean()),
-                "mean_latency_s": float(latency[idx].mean()),
-                "backend_mix": backend_mix([trajectories[i] for i in idx], tool_configs or {}),
-            }
-            for d, idx in sorted(by_domain.items())
-        },
+        "tool_errors": sum(r.error is not None for r in results) / len(trajectories),
+        "expert_errors": sum(bool(r.metadata.get("expert_failed")) for r in results)
+        / len(trajectories),
+        "by_domain": _groups(
+            trajectories,
+            lambda t: str(t.metadata.get("domain", "all")),
+            correct,
+            cost,
+            latency,
+            tool_configs or {},
+        ),
     }
+    if categories is not None:
+        out["by_category"] = _groups(
+            trajectories,
+            lambda t: categories.get(t.task_id),
+            correct,
+            cost,
+            latency,
+            tool_configs or {},
+        )
+    return out

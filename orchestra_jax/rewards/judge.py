@@ -1,11 +1,16 @@
 """LLM-as-judge grading for free-form answers, cached, with its cost kept apart.
 
 Protocol: the judge model sees the question, the reference answer and the
-prediction, and must end its reply with `<correct>True</correct>` or
-`<correct>False</correct>`. A reply without that tag counts as "not correct"
-(and is reported as a parse failure). The judge's dollars and seconds are
-grading overhead, not the orchestrator's spending, so they are returned in the
-verdict and summed on the judge, never added to a trajectory's cost.
+prediction (in the wording of a `JUDGE_PROMPTS` style: "reference", the
+released evaluation's, or "project"), and must end its reply with
+`<correct>True</correct>` or `<correct>False</correct>`. A reply without that
+tag counts as "not correct" (and is reported as a parse failure). As in the
+reference, an answer that matches the gold exactly after normalisation
+(`outcome.exact_match`) is correct without asking. The judge's dollars and
+seconds are grading overhead, not the orchestrator's spending, so they are
+returned in the verdict and summed on the judge, never added to a
+trajectory's cost. A judge whose endpoint fails after the client's retries
+raises `JudgeError` naming it: an episode is never silently graded wrong.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import re
 from collections.abc import MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
-from orchestra_jax.rewards.outcome import GradableTask, is_correct, is_valid_answer
+from orchestra_jax.registry import Registry
+from orchestra_jax.rewards.outcome import GradableTask, exact_match, is_correct, is_valid_answer
 from orchestra_jax.tools.pricing import token_cost
 
 _VERDICT = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
@@ -38,6 +44,27 @@ Answer to grade:
 Is the answer to grade correct, i.e. does it state the same final answer as the
 reference (ignore wording, formatting and extra explanation)? Think briefly,
 then finish with exactly <correct>True</correct> or <correct>False</correct>."""
+
+# The released evaluation's layout: question, student answer, reference answer,
+# then the instruction (this project's wording).
+REFERENCE_JUDGE_PROMPT = """Question: {question}
+
+Student answer: {prediction}
+
+Reference answer: {reference}
+
+Assume that the reference answer is correct. Output <correct>True</correct> if the \
+student answer matches the reference answer. Output <correct>False</correct> if the \
+student answer does not match the reference answer."""
+
+# `reward.judge.prompt`: a template with {question}, {reference} and {prediction}.
+JUDGE_PROMPTS: Registry[str] = Registry("judge prompt")
+JUDGE_PROMPTS.register("project", JUDGE_PROMPT)
+JUDGE_PROMPTS.register("reference", REFERENCE_JUDGE_PROMPT)
+
+
+class JudgeError(RuntimeError):
+    """The judge could not give a verdict (its endpoint failed after retries)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +132,8 @@ class LLMJudge:
         or None for no caching).
       price_in, price_out: the judge model's USD price per million input/output
         tokens, for the separately reported grading cost.
+      name: names the judge in errors and in the cache key (model and prompt style).
+      prompt: the template (`JUDGE_PROMPTS`), with {question}, {reference}, {prediction}.
     """
 
     def __init__(
@@ -117,18 +146,22 @@ class LLMJudge:
         max_tokens: int = 512,
         temperature: float = 0.0,
         name: str = "judge",
+        prompt: str = JUDGE_PROMPT,
     ):
         self.client = expert_client
         self.cache = cache
         self.price_in, self.price_out = price_in, price_out
         self.max_tokens, self.temperature, self.name = max_tokens, temperature, name
+        self.prompt = prompt
         self.total_cost_usd = 0.0
         self.num_calls = 0
         self.num_cache_hits = 0
         self.num_parse_failures = 0
 
     def cache_key(self, question: str, prediction: str, reference: str) -> str:
-        blob = json.dumps([self.name, self.temperature, question, reference, prediction])
+        blob = json.dumps(
+            [self.name, self.temperature, self.prompt, question, reference, prediction]
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict:
@@ -136,14 +169,17 @@ class LLMJudge:
         if self.cache is not None and key in self.cache:
             self.num_cache_hits += 1
             return JudgeVerdict(correct=self.cache[key], cached=True)
-        prompt = JUDGE_PROMPT.format(question=question, reference=reference, prediction=prediction)
-        reply = self.client.complete(
-            [{"role": "user", "content": prompt}],
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-        )
-        if inspect.isawaitable(reply):
-            reply = await reply
+        prompt = self.prompt.format(question=question, reference=reference, prediction=prediction)
+        try:
+            reply = self.client.complete(
+                [{"role": "user", "content": prompt}],
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+            )
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as e:  # an endpoint that failed for good: the step fails, loudly
+            raise JudgeError(f"judge {self.name!r} gave no verdict: {e}") from e
         cost = token_cost(
             reply.prompt_tokens, reply.completion_tokens, self.price_in, self.price_out
         )
@@ -176,7 +212,8 @@ async def grade(
 ) -> JudgeVerdict:
     """Grades any answer type: rule-based types locally, "judge" tasks with `judge`.
 
-    Invalid answers (empty, > 500 words) are wrong without asking the judge.
+    Invalid answers (empty, > 500 words) are wrong without asking the judge, and
+    answers equal to the gold after normalisation are right without asking it.
     """
     if task.answer_type != "judge":
         return JudgeVerdict(correct=is_correct(prediction, task))
@@ -186,4 +223,6 @@ async def grade(
         raise ValueError(
             f"task {getattr(task, 'id', '?')!r} has answer_type 'judge' but no judge was configured"
         )
+    if exact_match(prediction, str(task.answer)):
+        return JudgeVerdict(correct=True)
     return await judge(task.question, prediction, str(task.answer))

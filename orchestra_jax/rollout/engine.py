@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, AsyncIterator, Literal, Protocol, Sequence, runtime_checkable
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
 

@@ -83,7 +83,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +96,9 @@ from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.prefix_cache import Admission, PrefixCachePlanner, common_prefix
 from orchestra_jax.rollout.request_queue import FairQueue
 from orchestra_jax.rollout.stop_strings import first_stop
+
+if TYPE_CHECKING:
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +224,7 @@ class _CallFailed(Exception):
 
 
 def make_jax_engine(
-    model: nnx.Module,
+    model: Qwen3ForCausalLM,
     *,
     max_batch_size: int = JaxEngineConfig.max_batch_size,
     max_seq_len: int = JaxEngineConfig.max_seq_len,
@@ -250,7 +253,9 @@ class JaxEngine:
     with stop strings.
     """
 
-    def __init__(self, model: nnx.Module, config: JaxEngineConfig | None = None, *, tokenizer=None):
+    def __init__(
+        self, model: Qwen3ForCausalLM, config: JaxEngineConfig | None = None, *, tokenizer=None
+    ):
         self.config = config = config or JaxEngineConfig()
         self.model_config = model.config
         self.vocab_size = model.config.vocab_size
@@ -570,6 +575,7 @@ class JaxEngine:
         for level in range(1, max(p.level for p in plans) + 1):
             followers = [p for p in plans if p.level == level]
             for p in followers:  # the leader's row now holds its whole prompt
+                assert p.leader is not None
                 p.source = p.leader.slot
             self._prefill_cached(state, followers, job_of)
         self._admitting = []
@@ -656,6 +662,7 @@ class JaxEngine:
         ids = np.zeros((rows_bucket, t), np.int32)
         lengths = np.zeros(rows_bucket, np.int32)
         for r, p in enumerate(plans):
+            assert p.source is not None  # only plans that reuse a cached prefix come here
             sources[r], targets[r], starts[r] = p.source, p.slot, p.reused
             ids[r, : len(p.ids) - p.reused] = p.ids[p.reused :]
             lengths[r] = len(p.ids) - p.reused
@@ -806,6 +813,7 @@ class JaxEngine:
         if stop_at:
             del job.tokens[stop_at[0] + 1 :], job.logprobs[stop_at[0] + 1 :]
         if sp.stop:
+            assert self.tokenizer is not None  # requests with stop strings are refused without one
             hit = first_stop(self.tokenizer.decode, job.tokens, sp.stop, job.checked)
             if hit is not None:
                 del job.tokens[hit[0] + 1 :], job.logprobs[hit[0] + 1 :]

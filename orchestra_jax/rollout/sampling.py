@@ -38,7 +38,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 

@@ -26,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Any, Callable, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
-from orchestra_jax.rollout.engine import Completion, GenerateRequest
+from orchestra_jax.rollout.engine import Completion, FinishReason, GenerateRequest
 
-PolicyOutput = Union[Sequence[int], tuple[Sequence[int], Sequence[float]]]
+PolicyOutput = Sequence[int] | tuple[Sequence[int], Sequence[float]]
 Policy = Callable[[list[int], GenerateRequest], PolicyOutput]
 
 
@@ -74,14 +75,18 @@ class ScriptedEngine:
         start = time.perf_counter()
         output = self._next_output(request)
         if isinstance(output, tuple) and len(output) == 2 and not isinstance(output[0], int):
-            ids, logprobs = list(output[0]), [float(x) for x in output[1]]
+            token_ids, token_logprobs = cast(tuple[Sequence[int], Sequence[float]], output)
+            ids = [int(t) for t in token_ids]
+            logprobs = [float(x) for x in token_logprobs]
             if len(ids) != len(logprobs):
                 raise ValueError(f"policy returned {len(ids)} ids but {len(logprobs)} logprobs")
         else:
-            ids = list(output)
+            ids = [int(t) for t in cast(Sequence[int], output)]
             logprobs = [self.logprob] * len(ids)
         stops = set(request.sampling.stop_token_ids)
-        ids, finish = apply_stop_rules(ids, stops, request.sampling.max_new_tokens)
+        ids, finish = apply_stop_rules(
+            ids, request.sampling.stop_token_ids, request.sampling.max_new_tokens
+        )
         return Completion(
             output_ids=ids,
             logprobs=logprobs[: len(ids)],
@@ -120,7 +125,7 @@ class ScriptedEngine:
 
 def apply_stop_rules(
     ids: list[int], stop_token_ids: Sequence[int], max_new_tokens: int
-) -> tuple[list[int], str]:
+) -> tuple[list[int], FinishReason]:
     """Cut `ids` after the first stop token or at `max_new_tokens`.
 
     Returns the kept ids and the finish reason ("stop" or "length").

@@ -216,9 +216,12 @@ class RolloutServer:
             raise
 
     def _decode(self, ids, *, skip_special_tokens: bool = False) -> str:
+        assert self.tokenizer is not None  # only called where the server has one
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def _version_name(self, completion: Completion) -> str:
+        if completion.weight_version is None:
+            return self.weight_version
         return self._version_names.get(completion.weight_version, self.weight_version)
 
     def _response(self, call: proto.GenerateCall, item: proto.WireItem, c: Completion) -> dict:
@@ -230,9 +233,10 @@ class RolloutServer:
                 skip_special_tokens=item.skip_special_tokens,
                 no_stop_trim=item.no_stop_trim,
             )
+        tokenizer = self.tokenizer
         token_text = (
-            (lambda t: self.tokenizer.decode([t]))
-            if call.return_text_in_logprobs and self.tokenizer is not None
+            (lambda t: tokenizer.decode([t]))
+            if call.return_text_in_logprobs and tokenizer is not None
             else (lambda _: None)
         )
         return proto.response_json(
@@ -284,8 +288,9 @@ class RolloutServer:
                 await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 if not getter.done():
                     getter.cancel()
-                    if response is None and waiter.exception() is not None:
-                        raise waiter.exception()
+                    error = waiter.exception() if response is None else None
+                    if error is not None:
+                        raise error
                     response = response or await self._start_stream(request)
                     while not updates.empty():
                         await self._send_update(response, call, *updates.get_nowait())
@@ -491,12 +496,14 @@ class ServerThread:
             return
 
         async def shutdown():
-            if abrupt:  # drop open connections mid-request, as a crash would
-                for handler in list(self._runner.server.connections):
+            runner = self._runner
+            assert runner is not None  # set before the loop runs
+            if abrupt and runner.server is not None:  # drop open connections, as a crash would
+                for handler in list(runner.server.connections):
                     handler.force_close()
                     if handler.transport is not None:
                         handler.transport.abort()
-            await self._runner.cleanup()
+            await runner.cleanup()
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=60)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -600,7 +607,7 @@ async def serve(server: RolloutServer, host: str, port: int) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument(
         "--model",
         required=True,

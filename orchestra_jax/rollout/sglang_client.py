@@ -35,12 +35,16 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
 from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
+
+if TYPE_CHECKING:
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +83,12 @@ class SGLangClient:
     ):
         if (urls is None) == (router_url is None):
             raise ValueError("give either urls (one or more servers) or router_url, not both")
-        urls = (
-            [router_url]
-            if router_url is not None
-            else ([urls] if isinstance(urls, str) else list(urls))
-        )
+        if router_url is not None:
+            urls = [router_url]
+        elif isinstance(urls, str):
+            urls = [urls]
+        else:
+            urls = list(urls or ())
         if not urls:
             raise ValueError("urls is empty")
         self.urls = [u.rstrip("/") for u in urls]
@@ -277,12 +282,12 @@ class SGLangClient:
         barrier(f"orchestra_jax_weights_v{int(version)}")
 
 
-def _as_model(model_state: Any, config: Any):
+def _as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
     """(model, config) from a Qwen3 model, or from an nnx.State plus `config`."""
     from flax import nnx
 
     if isinstance(model_state, nnx.Module):
-        return model_state, getattr(model_state, "config", config)
+        return cast("Qwen3ForCausalLM", model_state), getattr(model_state, "config", config)
     if config is None:
         raise ValueError("pass model_config to SGLangClient to sync weights given as an nnx.State")
     from orchestra_jax.models.qwen3 import Qwen3ForCausalLM

@@ -723,7 +723,7 @@ def completion_from_json(obj: Any, *, latency_s: float) -> Completion:
         cached_tokens=int(meta.get("cached_tokens", 0)),
         weight_version=_version(meta.get("weight_version")),
         matched_stop=reason.get("matched") if isinstance(reason, dict) else None,
-        top_logprobs=[_pairs(row) for row in top] if top else None,
+        top_logprobs=[_pairs(row) or [] for row in top] if top else None,
         prompt_logprobs=[None if p[0] is None else float(p[0]) for p in prompt_scores]
         if prompt_scores
         else None,

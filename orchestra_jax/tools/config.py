@@ -182,7 +182,12 @@ class ToolConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelProfile:
-    """A backend model the sampler may offer under a meta-tool, at base prices."""
+    """A backend model the sampler may offer under a meta-tool, at base prices.
+
+    `alias_prefix` names its aliases `<prefix>-<n>`; empty: the meta-tool's own
+    (`search`, `reasoner`, `answer`), else a family of its own within the tool
+    (the paper's `answer-math-1` is an `answer` alias of family "answer-math").
+    """
 
     tool: str
     backend: str
@@ -190,6 +195,7 @@ class ModelProfile:
     price_out: float
     latency_s: float
     description: str = ""
+    alias_prefix: str = ""
 
 
 def alias_from_profile(
@@ -211,13 +217,14 @@ def alias_from_profile(
 def aliases_from_profiles(
     profiles: Sequence[ModelProfile], price_scales: Sequence[float], latency_scales: Sequence[float]
 ) -> tuple[ModelAlias, ...]:
-    """Names profiles `<prefix>-1..n` per meta-tool in the given order."""
+    """Names profiles `<prefix>-1..n` per alias family (the profile's `alias_prefix`,
+    else its meta-tool's) in the given order."""
     counters: dict[str, int] = {}
     out = []
     for p, ps, ls in zip(profiles, price_scales, latency_scales):
-        counters[p.tool] = counters.get(p.tool, 0) + 1
-        prefix = META_TOOLS.get(p.tool).alias_prefix
-        out.append(alias_from_profile(p, f"{prefix}-{counters[p.tool]}", ps, ls))
+        prefix = p.alias_prefix or META_TOOLS.get(p.tool).alias_prefix
+        counters[prefix] = counters.get(prefix, 0) + 1
+        out.append(alias_from_profile(p, f"{prefix}-{counters[prefix]}", ps, ls))
     return tuple(out)
 
 

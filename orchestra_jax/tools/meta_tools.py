@@ -86,8 +86,10 @@ class MetaTool:
                 temperature=self.backends.expert_temperature,
                 ctx=ctx,
             )
-        except ExpertError as e:
-            return error_result(str(e), tool=self.name, model=alias)
+        except ExpertError as e:  # retried by the client already: an observation, counted
+            return error_result(
+                str(e), tool=self.name, model=alias, backend=spec.backend, expert_failed=True
+            )
         meta = {
             "tool": self.name,
             "model": alias,

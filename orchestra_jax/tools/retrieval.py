@@ -185,3 +185,34 @@ def load_retriever(folder: str, **kwargs) -> Retriever:
 
         return DenseRetriever.load(folder, **kwargs)
     raise ValueError(f"{path}: unknown index kind {kind!r}")
+
+
+class FallbackRetriever:
+    """`primary`'s hits, topped up from `fallback` when fewer than `min_docs` survive.
+
+    The reference's HLE search: a local index whose hits are filtered to the
+    question's document whitelist, and web search when fewer than 3 remain.
+    The fallback is asked without the whitelist (it cannot know those ids) for
+    the missing k - len(hits) documents. A failing fallback leaves the hits it
+    had (or raises, when there are none: the search tool reports the error).
+    """
+
+    def __init__(self, primary: Retriever, fallback: Retriever, *, min_docs: int = 3):
+        if min_docs < 1:
+            raise ValueError(f"min_docs must be >= 1, got {min_docs}")
+        self.primary, self.fallback, self.min_docs = primary, fallback, min_docs
+
+    def search(
+        self, query: str, k: int, allowed_ids: Collection[str] | None = None
+    ) -> list[Document]:
+        hits = self.primary.search(query, k, allowed_ids)
+        if len(hits) >= min(self.min_docs, k):
+            return hits
+        try:
+            extra = self.fallback.search(query, k - len(hits), None)
+        except RuntimeError:
+            if not hits:
+                raise
+            return hits
+        seen = {d.id for d in hits}
+        return hits + [d for d in extra if d.id not in seen][: k - len(hits)]

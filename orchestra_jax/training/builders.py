@@ -22,6 +22,7 @@ from flax import nnx
 
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
+from orchestra_jax.data.splits import file_sources, source_path_key, split_config_problems
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
@@ -34,6 +35,7 @@ from orchestra_jax.parallel.mesh import (
     num_batch_shards,
 )
 from orchestra_jax.registry import Registry, is_import_path
+from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
 from orchestra_jax.rewards.registry import GroupReward, make_reward
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import AGGREGATIONS
@@ -42,6 +44,8 @@ from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
+from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
+from orchestra_jax.tools.live_backends import backend_config_problems
 from orchestra_jax.tools.python_sandbox import sandbox_config_errors
 from orchestra_jax.training.config_checks import (
     ConfigError,
@@ -303,27 +307,22 @@ def check_rollout(config: Any) -> list[str]:
 # --- tasks ----------------------------------------------------------------------
 
 
-def source_specs(config: Any, split: str, num_synthetic: int) -> list[dict[str, Any]]:
-    """`data.sources` as specs for `data.sources.load_sources`."""
-    specs = []
-    for name, weight in parse_sources(config.data.sources):
-        spec: dict[str, Any] = {"kind": name, "weight": weight}
-        if name == "synthetic":
-            spec.update(
-                seed=config.data.synthetic_seed,
-                split=split,
-                n=num_synthetic,
-                num_entities=config.data.synthetic_num_entities,
-            )
-        else:
-            spec["path"] = config.data.paths[_path_key(name)]
-        specs.append(spec)
-    return specs
+def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The `data.sources` tasks of `split` ("train" or the held-out split) as weighted
+    sources for the pipeline, and a read report per source (`data/splits.load_split`:
+    file sources are split by `data.eval_paths` or `data.eval_fraction`)."""
+    from orchestra_jax.data.splits import load_split
+
+    return load_split(config, split)
 
 
 def _path_key(source: str) -> str:
-    """The `data.paths` key of a source: its name, or an import path's attribute name."""
-    return source.rpartition(":")[2] if is_import_path(source) else source
+    return source_path_key(source)
+
+
+# Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
+# the reference grades it: exact match, then the judge).
+JUDGED_SOURCES = ("frames", "generalthought", "hle")
 
 
 def check_data(config: Any) -> list[str]:
@@ -340,7 +339,7 @@ def check_data(config: Any) -> list[str]:
             problem = READERS.problem(name)
             if problem is not None:
                 errors.append(f"data.sources: {problem}")
-            elif name != "synthetic" and _path_key(name) not in config.data.paths:
+            elif name != "synthetic" and not config.data.paths.get(_path_key(name)):
                 errors.append(
                     f"data.sources: {name!r} needs a file in data.paths.{_path_key(name)}"
                 )
@@ -348,6 +347,7 @@ def check_data(config: Any) -> list[str]:
                 errors.append(f"data.sources: weight of {name!r} must be > 0")
     except ConfigError as e:
         errors.append(str(e))
+    errors += split_config_problems(config)
     if config.data.stratify_by:
         errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
     try:
@@ -369,16 +369,25 @@ def check_data(config: Any) -> list[str]:
 
 def build_env(config: Any) -> Environment:
     """The environment `env.name` names (`envs/environment.ENVIRONMENTS`), e.g. the
-    offline synthetic world with the sandbox `tools.sandbox`."""
-    return make_env(config)
+    offline synthetic world with the sandbox `tools.sandbox`. An expert endpoint that
+    does not answer, or a key that is not set, is a `ConfigError` naming it."""
+    try:
+        return make_env(config)
+    except ExpertError as e:
+        raise ConfigError(f"env.name={config.env.name!r}: {e}") from None
 
 
 def tool_config_fields(config: Any) -> dict[str, Any]:
     """`ToolConfig` fields every task's configuration gets: the enabled tools
-    (`tools.enabled`) and the description style."""
+    (`tools.enabled`), the description style, the documents per search and the
+    search's prices."""
+    t = config.tools
     return dict(
-        tools=enabled_tools(config.tools.enabled),
-        description_style=config.tools.description_style,
+        tools=enabled_tools(t.enabled),
+        description_style=t.description_style,
+        search_top_k=t.search_top_k,
+        search_price_per_query=t.search_price_per_query,
+        search_price_per_document=t.search_price_per_document,
     )
 
 
@@ -419,7 +428,22 @@ def check_env(config: Any) -> list[str]:
     for name in ("keep_probability", "preference_prob", "efficiency_off_prob"):
         if not 0 <= config.tools[name] <= 1:
             errors.append(f"tools.{name} must be a probability, got {config.tools[name]}")
-    return errors
+    errors += _positive(
+        config,
+        "tools.search_top_k",
+        "tools.search_min_docs",
+        "tools.expert_max_tokens",
+        "tools.expert_timeout_s",
+    )
+    errors += _positive(
+        config,
+        "tools.expert_retries",
+        "tools.expert_temperature",
+        "tools.search_price_per_query",
+        "tools.search_price_per_document",
+        allow_zero=True,
+    )
+    return errors + backend_config_problems(config, file_sources(config))
 
 
 def _check_env_members(config: Any) -> list[str]:
@@ -451,6 +475,45 @@ def build_reward(config: Any) -> GroupReward:
     return make_reward(config.reward)
 
 
+def _plain(value: Any) -> dict[str, Any]:
+    """A config section (or a dict) as plain, JSON-ready dicts."""
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if to_dict is not None else dict(value)
+
+
+def build_judge(config: Any, cache_path: str | None = None) -> LLMJudge | None:
+    """The LLM judge of `reward.judge` (None when `reward.judge.base_url` is empty):
+    an `OpenAIChatExpert` on that endpoint, the prompt style `reward.judge.prompt`,
+    verdicts cached in `cache_path` (JSON lines). Its endpoint must answer now
+    (ConfigError naming it otherwise)."""
+    j = config.reward.judge
+    if not j.base_url:
+        return None
+    problem = probe_endpoint(j.base_url, api_key_env=j.api_key_env or None)
+    if problem:
+        raise ConfigError(f"reward.judge: the judge {j.model!r}: {problem}")
+    name = f"{j.model} ({j.prompt} prompt)"
+    client = OpenAIChatExpert(
+        j.base_url,
+        j.model,
+        api_key_env=j.api_key_env or None,
+        retries=j.retries,
+        timeout=j.timeout_s,
+        name=f"judge {j.model}",
+        extra_body=_plain(j.get("extra_body") or {}),
+        reasoning_model=j.reasoning_model,
+    )
+    return LLMJudge(
+        client,
+        JudgeCache(cache_path),
+        price_in=j.price_in,
+        price_out=j.price_out,
+        max_tokens=j.max_tokens,
+        name=name,
+        prompt=JUDGE_PROMPTS.get(j.prompt),
+    )
+
+
 def check_reward(config: Any) -> list[str]:
     """reward.*."""
     from orchestra_jax.rewards.registry import REWARDS
@@ -461,6 +524,37 @@ def check_reward(config: Any) -> list[str]:
             make_reward(config.reward)
         except ValueError as e:
             errors.append(f"reward: {e}")
+    return errors + _check_judge(config)
+
+
+def _check_judge(config: Any) -> list[str]:
+    """reward.judge.*: complete where set, and set where the data needs it."""
+    j = config.reward.judge
+    judged = [s for s in file_sources(config) if s in JUDGED_SOURCES]
+    if not j.base_url:
+        if judged:
+            return [
+                f"reward.judge.base_url: data.sources {judged} are graded by an LLM judge; "
+                "set reward.judge.base_url and reward.judge.model"
+            ]
+        return []
+    errors = _choice("reward.judge.prompt", j.prompt, JUDGE_PROMPTS)
+    if not j.base_url.startswith(("http://", "https://")):
+        errors.append(
+            f"reward.judge.base_url must start with http:// or https://, got {j.base_url!r}"
+        )
+    if not j.model:
+        errors.append("reward.judge.model: the judge's model name is empty")
+    if j.api_key_env and not os.environ.get(j.api_key_env):
+        errors.append(f"reward.judge.api_key_env: ${j.api_key_env} is not set")
+    errors += _positive(config, "reward.judge.max_tokens", "reward.judge.timeout_s")
+    errors += _positive(
+        config,
+        "reward.judge.retries",
+        "reward.judge.price_in",
+        "reward.judge.price_out",
+        allow_zero=True,
+    )
     return errors
 
 

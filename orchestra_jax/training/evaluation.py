@@ -13,10 +13,11 @@ episode; the group-relative training reward is not):
     R = correct · max(0, 1 − P_cost · cost / cost_scale − P_latency · latency / latency_scale)
 
 An `Evaluator` holds the test (tasks, their configurations, the episodes' seed
-and sampling) and plays it with any engine; it writes
+and sampling, the judge) and plays it with any engine; it writes
 `<workdir>/eval_<policy>.json` (see `eval.summary.summarize`; plus pass^k per
-domain, and what the other party of conversations spent, apart) and the
-episodes to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
+domain, what the other party of conversations spent, apart, and the read
+report of each data source, e.g. how many HLE image questions were skipped)
+and the episodes to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class Evaluator:
         cost_scale: float,
         latency_scale: float,
         workdir: str,
+        data_reports: Sequence[Mapping[str, Any]] = (),
         trials: int = 1,
     ):
         missing = [t.id for t in tasks if t.id not in tool_configs]
@@ -131,6 +133,7 @@ class Evaluator:
             raise ValueError(f"trials must be >= 1, got {trials}")
         self.trials = trials
         self.tasks, self.tool_configs = list(tasks), dict(tool_configs)
+        self.data_reports = [dict(r) for r in data_reports]
         self.episodes, self.seed, self.workdir = episodes, seed, workdir
         self.cost_scale, self.latency_scale = cost_scale, latency_scale
 
@@ -153,9 +156,12 @@ class Evaluator:
         )
         for traj, r in zip(trajectories, rewards):
             traj.reward = float(r)
+        categories = {
+            t.id: str(t.metadata["category"]) for t in self.tasks if "category" in t.metadata
+        }
         summary = {
             "policy": name,
-            **summarize(trajectories, tool_configs=self.tool_configs),
+            **summarize(trajectories, tool_configs=self.tool_configs, categories=categories),
             "heldout_reward": float(rewards.mean()),
             "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
             if len(rewards) > 1
@@ -164,6 +170,7 @@ class Evaluator:
                 f"correct * max(0, 1 - P_cost*cost/{self.cost_scale:g} "
                 f"- P_latency*latency/{self.latency_scale:g})"
             ),
+            "data": self.data_reports,
             "trials": self.trials,
             "pass_k": pass_k_by_domain(trajectories),
             **other_party_spending(trajectories),

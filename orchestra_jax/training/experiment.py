@@ -24,12 +24,12 @@ from typing import Any
 
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import ChatTokenizer
-from orchestra_jax.data.sources import load_sources
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.parallel.multihost import is_primary
+from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training import builders, grpo_loop, seeds, warm_start
@@ -55,13 +55,17 @@ CURVES = (
 )
 
 
+def heldout_data(config: ExperimentConfig) -> tuple[list[Task], list[dict[str, Any]]]:
+    """The first `eval.num_tasks` held-out tasks (`data.eval_split` of the synthetic
+    world; the held-out split of file sources, `data/splits.py`) and a read report
+    per source (rows read, skipped, malformed, in the split)."""
+    sources, reports = builders.build_task_sources(config, config.data.eval_split)
+    return [t for s in sources for t in s.tasks][: config.eval.num_tasks], reports
+
+
 def eval_tasks(config: ExperimentConfig) -> list[Task]:
-    """The first `eval.num_tasks` tasks of `data.eval_split`."""
-    specs = builders.source_specs(
-        config, config.data.eval_split, num_synthetic=config.eval.num_tasks
-    )
-    sources, _ = load_sources(specs)
-    return [t for s in sources for t in s.tasks][: config.eval.num_tasks]
+    """The first `eval.num_tasks` held-out tasks (see `heldout_data`)."""
+    return heldout_data(config)[0]
 
 
 def heldout_tool_configs(
@@ -84,16 +88,20 @@ def baseline_router(
 
 
 def build_evaluator(
-    config: ExperimentConfig, env: Environment, tokenizer: ChatTokenizer
+    config: ExperimentConfig,
+    env: Environment,
+    tokenizer: ChatTokenizer,
+    judge: Judge | None = None,
 ) -> Evaluator:
     """The experiment's held-out test (`eval.*`): its tasks, their held-out tool
-    configurations, the episodes' seed and sampling."""
-    tasks = eval_tasks(config)
+    configurations, the episodes' seed and sampling, the judge of "judge" tasks."""
+    tasks, reports = heldout_data(config)
     episodes = Episodes(
         env=env,
         tokenizer=tokenizer,
         sampling=builders.eval_sampling_params(config),
         limits=builders.loop_limits(config),
+        judge=judge,
     )
     return Evaluator(
         tasks,
@@ -103,6 +111,7 @@ def build_evaluator(
         cost_scale=config.eval.cost_scale_usd,
         latency_scale=config.eval.latency_scale_s,
         workdir=grpo_loop.workdir_of(config),
+        data_reports=reports,
         trials=config.eval.num_trials,
     )
 
@@ -201,6 +210,7 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
                 limits=builders.loop_limits(config),
                 seed=seeds.demo_episode_seed(config.seed, round_index),
                 group_size=best_of,
+                judge=run.judge,
             )
         )
         played += len(demos)
@@ -252,7 +262,7 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
     run = grpo_loop.setup_run(config)
-    evaluator = build_evaluator(config, run.env, run.tokenizer)
+    evaluator = build_evaluator(config, run.env, run.tokenizer, run.judge)
     summaries = {}
     fresh = run.checkpointer.latest_step() is None
     if fresh and config.sft.steps:

@@ -27,11 +27,11 @@ import numpy as np
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import task_iterator
-from orchestra_jax.data.sources import load_sources
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel import multihost
+from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
@@ -67,6 +67,7 @@ class Run:
     env: Environment
     sampler: ToolConfigSampler
     reward_fn: GroupReward
+    judge: LLMJudge | None  # grades "judge" tasks (reward.judge); None: none configured
     learner: Learner
     engine: RolloutEngine
     batching: BatchingConfig
@@ -80,13 +81,20 @@ def workdir_of(config: ExperimentConfig) -> str:
     return config.workdir or os.path.join("runs", config.variant or "run")
 
 
+def judge_cache_path(config: ExperimentConfig) -> str:
+    """Where the LLM judge's verdicts are kept across restarts."""
+    return os.path.join(workdir_of(config), "judge_cache.jsonl")
+
+
 def setup_run(config: ExperimentConfig) -> Run:
     """Builds every part of a run from its config."""
     workdir = workdir_of(config)
+    # The environment and the judge first: an endpoint that is down fails in seconds.
+    env = builders.build_env(config)
+    judge = builders.build_judge(config, judge_cache_path(config))
     tokenizer = builders.build_tokenizer(config)
     mesh = builders.build_mesh(config)
     model, model_config = builders.build_model(config, mesh, tokenizer)
-    env = builders.build_env(config)
     sampler = env.tool_config_sampler(
         seed=config.seed,
         ranges=builders.sampler_ranges(config),
@@ -119,6 +127,7 @@ def setup_run(config: ExperimentConfig) -> Run:
         env=env,
         sampler=sampler,
         reward_fn=builders.build_reward(config),
+        judge=judge,
         learner=learner,
         engine=engine,
         batching=batching,
@@ -128,8 +137,7 @@ def setup_run(config: ExperimentConfig) -> Run:
 
 
 def train_task_iterator(config: ExperimentConfig):
-    specs = builders.source_specs(config, "train", num_synthetic=config.data.num_train_tasks)
-    sources, _ = load_sources(specs)
+    sources, _ = builders.build_task_sources(config, "train")
     return task_iterator(
         sources,
         tasks_per_step=config.rl.tasks_per_step,
@@ -190,6 +198,7 @@ async def play_step(run: Run, tasks, step: int, positions) -> list:
         group_size=config.rl.group_size,
         tools_seed=seeds.step_backend_seed(config.seed, step),
         sleep_scale=config.tools.sleep_scale,
+        judge=run.judge,
     )
     return await run_graded_episodes(
         tasks,
@@ -279,6 +288,7 @@ def end_step(
             **eval_metrics,
             **(extra or {}),
             **timer.pop(),
+            **(run.judge.stats() if run.judge is not None else {}),
             "episode_tool_latency_s": float(np.mean(latencies)) if latencies else 0.0,
         },
     )

@@ -224,6 +224,7 @@ def episode_metrics(
         calls.update({k.removeprefix("tool:"): v for k, v in t.tool_call_counts.items()})
     total_calls = max(1, sum(calls.values()))
     gen = np.array([t.num_generated_tokens for t in trajectories], np.float64)
+    results = [r for t in trajectories for turn in t.turns for r in turn.tool_results]
     out = {
         "reward": float(np.mean(rewards)),
         "accuracy": float(correct.mean()),
@@ -239,6 +240,9 @@ def episode_metrics(
         "generated_tokens": float(gen.mean()),
         "sequence_tokens": float(np.mean([len(t.token_ids) for t in trajectories])),
         "kept_fraction": float(np.mean(keep)),
+        # Failed tool calls per episode; expert_errors: endpoints that failed after retries.
+        "tool_errors": sum(r.error is not None for r in results) / n,
+        "expert_errors": sum(bool(r.metadata.get("expert_failed")) for r in results) / n,
     }
     for name, count in sorted(calls.items()):
         out[f"tool_mix/{name}"] = count / total_calls

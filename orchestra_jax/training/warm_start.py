@@ -27,6 +27,7 @@ from orchestra_jax.chat.template import render
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.routers import RouterEngine
+from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.tools.config import ToolConfig
@@ -46,9 +47,11 @@ async def router_demonstrations(
     limits: LoopLimits,
     seed: int,
     group_size: int = 1,
+    judge: Judge | None = None,
 ) -> list[Trajectory]:
     """`group_size` demonstration episodes per task, task by task, played by `router`
-    (each with its own plan: a router's plan depends on the episode's group index).
+    (each with its own plan: a router's plan depends on the episode's group index),
+    graded by `env` (with `judge` for "judge" tasks).
 
     `seed` seeds the plans, the tools and the episodes; routers decode greedily.
     """
@@ -63,6 +66,7 @@ async def router_demonstrations(
         limits=limits,
         group_size=group_size,
         tools_seed=seed,
+        judge=judge,
     )
     return await run_graded_episodes(tasks, tool_configs, how, seed=seed)
 

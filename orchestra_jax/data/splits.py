@@ -1,0 +1,217 @@
+"""Training and held-out splits of task files: never a question in both.
+
+A file source (`data.sources` entry other than "synthetic") is split one of two ways:
+
+  data.eval_paths.<source>   a second file holds the held-out questions; the two
+                             files must share no question id and no question text
+                             (`check_disjoint`, a start-up error naming both)
+  data.eval_fraction = f     one file, split by a seeded hash of each question id:
+                             a task is held out iff  u(split_seed, id) < f, where
+                             u = first 8 bytes of sha256("<seed>/<id>") / 2**64.
+                             The split of an id never depends on the other rows,
+                             so a file that grows keeps every old question's side;
+                             a training row repeating a held-out question under
+                             another id is dropped.
+
+f = 1 holds every question out (an evaluation-only config); f = 0 with no eval
+file leaves a source without a held-out split, which evaluation refuses.
+The synthetic source has its own splits (`data.eval_split`).
+
+`data.search_whitelist`, a JSON file `{question id: [document id, …]}`, restricts
+each listed question's searches to those documents (`Task.metadata
+["allowed_doc_ids"]`, as the reference does for HLE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestra_jax.envs.base import Task
+
+TRAIN = "train"
+
+
+class SplitError(ValueError):
+    """A split that would leak held-out questions into training, or has none."""
+
+
+def heldout_share(task_id: str, seed: int) -> float:
+    """u(seed, id) in [0, 1): the first 8 bytes of sha256(f"{seed}/{id}") / 2**64."""
+    digest = hashlib.sha256(f"{seed}/{task_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def hash_split(tasks: Sequence[Task], fraction: float, seed: int) -> tuple[list[Task], list[Task]]:
+    """(training, held-out): a task is held out iff heldout_share(id, seed) < fraction;
+    training rows that repeat a held-out question (another id, same text) are dropped."""
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    train, heldout = [], []
+    for task in tasks:
+        (heldout if heldout_share(task.id, seed) < fraction else train).append(task)
+    dropped = set(shared_questions(heldout, train))
+    return [t for t in train if t.id not in dropped], heldout
+
+
+def _question_key(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def shared_questions(a: Sequence[Task], b: Sequence[Task]) -> list[str]:
+    """Ids of tasks of `b` whose id or (whitespace- and case-normalised) question is in `a`."""
+    ids = {t.id for t in a}
+    questions = {_question_key(t.question) for t in a}
+    return [t.id for t in b if t.id in ids or _question_key(t.question) in questions]
+
+
+def check_disjoint(train: Sequence[Task], heldout: Sequence[Task], what: str) -> None:
+    """Raises SplitError (one line, naming `what`) when the splits share a question."""
+    shared = shared_questions(train, heldout)
+    if shared:
+        raise SplitError(
+            f"{what}: the held-out split shares {len(shared)} question(s) with training, "
+            f"e.g. {shared[:3]}"
+        )
+
+
+def read_whitelist(path: str | os.PathLike) -> dict[str, list[str]]:
+    """`{question id: [document id, …]}` from a JSON file (ValueError when malformed)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or not all(
+        isinstance(v, list) and all(isinstance(d, (str, int)) for d in v) for v in data.values()
+    ):
+        raise ValueError(f"{os.fspath(path)}: want a JSON object {{question id: [document ids]}}")
+    return {str(k): [str(d) for d in v] for k, v in data.items()}
+
+
+def attach_whitelist(tasks: Sequence[Task], whitelist: Mapping[str, Sequence[str]]) -> list[Task]:
+    """Tasks whose id the whitelist lists get `metadata["allowed_doc_ids"]`; others unchanged."""
+    return [
+        dataclasses.replace(t, metadata={**t.metadata, "allowed_doc_ids": list(whitelist[t.id])})
+        if t.id in whitelist
+        else t
+        for t in tasks
+    ]
+
+
+def source_path_key(source: str) -> str:
+    """The `data.paths` key of a source: its name, or an import path's attribute name."""
+    from orchestra_jax.registry import is_import_path
+
+    return source.rpartition(":")[2] if is_import_path(source) else source
+
+
+def file_sources(config: Any) -> list[str]:
+    """The `data.sources` names other than "synthetic" (an unparsable list gives [])."""
+    from orchestra_jax.training.config_checks import ConfigError, parse_sources
+
+    try:
+        return [name for name, _ in parse_sources(config.data.sources) if name != "synthetic"]
+    except ConfigError:
+        return []
+
+
+def split_config_problems(config: Any) -> list[str]:
+    """data.eval_paths, data.eval_fraction, data.search_whitelist: every file source has
+    a held-out split disjoint from training (when there is an evaluation)."""
+    data, errors = config.data, []
+    if not 0 <= data.eval_fraction <= 1:
+        errors.append(f"data.eval_fraction must be in [0, 1], got {data.eval_fraction}")
+    keys = {source_path_key(name) for name in file_sources(config)}
+    eval_paths = {key: path for key, path in data.eval_paths.items() if path}
+    for key, path in eval_paths.items():
+        if key not in keys:
+            errors.append(f"data.eval_paths.{key}: no such file source in data.sources")
+        elif not os.path.isfile(path):
+            errors.append(f"data.eval_paths.{key}: no file {path!r}")
+        elif data.paths.get(key) and os.path.abspath(path) == os.path.abspath(data.paths[key]):
+            errors.append(
+                f"data.eval_paths.{key} is data.paths.{key}: the held-out split would "
+                "overlap training (give another file, or data.eval_fraction)"
+            )
+    if config.eval.num_tasks and data.eval_fraction == 0:
+        for key in sorted(keys - set(eval_paths)):
+            errors.append(
+                f"data.sources: {key!r} has no held-out split for evaluation: set "
+                f"data.eval_paths.{key} or data.eval_fraction > 0"
+            )
+    if data.search_whitelist and not os.path.isfile(data.search_whitelist):
+        errors.append(f"data.search_whitelist: no file {data.search_whitelist!r}")
+    return errors
+
+
+def _report(name: str, report: Any, split_tasks: int) -> dict[str, Any]:
+    """A `ReadReport` as a JSON-ready dict, with the source's name and its split's size."""
+    fields = dataclasses.asdict(report)
+    return {
+        "source": name,
+        "source_file": fields.pop("source"),
+        **fields,
+        "split_tasks": split_tasks,
+    }
+
+
+def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The tasks of `split` ("train", or the held-out split) of every `data.sources` entry.
+
+    Returns (`pipeline.WeightedSource` per source, one report dict per source:
+    its file, rows read, tasks, rows skipped on purpose (e.g. HLE image
+    questions) and malformed, and the tasks that fell in this split).
+    """
+    from orchestra_jax.data.pipeline import WeightedSource
+    from orchestra_jax.data.readers import read_tasks
+    from orchestra_jax.data.sources import load_sources
+    from orchestra_jax.training.config_checks import parse_sources
+
+    data = config.data
+    heldout = split != TRAIN
+    whitelist = read_whitelist(data.search_whitelist) if data.get("search_whitelist") else {}
+    sources, reports = [], []
+    for name, weight in parse_sources(data.sources):
+        if name == "synthetic":
+            spec = {
+                "kind": "synthetic",
+                "weight": weight,
+                "seed": data.synthetic_seed,
+                "split": data.eval_split if heldout else TRAIN,
+                "n": config.eval.num_tasks if heldout else data.num_train_tasks,
+                "num_entities": data.synthetic_num_entities,
+            }
+            [source], [report] = load_sources([spec])
+            sources.append(source)
+            reports.append(_report(name, report, len(source.tasks)))
+            continue
+        key = source_path_key(name)
+        tasks, report = read_tasks(name, data.paths[key])
+        eval_path = data.eval_paths.get(key) if "eval_paths" in data else None  # "": none
+        if eval_path:
+            eval_tasks, eval_report = read_tasks(name, eval_path)
+            check_disjoint(
+                tasks, eval_tasks, f"data.eval_paths.{key} ({eval_path}) and data.paths.{key}"
+            )
+            train_tasks = tasks
+            if heldout:
+                report = eval_report
+        else:
+            train_tasks, eval_tasks = hash_split(tasks, data.eval_fraction, data.split_seed)
+        chosen = eval_tasks if heldout else train_tasks
+        if not chosen:
+            if heldout and not eval_path and data.eval_fraction == 0:
+                raise SplitError(
+                    f"data source {name!r} has no held-out split: set data.eval_paths.{key} "
+                    "or data.eval_fraction > 0"
+                )
+            raise SplitError(
+                f"data source {name!r}: no {'held-out' if heldout else 'training'} tasks "
+                f"({report.summary()}; data.eval_fraction={data.eval_fraction})"
+            )
+        chosen = attach_whitelist(chosen, whitelist)
+        sources.append(WeightedSource(name=name, tasks=chosen, weight=weight))
+        reports.append(_report(name, report, len(chosen)))
+    return sources, reports
