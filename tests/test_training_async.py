@@ -18,6 +18,7 @@ from orchestra_jax.training.async_loop import (
     stale_groups,
     staleness_metrics,
 )
+from orchestra_jax.training.config_checks import ConfigError
 from tests.resume_worker import ranked_reward
 from tests.test_training_e2e import micro_config
 
@@ -164,7 +165,8 @@ def test_killed_and_resumed_run_trains_on_every_task_once_per_epoch(tmp_path):
 
 
 def test_run_survives_a_dying_producer_and_logs_async_metrics(tmp_path, monkeypatch):
-    run = scripted_run(tmp_path, num_steps=3)
+    # Two PPO mini-batches a step, through the config (builders) as a run uses them.
+    run = scripted_run(tmp_path, num_steps=3, **{"rl.num_minibatches": 2})
     calls = {"n": 0}
     play_step = grpo_loop.play_step
 
@@ -189,6 +191,7 @@ def test_run_survives_a_dying_producer_and_logs_async_metrics(tmp_path, monkeypa
     ):
         assert all(key in line for line in lines), key
     assert max(line["async/versions_behind_max"] for line in lines) == 1  # it overlapped
+    assert all(line["learner/updates"] == 2.0 for line in lines)
     assert run.engine.weight_versions[-1] == 3  # the engine ends on the final weights
 
 
@@ -217,6 +220,7 @@ def test_several_hosts_are_refused_naming_the_field(monkeypatch):
         async_loop.check_async(config)
 
 
+@pytest.mark.slow
 def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     """The rollout engine behind the project's server: weights go over as versioned
     HF folders, and every turn carries the version the server's engine reports."""
@@ -250,3 +254,13 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     trajectories = read_jsonl(os.path.join(tmp_path, "trajectories", "step_000003.jsonl"))
     versions = {turn.weight_version for t in trajectories for turn in t.turns}
     assert versions and versions <= {1, 2}, versions  # step 3 played by versions 2 (or 1)
+
+
+def test_bad_async_and_minibatch_fields_are_named_at_start_up(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        micro_config(
+            tmp_path,
+            **{"rl.max_staleness": -1, "rl.stale_groups": "keep", "rl.num_minibatches": 0},
+        )
+    for field in ("rl.max_staleness", "rl.stale_groups", "rl.num_minibatches"):
+        assert field in str(error.value)

@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
@@ -351,7 +352,9 @@ class Learner:
                 f"batch of {rows} rows does not split into {n} mini-batches "
                 f"(build batches with row_multiple={self.row_multiple(rows // n or 1)})"
             )
-        proximal = self.proximal_logprobs(batch) if self.config.tis_cap is not None else None
+        proximal = None
+        if self.config.tis_cap is not None:  # host copies, sliced and placed as the batch is
+            proximal = np.asarray(jax.device_get(self.proximal_logprobs(batch)))
         minis = [_strided_rows(batch, i, n) for i in range(n)]
         prox = [None if proximal is None else proximal[i::n] for i in range(n)]
         per_update = [
@@ -397,7 +400,11 @@ class Learner:
             return jax.lax.stop_gradient(out.reshape(-1, *out.shape[2:]))
 
         batch_sh = batch_sharding(self.mesh)
-        return jax.jit(logprobs, in_shardings=(self._param_shardings, batch_sh))
+        return jax.jit(
+            logprobs,
+            in_shardings=(self._param_shardings, batch_sh),
+            out_shardings=self._replicated,  # every host reads the whole array
+        )
 
     def sft_step(self, batch: TrainBatch) -> dict[str, float]:
         """One supervised update (cross-entropy on `batch.loss_mask` tokens)."""
@@ -424,7 +431,7 @@ class Learner:
         ref_params = self.ref_params if objective == "grpo" else None
         args = (self.params, self.opt_state, ref_params, batch)
         if proximal is not None:
-            args += (proximal,)
+            args += (global_batch(proximal, batch_sharding(self.mesh)),)
         with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
             self.params, self.opt_state, metrics = self._compiled[key](*args)
         self._sync_model()
