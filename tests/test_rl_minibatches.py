@@ -121,3 +121,23 @@ def test_minibatch_rows_and_bad_values_fail_clearly():
         learner.train_step(make_batch(rows=4, row_multiple=4))
     with pytest.raises(ValueError, match="num_minibatches"):
         LearnerConfig(num_minibatches=0)
+
+
+def test_sharded_minibatch_updates_equal_unsharded():
+    from orchestra_jax.parallel.mesh import make_mesh
+
+    batch = make_batch(seed=3, rows=16, row_multiple=16)
+    # adam_eps = 1: updates ≈ lr · g, so float-level gradient differences stay small.
+    config = dataclasses.replace(MOVING, adam_eps=1.0, num_minibatches=2, num_epochs=2, tis_cap=2.0)
+    plain = Learner(new_model(), config)
+    sharded = Learner(
+        new_model(), dataclasses.replace(config, micro_batch_size=8), mesh=make_mesh(fsdp=8)
+    )
+    want, got = plain.train_step(batch), sharded.train_step(batch)
+    for name in ("loss", "pg_clip_frac_high", "pg_clip_frac_low", "tis_weight_max"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+        params_of(sharded),
+        params_of(plain),
+    )
