@@ -325,6 +325,9 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
         return tasks, iterator.get_state()
 
     producer = RolloutProducer(play, run.engine, engine_version=start, max_staleness=k)
+    # The engine plays on its own copy of the weights while the learner's step donates
+    # (frees) the buffers it updates, which the model and an in-process engine may share.
+    producer.publish(_engine_copy(run), start).result()
     resume_state = iterator.get_state()  # before the next step to train
     producer.start(start, config.num_steps, next_tasks)
     timer, restarts, publishing = Timer(), 0, None
@@ -376,11 +379,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
             with timer("weight_sync"):
                 if publishing is not None:
                     publishing.result()  # a failed weight update stops the run here
-                params = host_rollouts.engine_weights(
-                    run.learner.policy_params(), run.engine_shardings
-                )
-                # A copy: the next learner step donates the buffers the model holds.
-                publishing = producer.publish(jax.tree.map(jnp.copy, params), step + 1)
+                publishing = producer.publish(_engine_copy(run), step + 1)
             if evaluate is not None and config.eval.every_steps:
                 publishing.result()  # evaluations see version step + 1
             grpo_loop.end_step(
@@ -405,6 +404,12 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
         run.checkpointer.wait_until_finished()
         writer.close()
     return config.num_steps
+
+
+def _engine_copy(run: grpo_loop.Run) -> Any:
+    """The policy's weights as the engine takes them, in buffers of their own."""
+    params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
+    return jax.tree.map(jnp.copy, params)
 
 
 def _fresh_groups(
