@@ -25,7 +25,16 @@ steps; step s is trained by version s.
 - Checkpoints hold the data iterator's state after the last trained step's
   tasks, so a resumed run regenerates the rollouts that were in flight: the same
   tasks, tool configurations and seeds, played by the restored policy. Each task
-  is trained on once per epoch however often the run is stopped.
+  is trained on once per epoch however often the run is stopped (with
+  `rl.stale_groups="drop"`, less the tasks of dropped groups).
+- The producer starts a step only once the engine holds a recent enough version,
+  so a group goes beyond the bound only where the engine reports older weights
+  than it was sent (a server that has not loaded a version yet).
+- Metrics per step: async/versions_behind_mean and _max (over the trained turns),
+  async/straddling_fraction, async/dropped_fraction, async/regenerated_fraction,
+  async/learner_idle_s (waiting for rollouts), async/rollout_idle_s (the producer
+  waiting on the bound), async/rollout_s; the learner's learner/tis_weight_mean,
+  _min, _max and learner/tis_capped_frac.
 - A producer that fails (an engine or tool error escaping an episode) hands over
   the failure in the place of its step; the learner restarts it from that step
   (the data iterator's state before it), so its episodes are played again, at most
