@@ -85,6 +85,15 @@ def test_parameters_change_and_loss_is_finite(two_steps):
             assert key in line, key
 
 
+def test_every_curve_plotted_is_a_logged_metric(two_steps):
+    from orchestra_jax.training.experiment import CURVES
+
+    _, workdir, _, _ = two_steps
+    lines = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    for key in CURVES:
+        assert all(key in line for line in lines), f"curves.png plots {key!r}, never logged"
+
+
 def test_policy_is_evaluated_every_eval_steps_apart_from_the_final_report(tmp_path):
     config = micro_config(tmp_path, **{"eval.every_steps": 1, "eval.num_tasks": 2})
     run_experiment(config)

@@ -266,6 +266,19 @@ def _base() -> ml_collections.ConfigDict:
     # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
     # each episode. Rows, and so rl.micro_batch_size, then count groups, not episodes.
     c.rl.share_prompts = False
+    # PPO mini-batches: each rollout batch is split into num_minibatches mini-batches,
+    # each one optimizer update, gone over num_epochs times; 1 and 1: one update a
+    # step (the PPO ratio stays 1 and the clips never act; the paper's setting).
+    c.rl.num_minibatches = 1
+    c.rl.num_epochs = 1
+    # Asynchronous GRPO (training/async_loop.py): rollouts of the next steps are played
+    # while the learner trains, at most this many policy versions behind (0: rollouts,
+    # update and weight sync in turn, the on-policy loop).
+    c.rl.max_staleness = 0
+    # A group whose oldest turn is further behind (the engine lagging a weight update):
+    # "regenerate" plays it again on the current weights, "drop" leaves it out.
+    c.rl.stale_groups = "regenerate"
+    c.rl.rollout_restarts = 3  # A failed rollout producer is restarted this often in a row.
     c.rl.loss = "ppo_clip"  # A policy loss of rl/grpo.py POLICY_LOSSES, or "package.module:fn".
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28

@@ -233,6 +233,7 @@ class _Episode:
             finish_reason=completion.finish_reason or "abort",  # None is refused in run()
             prompt_tokens=prompt_tokens,
             generation_latency_s=latency,
+            weight_version=completion.weight_version,
         )
         self.traj.turns.append(turn)
         price = self.config.orchestrator_price

@@ -71,6 +71,9 @@ class Turn:
     generation_latency_s: float = 0.0
     tool_latency_s: float = 0.0
     format_valid: bool = True
+    # The policy version (the learner's step) whose weights generated this turn, as
+    # the engine reports it (`Completion.weight_version`); None when it does not.
+    weight_version: int | None = None
 
 
 @dataclasses.dataclass

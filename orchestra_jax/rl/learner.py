@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
@@ -43,6 +44,7 @@ from orchestra_jax.rl.objectives import (
     compute_logprobs,
     empty_stats,
     finalize_stats,
+    loss_position_logprobs,
 )
 from orchestra_jax.rl.shared_prompts import SharedPromptBatch, loss_rows
 
@@ -81,6 +83,11 @@ class LearnerConfig:
     adam_b2: float = 0.999
     adam_eps: float = 1e-8
     micro_batch_size: int | None = None  # rows per micro-batch; None = whole batch
+    # A GRPO batch is split into this many mini-batches, each one optimizer update
+    # (strided rows, as micro-batches), and the whole batch is gone over num_epochs
+    # times: num_minibatches · num_epochs updates per rollout batch (1 · 1: one update).
+    num_minibatches: int = 1
+    num_epochs: int = 1
     loss: str = "ppo_clip"  # rl/grpo.py POLICY_LOSSES
     clip_low: float = 0.2
     clip_high: float = 0.28
@@ -113,6 +120,11 @@ class LearnerConfig:
             raise ValueError("learning_rate, temperature and grad_clip must be > 0")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.num_minibatches < 1 or self.num_epochs < 1:
+            raise ValueError(
+                f"num_minibatches and num_epochs must be >= 1, got "
+                f"{self.num_minibatches}, {self.num_epochs}"
+            )
         if self.kl_coef < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("kl_coef, weight_decay and warmup_steps must be >= 0")
         if self.lm_head_chunk is not None and self.lm_head_chunk < 1:
@@ -160,13 +172,36 @@ def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
     )
 
 
-def _split_micro_batches(batch: Batch, num_micro: int) -> Batch:
+def _split_micro_batches(batch: Any, num_micro: int) -> Any:
     """[B, ...] -> [n, B / n, ...] with micro-batch i = rows i, n + i, 2n + i, …"""
 
     def split(x):
         return jnp.swapaxes(x.reshape(x.shape[0] // num_micro, num_micro, *x.shape[1:]), 0, 1)
 
     return jax.tree.map(split, batch)
+
+
+def _strided_rows(batch: Batch, i: int, n: int) -> Batch:
+    """Rows i, n + i, 2n + i, … of `batch` (mini-batch i of n)."""
+    return jax.tree.map(lambda x: x[i::n], batch)
+
+
+def combine_update_metrics(per_update: list[dict[str, float]]) -> dict[str, float]:
+    """One step's metrics from its updates' metrics: "skipped" and "num_loss_tokens"
+    added up, "*_max" / "*_min" the extremes, everything else the mean; plus "updates"."""
+    out: dict[str, float] = {}
+    for name in per_update[0]:
+        values = [m[name] for m in per_update]
+        if name in ("skipped", "num_loss_tokens"):
+            out[name] = float(sum(values))
+        elif name.endswith("_max"):
+            out[name] = max(values)
+        elif name.endswith("_min"):
+            out[name] = min(values)
+        else:
+            out[name] = float(sum(values) / len(values))
+    out["updates"] = float(len(per_update))
+    return out
 
 
 def _update_count(opt_state: Any) -> jax.Array:
@@ -230,7 +265,8 @@ class Learner:
             )
             self.ref_params = self._place_reference(source)
         self.step = 0
-        self._compiled: dict[tuple[str, int], Any] = {}  # (objective, #micro-batches) -> step
+        # (objective, #micro-batches[, "proximal"]) -> compiled step
+        self._compiled: dict[tuple[Any, ...], Any] = {}
         self._sync_model()
 
     def load_state(self, params: Any, opt_state: Any | None = None, *, step: int = 0) -> None:
@@ -280,42 +316,130 @@ class Learner:
         return math.prod(self.mesh.shape[a] for a in BATCH_AXES)
 
     def row_multiple(self, batch_size: int | None = None) -> int:
-        """Rows per batch must be a multiple of this (for `BatchingConfig.row_multiple`)."""
+        """Rows per batch must be a multiple of this (for `BatchingConfig.row_multiple`):
+        every mini-batch a whole number of micro-batches and of batch shards."""
         micro = self.config.micro_batch_size or batch_size or 1
-        return math.lcm(micro, self.num_batch_shards)
+        return math.lcm(micro, self.num_batch_shards) * self.config.num_minibatches
+
+    @property
+    def updates_per_batch(self) -> int:
+        """Optimizer updates `train_step` makes on one rollout batch."""
+        return self.config.num_minibatches * self.config.num_epochs
 
     def train_step(self, batch: Batch) -> dict[str, float]:
-        """One GRPO update on `batch`; returns metrics as floats (blocks until done)."""
-        return self._run("grpo", batch)
+        """GRPO on `batch`: one update, or `num_epochs` passes over `num_minibatches`
+        mini-batches (see `minibatch_updates`); metrics as floats (blocks until done)."""
+        if self.updates_per_batch == 1:
+            return self._run("grpo", batch)
+        return self.minibatch_updates(batch)
+
+    def minibatch_updates(self, batch: Batch) -> dict[str, float]:
+        """num_epochs × num_minibatches PPO updates on one rollout batch.
+
+        Mini-batch i holds rows i, n + i, 2n + i, … (n = num_minibatches), the same
+        in every epoch. π_old, the policy the PPO ratio ρ = π / π_old is taken
+        against, is fixed for the whole batch: with `tis_cap`, the learner's own
+        log-probs before the first update (computed here), the rollout engine's
+        mismatch corrected by w = min(exp(log π_old − log π_rollout), C); without
+        it, the rollout log-probs. After the first update ρ leaves 1 and the clips act.
+        Metrics: means over the updates ("skipped": how many were skipped; ratio_max /
+        ratio_min and tis_weight_max / tis_weight_min: the extremes over all of them).
+        """
+        n = self.config.num_minibatches
+        rows = batch.shape[0]
+        if rows % n:
+            raise ValueError(
+                f"batch of {rows} rows does not split into {n} mini-batches "
+                f"(build batches with row_multiple={self.row_multiple(rows // n or 1)})"
+            )
+        proximal = None
+        if self.config.tis_cap is not None:  # host copies, sliced and placed as the batch is
+            proximal = np.asarray(jax.device_get(self.proximal_logprobs(batch)))
+        minis = [_strided_rows(batch, i, n) for i in range(n)]
+        prox = [None if proximal is None else proximal[i::n] for i in range(n)]
+        per_update = [
+            self._run("grpo", minis[i], proximal=prox[i])
+            for _ in range(self.config.num_epochs)
+            for i in range(n)
+        ]
+        return combine_update_metrics(per_update)
+
+    def proximal_logprobs(self, batch: Batch) -> jax.Array:
+        """log π_θ(target) at the loss positions under the current parameters, no
+        gradient: [B, K] for a TrainBatch, [g, m, K] for a SharedPromptBatch."""
+        rows = batch.shape[0]
+        micro = self.config.micro_batch_size or rows
+        self._check_rows(rows, micro)
+        key = ("proximal", rows // micro)
+        if key not in self._compiled:
+            self._compiled[key] = self._build_proximal(rows // micro)
+        batch = global_batch(batch, batch_sharding(self.mesh))
+        with jax.set_mesh(self.mesh):
+            return self._compiled[key](self.params, batch)
+
+    def _build_proximal(self, num_micro: int):
+        config, graphdef, rest = self.config, self._graphdef, self._rest
+
+        def logprobs(params, batch):
+            model = nnx.merge(graphdef, params, rest)
+            micros = _split_micro_batches(batch, num_micro)
+
+            def one(_, micro):
+                logp, _, _ = loss_position_logprobs(
+                    model,
+                    micro,
+                    config.temperature,
+                    chunk_size=config.lm_head_chunk,
+                    with_entropy=False,
+                )
+                lead = micro.prompt_ids.shape[:1] if isinstance(micro, SharedPromptBatch) else ()
+                return None, logp.reshape(*lead, -1, logp.shape[-1])
+
+            _, out = jax.lax.scan(one, None, micros)  # [n, rows / n, ...]
+            out = jnp.swapaxes(out, 0, 1)  # row j·n + i of the batch is micro i's row j
+            return jax.lax.stop_gradient(out.reshape(-1, *out.shape[2:]))
+
+        batch_sh = batch_sharding(self.mesh)
+        return jax.jit(
+            logprobs,
+            in_shardings=(self._param_shardings, batch_sh),
+            out_shardings=self._replicated,  # every host reads the whole array
+        )
 
     def sft_step(self, batch: TrainBatch) -> dict[str, float]:
         """One supervised update (cross-entropy on `batch.loss_mask` tokens)."""
         return self._run("sft", batch)
 
-    def _run(self, objective: str, batch: Batch) -> dict[str, float]:
-        rows = batch.shape[0]
-        micro = self.config.micro_batch_size or rows
+    def _check_rows(self, rows: int, micro: int) -> None:
         if rows % micro or micro % self.num_batch_shards:
             raise ValueError(
                 f"batch of {rows} rows: micro_batch_size {micro} must divide it and be a "
                 f"multiple of the {self.num_batch_shards} batch shards of the mesh "
                 f"(build batches with row_multiple={self.row_multiple(rows)})"
             )
-        key = (objective, rows // micro)
+
+    def _run(self, objective: str, batch: Batch, proximal: Any = None) -> dict[str, float]:
+        rows = batch.shape[0]
+        micro = self.config.micro_batch_size or rows
+        self._check_rows(rows, micro)
+        key = (objective, rows // micro) + (("proximal",) if proximal is not None else ())
         if key not in self._compiled:
-            self._compiled[key] = self._build_step(objective, rows // micro)
+            self._compiled[key] = self._build_step(
+                objective, rows // micro, with_proximal=proximal is not None
+            )
         batch = global_batch(batch, batch_sharding(self.mesh))  # the same on every host
         ref_params = self.ref_params if objective == "grpo" else None
+        args = (self.params, self.opt_state, ref_params, batch)
+        if proximal is not None:
+            args += (global_batch(proximal, batch_sharding(self.mesh)),)
         with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
-            self.params, self.opt_state, metrics = self._compiled[key](
-                self.params, self.opt_state, ref_params, batch
-            )
+            self.params, self.opt_state, metrics = self._compiled[key](*args)
         self._sync_model()
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.step += int(not metrics["skipped"])
         return metrics
 
-    def _build_step(self, objective_name: str, num_micro: int):
+    def _build_step(self, objective_name: str, num_micro: int, *, with_proximal: bool = False):
         config, graphdef, rest, tx = self.config, self._graphdef, self._rest, self.tx
         param_shardings, schedule = self._param_shardings, make_schedule(config)
         objective = OBJECTIVES.get(objective_name)
@@ -325,9 +449,12 @@ class Learner:
         def micro_loss(params, ref_params, micro, denominator):
             model = nnx.merge(graphdef, params, rest)
             ref = nnx.merge(graphdef, ref_params, rest) if use_ref else None
+            if with_proximal:  # (micro-batch, its π_old log-probs)
+                micro, proximal = micro
+                return objective(model, ref, micro, denominator, config, proximal_logprobs=proximal)
             return objective(model, ref, micro, denominator, config)
 
-        def step(params, opt_state, ref_params, batch):
+        def step(params, opt_state, ref_params, batch, proximal=None):
             rows = loss_rows(batch)
             denominator = loss_denominator(
                 rows.loss_mask,
@@ -338,6 +465,8 @@ class Learner:
             micros = jax.lax.with_sharding_constraint(
                 _split_micro_batches(batch, num_micro), micro_sharding
             )
+            if with_proximal:
+                micros = (micros, _split_micro_batches(proximal, num_micro))
             grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
             def accumulate(carry, micro):
@@ -373,9 +502,10 @@ class Learner:
 
         batch_sh = batch_sharding(self.mesh)
         ref_sh = self._param_shardings if use_ref else None
+        in_shardings = (self._param_shardings, self._opt_shardings, ref_sh, batch_sh)
         return jax.jit(
             step,
-            in_shardings=(self._param_shardings, self._opt_shardings, ref_sh, batch_sh),
+            in_shardings=in_shardings + ((batch_sh,) if with_proximal else ()),
             out_shardings=(self._param_shardings, self._opt_shardings, self._replicated),
             donate_argnums=(0, 1),
         )

@@ -121,14 +121,20 @@ def grpo_objective(
     micro: TrainBatch,
     denominator: jax.Array,
     config: Any,
+    *,
+    proximal_logprobs: jax.Array | None = None,
 ) -> tuple[jax.Array, dict]:
     """loss = policy_loss + kl_coef · KL − entropy_coef · H, each aggregated by `config.agg`.
 
-    Without `tis_cap` the PPO ratio is taken against the rollout log-probs
-    (π_old = π_rollout). With it, the learner is its own π_old (one optimizer
-    update per batch, so π_old = stop_gradient(π) at this step's parameters) and
-    the rollout/learner mismatch is corrected by w = min(exp(log π_old −
-    log π_rollout), C) instead.
+    π_old, the policy of the PPO ratio ρ = π / π_old:
+      `proximal_logprobs` given (the learner's log-probs at the loss positions
+        before a batch's first mini-batch update): those.
+      else without `tis_cap`: the rollout log-probs (π_old = π_rollout).
+      else: the learner itself (one update per batch, so π_old = stop_gradient(π)
+        at this step's parameters).
+    With `tis_cap`, the gap between π_old and the rollout engine's policy (kernels,
+    precision, or the policy versions an asynchronous rollout lags behind) is
+    corrected by w = min(exp(log π_old − log π_rollout), C).
     """
     micro_full = micro
     logp, entropy, micro = loss_position_logprobs(
@@ -137,11 +143,15 @@ def grpo_objective(
     assert entropy is not None
     mask, rollout = micro.loss_mask, micro.old_logprobs
     agg = dict(segment_ids=micro.segment_ids, norm_length=config.norm_length)
-    if config.tis_cap is None:
-        old, weights = rollout, None
+    if proximal_logprobs is not None:
+        old = jax.lax.stop_gradient(proximal_logprobs.reshape(logp.shape))
+    elif config.tis_cap is None:
+        old = rollout
     else:
         old = jax.lax.stop_gradient(logp)
-        weights = grpo.truncated_importance_weights(old, rollout, config.tis_cap)
+    cap, weights = config.tis_cap, None
+    if cap is not None:
+        weights = grpo.truncated_importance_weights(old, rollout, cap)
     pg_loss, pg = grpo.POLICY_LOSSES.get(config.loss)(
         logp,
         old,
@@ -165,8 +175,11 @@ def grpo_objective(
     for name, value in pg.items():  # the loss's own token-means (e.g. clip fractions)
         if name not in ("loss_sum", "loss_denominator") and f"token/{name}" not in stats:
             stats[f"token/{name}"] = value * num_tokens
-    if weights is not None:
+    if cap is not None and weights is not None:
         stats["token/tis_weight_mean"] = _masked_sum(weights, mask)
+        stats["token/tis_capped_frac"] = _masked_sum(weights >= cap, mask)
+        stats["max/tis_weight_max"] = _masked_extreme(weights, mask, jnp.max, -jnp.inf)
+        stats["min/tis_weight_min"] = _masked_extreme(weights, mask, jnp.min, jnp.inf)
     loss = pg_loss
     if config.kl_coef:
         if ref_model is None:

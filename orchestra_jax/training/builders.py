@@ -565,16 +565,21 @@ def build_learner_config(
     config: Any, *, total_steps: int | None = None, mesh: Any = None
 ) -> LearnerConfig:
     """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
-    each of the mesh's batch shards (one device's share when `mesh` is None)."""
+    each of the mesh's batch shards (one device's share when `mesh` is None).
+    `total_steps` and `rl.warmup_steps` count GRPO steps; the schedule counts
+    optimizer updates (`rl.num_minibatches` · `rl.num_epochs` a step)."""
     rl = config.rl
+    updates = rl.num_minibatches * rl.num_epochs
     return LearnerConfig(
         learning_rate=rl.lr,
         weight_decay=rl.weight_decay,
         grad_clip=rl.grad_clip,
         schedule=rl.schedule,
-        warmup_steps=rl.warmup_steps,
-        total_steps=total_steps,
+        warmup_steps=rl.warmup_steps * updates,
+        total_steps=None if total_steps is None else total_steps * updates,
         micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
+        num_minibatches=rl.num_minibatches,
+        num_epochs=rl.num_epochs,
         loss=rl.loss,
         clip_low=rl.clip_low,
         clip_high=rl.clip_high,
@@ -597,7 +602,14 @@ def check_rl(config: Any) -> list[str]:
     """rl.*."""
     rl = config.rl
     errors = _positive(
-        config, "rl.group_size", "rl.tasks_per_step", "rl.lr", "rl.grad_clip", "rl.micro_batch_size"
+        config,
+        "rl.group_size",
+        "rl.tasks_per_step",
+        "rl.lr",
+        "rl.grad_clip",
+        "rl.micro_batch_size",
+        "rl.num_minibatches",
+        "rl.num_epochs",
     )
     errors += _positive(
         config,
@@ -607,8 +619,12 @@ def check_rl(config: Any) -> list[str]:
         "rl.filter_reward_std",
         "rl.tis_cap",
         "rl.lm_head_chunk",
+        "rl.max_staleness",
+        "rl.rollout_restarts",
         allow_zero=True,
     )
+    if rl.stale_groups not in ("regenerate", "drop"):
+        errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
     if rl.reference_dtype:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
     if rl.group_size < 2:
@@ -661,6 +677,8 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
         warmup_steps=config.sft.warmup_steps,
         total_steps=config.sft.steps,
         micro_batch_size=None,
+        num_minibatches=1,
+        num_epochs=1,
         temperature=1.0,
     )
 

@@ -49,7 +49,8 @@ CURVES = (
     "accuracy",
     "cost_usd",
     "learner/loss",
-    "learner/pg_clip_frac",
+    "learner/pg_clip_frac_high",
+    "learner/pg_clip_frac_low",
     "learner/grad_norm",
 )
 

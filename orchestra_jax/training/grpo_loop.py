@@ -175,8 +175,16 @@ def restore(run: Run, iterator) -> int:
 async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
     """Rollouts of one step, graded and scored (see `training/rollouts.py`); on several
     hosts, this host's share of the step, exchanged (`training/host_rollouts.py`)."""
+    positions = host_rollouts.task_positions(run.config.rl.tasks_per_step)
+    trajectories = await play_step(run, tasks, step, positions)
+    trajectories = host_rollouts.gather_step(trajectories, run.config.rl.group_size)
+    return score_step(run, trajectories)
+
+
+async def play_step(run: Run, tasks, step: int, positions) -> list:
+    """G graded episodes for each of step `step`'s `tasks`, at their places `positions`
+    in the step (which, with the step, seed their tool configs and episodes)."""
     config = run.config
-    positions = host_rollouts.task_positions(config.rl.tasks_per_step)
     tool_configs = [
         run.sampler.sample(task, seeds.step_tool_config_seed(config.seed, step, i))
         for i, task in zip(positions, tasks)
@@ -192,14 +200,18 @@ async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
         sleep_scale=config.tools.sleep_scale,
         judge=run.judge,
     )
-    trajectories = await run_graded_episodes(
+    return await run_graded_episodes(
         tasks,
         tool_configs,
         how,
         seed=seeds.step_episode_seed(config.seed, step),
         task_indices=positions,
     )
-    trajectories = host_rollouts.gather_step(trajectories, config.rl.group_size)
+
+
+def score_step(run: Run, trajectories) -> StepExperience:
+    """Rewards, advantages and filters of a step's graded episodes (`rl.*`)."""
+    config = run.config
     return score_groups(
         trajectories,
         group_size=config.rl.group_size,
@@ -231,6 +243,57 @@ async def sync_weights(run: Run, version: int) -> None:
     await run.engine.update_weights(params, version=version)
 
 
+def end_step(
+    run: Run,
+    step: int,
+    experience: StepExperience,
+    learner_metrics: dict[str, float],
+    *,
+    data_state: Any,
+    timer: Timer,
+    writer: MetricsWriter,
+    evaluate=None,
+    extra: dict[str, float] | None = None,
+) -> None:
+    """After step `step`'s update: trajectories, checkpoint (with the data iterator's
+    state `data_state` after the step's tasks), evaluation when due, metrics."""
+    config = run.config
+    traj_every = config.log.trajectories_every
+    if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
+        write_jsonl(
+            os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
+            experience.trajectories,
+        )
+    with timer("checkpoint"):
+        run.checkpointer.save(
+            step + 1,
+            params=run.learner.params,
+            opt_state=run.learner.opt_state,
+            rng=jax.random.key(config.seed),
+            data_state=data_state,
+            config=config,
+            force=step + 1 == config.num_steps,
+        )
+    eval_metrics = {}
+    every = config.eval.every_steps
+    if evaluate is not None and every and (step + 1) % every == 0 and step + 1 < config.num_steps:
+        with timer("eval"):
+            eval_metrics = evaluate(step + 1)
+    latencies = [sum(turn.tool_latency_s for turn in t.turns) for t in experience.trajectories]
+    writer.write(
+        step + 1,
+        {
+            **experience.metrics,
+            **learner_metrics,
+            **eval_metrics,
+            **(extra or {}),
+            **timer.pop(),
+            **(run.judge.stats() if run.judge is not None else {}),
+            "episode_tool_latency_s": float(np.mean(latencies)) if latencies else 0.0,
+        },
+    )
+
+
 def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
     """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step.
 
@@ -239,6 +302,10 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
     logged with that step, e.g. the current policy's held-out reward.
     """
     config = run.config
+    if config.rl.max_staleness > 0:  # rollouts overlap learning: training/async_loop.py
+        from orchestra_jax.training.async_loop import async_train
+
+        return async_train(run, progress=progress, evaluate=evaluate)
     iterator = train_task_iterator(config)
     start = restore(run, iterator)
     writer = MetricsWriter(
@@ -259,47 +326,15 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                 learner_metrics = train_step(run, experience)
             with timer("weight_sync"):
                 run_sync(sync_weights(run, step + 1))
-            traj_every = config.log.trajectories_every
-            if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
-                write_jsonl(
-                    os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
-                    experience.trajectories,
-                )
-            with timer("checkpoint"):
-                run.checkpointer.save(
-                    step + 1,
-                    params=run.learner.params,
-                    opt_state=run.learner.opt_state,
-                    rng=jax.random.key(config.seed),
-                    data_state=iterator.get_state(),
-                    config=config,
-                    force=step + 1 == config.num_steps,
-                )
-            eval_metrics = {}
-            every = config.eval.every_steps
-            if (
-                evaluate is not None
-                and every
-                and (step + 1) % every == 0
-                and step + 1 < config.num_steps
-            ):
-                with timer("eval"):
-                    eval_metrics = evaluate(step + 1)
-            tool_time = float(
-                np.mean(
-                    [sum(turn.tool_latency_s for turn in t.turns) for t in experience.trajectories]
-                )
-            )
-            writer.write(
-                step + 1,
-                {
-                    **experience.metrics,
-                    **learner_metrics,
-                    **eval_metrics,
-                    **timer.pop(),
-                    **(run.judge.stats() if run.judge is not None else {}),
-                    "episode_tool_latency_s": tool_time,
-                },
+            end_step(
+                run,
+                step,
+                experience,
+                learner_metrics,
+                data_state=iterator.get_state(),
+                timer=timer,
+                writer=writer,
+                evaluate=evaluate,
             )
             if progress is not None:
                 progress(step + 1, experience.metrics)
