@@ -5,6 +5,9 @@ test_training_resume and test_multihost.
     python -m launch.local_hosts --num_hosts 2 --devices_per_host 4 -- \
         python tests/resume_worker.py WORKDIR NUM_STEPS [KILL_AFTER_STEP]
 
+RESUME_WORKER_MAX_STALENESS=k in the environment trains asynchronously
+(`rl.max_staleness`).
+
 With KILL_AFTER_STEP it sends itself SIGKILL right after that step's metrics
 are written (its checkpoint may still be in flight), like a preempted job;
 with a fourth argument `saved`, once that step's checkpoint is on disk.
@@ -39,6 +42,7 @@ def main(workdir, num_steps, kill_after=None, wait_for_checkpoint=False):
     config.workdir = workdir
     config.num_steps = num_steps
     config.agent.seconds_per_generated_token = 0.02  # latency independent of machine load
+    config.rl.max_staleness = int(os.environ.get("RESUME_WORKER_MAX_STALENESS", "0"))
     run = grpo_loop.setup_run(config)
     run.reward_fn = ranked_reward
 

@@ -28,10 +28,11 @@ ROOT = WORKER.parents[1]
 STEPS = 2
 
 
-def _run(workdir, *, hosts, kill_after=None):
-    worker = [sys.executable, str(WORKER), str(workdir), str(STEPS)]
+def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS):
+    worker = [sys.executable, str(WORKER), str(workdir), str(steps)]
     worker += [] if kill_after is None else [str(kill_after), "saved"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env["RESUME_WORKER_MAX_STALENESS"] = str(max_staleness)
     if hosts == 1:
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
         command = worker
@@ -149,3 +150,21 @@ def test_collectives_on_two_hosts(tmp_path):
     got = jax.tree.leaves(nnx.state(exported, nnx.Param))
     for a, b in zip(want, got):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+
+@pytest.mark.slow
+def test_asynchronous_grpo_on_two_hosts(tmp_path):
+    """rl.max_staleness=1 on 2 hosts x 4 devices: each host's producer plays its task
+    of every step on its own engine, the learner's threads exchange the steps, and
+    every step trains on both hosts' groups within the bound."""
+    steps = 3
+    result = _run(tmp_path, hosts=2, max_staleness=1, steps=steps)
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = _metrics(tmp_path)
+    assert [m["step"] for m in lines] == list(range(1, steps + 1))
+    for m in lines:
+        assert m["learner/skipped"] == 0 and m["async/versions_behind_max"] <= 1
+    # Every step's trajectories hold both hosts' groups (2 tasks x G=2), written once.
+    trajectories = sorted((tmp_path / "trajectories").iterdir())
+    assert [p.name for p in trajectories] == [f"step_{s:06d}.jsonl" for s in range(1, steps + 1)]
+    assert all(len(p.read_text().splitlines()) == 4 for p in trajectories)

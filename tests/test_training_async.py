@@ -213,10 +213,13 @@ def test_stale_groups_are_dropped_and_an_empty_step_is_skipped(tmp_path):
     assert all(m["async/dropped_fraction"] == 1.0 for m in lines)
 
 
-def test_several_hosts_are_refused_naming_the_field(monkeypatch):
+def test_sglang_servers_on_several_hosts_are_refused_naming_the_fields(monkeypatch):
     monkeypatch.setattr(async_loop.jax, "process_count", lambda: 2)
     config = micro_config("unused", **{"rl.max_staleness": 1})
-    with pytest.raises(async_loop.ConfigError, match="rl.max_staleness"):
+    async_loop.check_async(config)  # the JAX engine: each host plays its own share
+    with config.unlocked():
+        config.rollout.engine = "sglang"
+    with pytest.raises(async_loop.ConfigError, match="rl.max_staleness.*rollout.engine"):
         async_loop.check_async(config)
 
 
@@ -233,6 +236,8 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     run = grpo_loop.setup_run(config)
     run.reward_fn = ranked_reward
     engine = run.engine  # the in-process JAX engine, now behind the server
+    with run.config.unlocked():
+        run.config.rl.partial_rollouts = False  # the server swaps between requests
     server_config = ServerConfig(model_path="micro", tokenizer_path="demo")
     try:
         with serve_in_thread(
@@ -264,3 +269,21 @@ def test_bad_async_and_minibatch_fields_are_named_at_start_up(tmp_path):
         )
     for field in ("rl.max_staleness", "rl.stale_groups", "rl.num_minibatches"):
         assert field in str(error.value)
+
+
+def test_a_turn_that_straddles_an_update_counts_its_oldest_version():
+    # Episode 0's one turn began on version 3 and ended on 5 (a partial rollout).
+    straddling = episode(5)
+    straddling.turns[0].first_weight_version = 3
+    trajectories = [straddling, episode(5)]
+    assert stale_groups(
+        trajectories, 2, learner_version=5, max_staleness=1, fallback=5
+    ).tolist() == [True]
+    metrics = staleness_metrics(trajectories, 5, 5)
+    assert metrics["async/versions_behind_max"] == 2
+    assert metrics["async/partial_turn_fraction"] == 0.5
+
+
+def test_partial_rollouts_need_the_jax_engine(tmp_path):
+    with pytest.raises(ConfigError, match="rl.partial_rollouts"):
+        micro_config(tmp_path, **{"rl.max_staleness": 1, "rollout.engine": "sglang"})

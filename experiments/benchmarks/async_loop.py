@@ -65,6 +65,7 @@ def measure(args, placement: str, max_staleness: int, warm_start) -> dict:
     run_sync(grpo_loop.sync_weights(run, 0))
     engine, server = run.engine, None
     if placement == "loopback":
+        run.config.rl.partial_rollouts = False  # the server swaps between requests
         from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
         from orchestra_jax.rollout.sglang_client import SGLangClient
 

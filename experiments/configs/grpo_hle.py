@@ -279,6 +279,9 @@ def _base() -> ml_collections.ConfigDict:
     # "regenerate" plays it again on the current weights, "drop" leaves it out.
     c.rl.stale_groups = "regenerate"
     c.rl.rollout_restarts = 3  # A failed rollout producer is restarted this often in a row.
+    # With rollout.engine="jax": weight updates land between decode chunks, turns in
+    # flight continue on the new weights and record both versions (partial rollouts).
+    c.rl.partial_rollouts = True
     c.rl.loss = "ppo_clip"  # A policy loss of rl/grpo.py POLICY_LOSSES, or "package.module:fn".
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28

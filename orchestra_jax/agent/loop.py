@@ -234,6 +234,7 @@ class _Episode:
             prompt_tokens=prompt_tokens,
             generation_latency_s=latency,
             weight_version=completion.weight_version,
+            first_weight_version=completion.first_weight_version,
         )
         self.traj.turns.append(turn)
         price = self.config.orchestrator_price

@@ -74,6 +74,9 @@ class Turn:
     # The policy version (the learner's step) whose weights generated this turn, as
     # the engine reports it (`Completion.weight_version`); None when it does not.
     weight_version: int | None = None
+    # Set when a weight update landed while the turn was generated (a partial
+    # rollout): the version of its first tokens (`Completion.first_weight_version`).
+    first_weight_version: int | None = None
 
 
 @dataclasses.dataclass

@@ -160,14 +160,19 @@ class Completion:
     cached_tokens: prompt tokens whose keys/values were reused from an earlier
       request instead of recomputed (SGLang's `meta_info.cached_tokens`); 0 when
       the engine does not say.
-    weight_version: the version of the weights that generated every one of these
-      tokens (engines never mix versions inside a completion); None when unknown.
+    weight_version: the version of the weights that generated these tokens (all of
+      them, unless `first_weight_version` is set); None when unknown.
     matched_stop: the stop token id or stop string that ended it ("stop" only).
     top_logprobs: per output token, the request's `top_logprobs_num` most likely
       tokens; None unless asked for.
     prompt_logprobs / prompt_top_logprobs: per prompt token from the request's
       `logprob_start_len` on, its logprob (None at position 0) and top tokens;
       None unless asked for.
+    first_weight_version: set only when a weight update landed while this
+      completion was being generated (a partial rollout: `JaxEngine.update_weights(
+      ..., partial=True)`): the version of its first tokens, `weight_version` that of
+      its last; the keys/values written before the update stay those of the older
+      weights, as in AReaL's and verl's partial rollouts.
     """
 
     output_ids: list[int]
@@ -182,6 +187,7 @@ class Completion:
     top_logprobs: list[TopLogprobs] | None = None
     prompt_logprobs: list[float | None] | None = None
     prompt_top_logprobs: list[TopLogprobs | None] | None = None
+    first_weight_version: int | None = None
 
     def __post_init__(self):
         if self.finish_reason is not None and self.finish_reason not in FINISH_REASONS:

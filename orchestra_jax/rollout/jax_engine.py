@@ -69,7 +69,11 @@ a barrier: admission pauses, requests in flight finish on the old weights (or,
 with `abort_in_flight`, end at once with finish reason "abort" and the tokens
 they have), then the state changes, parked rows are dropped and admission
 resumes. Every Completion carries the `weight_version` that produced all of its
-tokens. Sharded parameters work as they are: the jitted functions follow the
+tokens. With `partial=True` the swap is not a barrier: it lands between decode
+chunks, requests in flight continue on the new weights (their keys/values so far
+stay those of the old ones) and their Completion records both versions
+(`first_weight_version`, `weight_version`), as AReaL's and verl's partial
+rollouts do. Sharded parameters work as they are: the jitted functions follow the
 state's shardings.
 """
 
@@ -191,7 +195,8 @@ class _Job:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     top: list[list[tuple[int, float]]] | None = None
     prompt_scores: tuple[list, list | None] | None = None
-    weight_version: int | None = None  # fixed when first admitted
+    weight_version: int | None = None  # fixed when first admitted; moved by partial swaps
+    first_weight_version: int | None = None  # set when a partial swap lands mid-request
     cached_tokens: int = 0
     checked: int = 0  # tokens already checked for stop strings
 
@@ -211,6 +216,7 @@ class _Swap:
     state: Any
     version: int
     abort: bool
+    partial: bool
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
 
@@ -386,10 +392,18 @@ class JaxEngine:
                 self._cancel([job])
 
     async def update_weights(
-        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+        self,
+        model_state: Any,
+        *,
+        version: int,
+        abort_in_flight: bool = False,
+        partial: bool = False,
     ) -> None:
         """Swap in new weights (a model or its nnx.State) without recompiling, once the
-        requests in flight have finished (or been aborted); see the module docstring."""
+        requests in flight have finished (or been aborted), or with `partial` at the
+        next decode chunk, requests in flight continuing; see the module docstring."""
+        if abort_in_flight and partial:
+            raise ValueError("update_weights: abort_in_flight and partial exclude each other")
         state = nnx.state(model_state) if isinstance(model_state, nnx.Module) else model_state
         old_leaves, old_tree = jax.tree.flatten(self._state)
         new_leaves, new_tree = jax.tree.flatten(state)
@@ -407,6 +421,7 @@ class JaxEngine:
             jax.tree.unflatten(old_tree, placed),
             int(version),
             abort_in_flight,
+            partial,
             loop.create_future(),
             loop,
         )
@@ -480,7 +495,8 @@ class JaxEngine:
         for i, job in enumerate(self._slots):
             if job is not None and job.cancelled:
                 self._slots[i] = None
-                self.planner.park(i, job.written_ids())
+                if job.first_weight_version is None:  # else older weights' keys/values
+                    self.planner.park(i, job.written_ids())
 
     def _apply_swap(self) -> bool:
         """Apply the first pending weight update if nothing from the old weights remains
@@ -493,7 +509,13 @@ class JaxEngine:
                     self._complete(job, "abort")
             for job in self._queue.remove_if(lambda j: j.weight_version is not None):
                 self._complete(job, "abort")
-        if self._live() or self._queue.front_count:
+        if swap.partial:  # requests in flight continue on the new weights
+            for job in [*self._live(), *self._queue]:
+                if job.weight_version is not None and job.weight_version != swap.version:
+                    if job.first_weight_version is None:
+                        job.first_weight_version = job.weight_version
+                    job.weight_version = swap.version
+        elif self._live() or self._queue.front_count:
             return False  # the old weights' requests finish first
         self._swaps.popleft()
         self._state = swap.state
@@ -567,7 +589,12 @@ class JaxEngine:
             )
         )
         with self._cond:
-            live = {i: j.written_ids() for i, j in enumerate(self._slots) if j is not None}
+            # Rows that straddle a partial swap hold older weights' keys/values: not shared.
+            live = {
+                i: j.written_ids()
+                for i, j in enumerate(self._slots)
+                if j is not None and j.first_weight_version is None
+            }
             plans = self.planner.plan(prompts, live, busy=live.keys())
         job_of = dict(zip(map(id, plans), rows))
         self._prefill_cached(state, [p for p in plans if p.source is not None], job_of)
@@ -835,7 +862,8 @@ class JaxEngine:
             return
         with self._cond:
             self._slots[slot] = None
-            self.planner.park(slot, job.written_ids())
+            if job.first_weight_version is None:  # else older weights' keys/values
+                self.planner.park(slot, job.written_ids())
         self._complete(job, reason, matched)
 
     def _completion(self, job: _Job, reason, matched=None) -> Completion:
@@ -849,6 +877,7 @@ class JaxEngine:
             time.perf_counter() - job.submitted,
             job.cached_tokens,
             weight_version=job.weight_version,
+            first_weight_version=job.first_weight_version,
             matched_stop=matched,
             top_logprobs=None
             if job.top is None and not job.request.top_logprobs_num

@@ -106,9 +106,16 @@ class ScriptedEngine:
         return completions
 
     async def update_weights(
-        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+        self,
+        model_state: Any,
+        *,
+        version: int,
+        abort_in_flight: bool = False,
+        partial: bool = False,
     ) -> None:
-        """Completions are made whole before any wait, so none is in flight to abort."""
+        """Completions are made whole before any wait, so none is in flight to abort or
+        to continue on the new weights (`partial`, as `JaxEngine` takes it)."""
+        del abort_in_flight, partial
         self.model_state = model_state
         self.weight_versions.append(int(version))
         self.weight_version = int(version)

@@ -15,9 +15,12 @@ steps; step s is trained by version s.
 
 - Every turn records the version of the weights that generated it
   (`Turn.weight_version`, the engine's `Completion.weight_version`); an episode
-  whose turns span versions straddles them. The JAX engine swaps weights between
-  requests (no completion mixes versions, none is dropped); SGLang servers load
-  versioned folders (`rollout/sglang_client.py`). Weight updates run on the
+  whose turns span versions straddles them. With `rl.partial_rollouts` the JAX
+  engine takes each update between decode chunks: turns in flight continue on the
+  new weights, none is dropped, and such a turn records both versions
+  (`Turn.first_weight_version`; the staleness bound counts its oldest). Without
+  it the engine swaps between requests. SGLang servers load versioned folders
+  (`rollout/sglang_client.py`) between requests. Weight updates run on the
   producer's event loop, in version order, while the learner goes on.
 - Off-policy correction: the learner's behaviour log-probs are the engine's, and
   with `rl.tis_cap` the truncated importance weights min(exp(log π_θ − log
@@ -31,7 +34,8 @@ steps; step s is trained by version s.
   so a group goes beyond the bound only where the engine reports older weights
   than it was sent (a server that has not loaded a version yet).
 - Metrics per step: async/versions_behind_mean and _max (over the trained turns),
-  async/straddling_fraction, async/dropped_fraction, async/regenerated_fraction,
+  async/straddling_fraction, async/partial_turn_fraction (turns that straddle an
+  update), async/dropped_fraction, async/regenerated_fraction,
   async/learner_idle_s (waiting for rollouts), async/rollout_idle_s (the producer
   waiting on the bound), async/rollout_s; the learner's learner/tis_weight_mean,
   _min, _max and learner/tis_capped_frac.
@@ -39,8 +43,15 @@ steps; step s is trained by version s.
   the failure in the place of its step; the learner restarts it from that step
   (the data iterator's state before it), so its episodes are played again, at most
   `rl.rollout_restarts` times in a row before the run stops with the error.
-- One host only: several hosts would need the producers' exchanges of
-  trajectories kept in step with the learner's collectives (a start-up error).
+- Several hosts (with the JAX engine): each host's producer plays its share of
+  every step (the tasks its data shard holds, at their places in the step) on its
+  host-local engine, and no collective runs on the producer's thread. The learner's
+  thread exchanges each step's trajectories (`host_rollouts.gather_step`), makes
+  the engines' weight copies and trains, in the same order on every host. With
+  `rl.stale_groups="drop"` the step is exchanged first and every host drops the
+  same groups; regenerated groups are played by the host that owns them. SGLang
+  servers on several hosts are refused at start-up: their weight sync gathers
+  across hosts, which would run on the producer's thread.
 """
 
 from __future__ import annotations
@@ -96,10 +107,13 @@ class RolloutFailure:
 
 
 def turn_versions_behind(trajectory: Trajectory, learner_version: int, fallback: int) -> list[int]:
-    """learner_version − v for each turn's weight version v (`fallback` where the engine
-    did not say); [learner_version − fallback] for an episode without turns."""
+    """learner_version − v for each turn's oldest weight version v (`fallback` where the
+    engine did not say); [learner_version − fallback] for an episode without turns."""
     versions = [
-        fallback if t.weight_version is None else t.weight_version for t in trajectory.turns
+        fallback
+        if t.weight_version is None
+        else (t.weight_version if t.first_weight_version is None else t.first_weight_version)
+        for t in trajectory.turns
     ]
     return [learner_version - v for v in versions or [fallback]]
 
@@ -130,6 +144,9 @@ def staleness_metrics(
         "async/versions_behind_mean": float(np.mean(flat)),
         "async/versions_behind_max": float(max(flat)),
         "async/straddling_fraction": float(np.mean([len(set(b)) > 1 for b in behind])),
+        "async/partial_turn_fraction": float(
+            np.mean([t.first_weight_version is not None for tr in trajectories for t in tr.turns])
+        ),
     }
 
 
@@ -142,9 +159,16 @@ class RolloutProducer:
     """
 
     def __init__(
-        self, play: PlayFn, engine: RolloutEngine, *, engine_version: int, max_staleness: int
+        self,
+        play: PlayFn,
+        engine: RolloutEngine,
+        *,
+        engine_version: int,
+        max_staleness: int,
+        partial: bool = False,
     ):
         self._play, self._engine, self.max_staleness = play, engine, max_staleness
+        self.partial = partial  # updates land between decode chunks (JaxEngine)
         self._out: queue.Queue[StepRollouts | RolloutFailure] = queue.Queue()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -237,7 +261,10 @@ class RolloutProducer:
 
     async def _publish(self, params: Any, version: int) -> None:
         async with self._publish_lock:
-            await self._engine.update_weights(params, version=version)
+            if self.partial:
+                await self._engine.update_weights(params, version=version, partial=True)  # type: ignore[call-arg]
+            else:
+                await self._engine.update_weights(params, version=version)
             async with self._changed:
                 self._applied = version
                 self._changed.notify_all()
@@ -303,10 +330,11 @@ class RolloutProducer:
 
 def check_async(config: Any) -> None:
     """Start-up checks that need the running job (the config's own are in builders)."""
-    if jax.process_count() > 1:
+    if jax.process_count() > 1 and config.rollout.engine != "jax":
         raise ConfigError(
-            f"rl.max_staleness={config.rl.max_staleness}: asynchronous GRPO runs on one host; "
-            f"this job has {jax.process_count()} (set rl.max_staleness = 0)"
+            f"rl.max_staleness={config.rl.max_staleness} with rollout.engine="
+            f"{config.rollout.engine!r} on {jax.process_count()} hosts: asynchronous GRPO "
+            "on several hosts needs rollout.engine='jax' (or set rl.max_staleness = 0)"
         )
 
 
@@ -326,14 +354,24 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
         enabled=multihost.is_primary(),
     )
 
-    def play(tasks, step, positions):
-        return grpo_loop.play_step(run, tasks, step, positions)
+    # This host's tasks' places in the step (0, 1, … on one host): the producer names
+    # tasks by their index in this host's share.
+    step_positions = host_rollouts.task_positions(config.rl.tasks_per_step)
+
+    def play(tasks, step, indices):
+        return grpo_loop.play_step(run, tasks, step, [step_positions[i] for i in indices])
 
     def next_tasks():
         tasks = next(iterator)
         return tasks, iterator.get_state()
 
-    producer = RolloutProducer(play, run.engine, engine_version=start, max_staleness=k)
+    producer = RolloutProducer(
+        play,
+        run.engine,
+        engine_version=start,
+        max_staleness=k,
+        partial=config.rl.partial_rollouts,
+    )
     # The engine plays on its own copy of the weights while the learner's step donates
     # (frees) the buffers it updates, which the model and an in-process engine may share.
     producer.publish(_engine_copy(run), start).result()
@@ -366,7 +404,15 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
             if item.step != step:
                 raise RuntimeError(f"rollouts of step {item.step} arrived for step {step}")
             restarts = 0
-            trajectories, extra = _fresh_groups(run, producer, item, step)
+            group_size = config.rl.group_size
+            if config.rl.stale_groups == "drop":  # every host drops the same groups
+                item = dataclasses.replace(
+                    item, trajectories=host_rollouts.gather_step(item.trajectories, group_size)
+                )
+                trajectories, extra = _fresh_groups(run, producer, item, step)
+            else:  # each host regenerates its own groups, then the step is exchanged
+                trajectories, extra = _fresh_groups(run, producer, item, step)
+                trajectories = host_rollouts.gather_step(trajectories, group_size)
             extra.update(staleness_metrics(trajectories, step, item.started_version))
             extra.update(
                 {

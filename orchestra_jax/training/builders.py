@@ -625,6 +625,11 @@ def check_rl(config: Any) -> list[str]:
     )
     if rl.stale_groups not in ("regenerate", "drop"):
         errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
+    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine != "jax":
+        errors.append(
+            "rl.partial_rollouts needs rollout.engine='jax' (SGLang servers load versioned "
+            "folders between requests): set rl.partial_rollouts = False"
+        )
     if rl.reference_dtype:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
     if rl.group_size < 2:
