@@ -278,80 +278,65 @@ def swapped(model, scale):
     return nnx.merge(graphdef, jax.tree.map(lambda x: scale * x, state))
 
 
+PROMPT = [8, 3, 8]
+LONG = GenerateRequest(PROMPT, SamplingParams(temperature=0.0, max_new_tokens=40))
+
+
+def update_during_a_long_request(model, other, monkeypatch, **update):
+    """A 40-token greedy request held in flight after 5 tokens while
+    `update_weights(other, version=5, **update)` is queued; then the same request
+    again on the new weights. Returns both completions."""
+    engine = JaxEngine(
+        model, JaxEngineConfig(max_batch_size=2, max_seq_len=MAX_LEN, steps_per_call=2)
+    )
+    gate = DecodeGate(engine, monkeypatch, allow=2)  # 1 + 2 * 2 tokens, then held
+
+    async def go():
+        task = asyncio.ensure_future(engine.generate([LONG]))
+        await wait_until(lambda: gate.calls > 2, what="5 tokens generated")
+        swap = asyncio.ensure_future(engine.update_weights(other, version=5, **update))
+        await wait_until(lambda: bool(engine._swaps), what="the update queued")
+        gate.open()
+        await swap
+        [in_flight] = await task
+        [after] = await engine.generate([LONG])
+        return in_flight, after
+
+    try:
+        return asyncio.run(go())
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("abort", [False, True])
 def test_a_weight_update_never_mixes_versions(model, monkeypatch, abort):
     """A long greedy request in flight when new weights arrive: every one of its tokens
     is from the old weights (waited for, or aborted), and it says which version."""
-    engine = JaxEngine(
-        model, JaxEngineConfig(max_batch_size=2, max_seq_len=MAX_LEN, steps_per_call=2)
-    )
     other = swapped(model, -1.3)
-    prompt = [8, 3, 8]
-    long = GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=40))
-
-    gate = DecodeGate(engine, monkeypatch, allow=2)  # 1 + 2 * 2 tokens, then held
-
-    async def go():
-        task = asyncio.ensure_future(engine.generate([long]))
-        await wait_until(lambda: gate.calls > 2, what="5 tokens generated")
-        update = asyncio.ensure_future(
-            engine.update_weights(other, version=5, abort_in_flight=abort)
-        )
-        await wait_until(lambda: bool(engine._swaps), what="the update queued")
-        gate.open()
-        await update
-        [old] = await task
-        [new] = await engine.generate([GenerateRequest(prompt, long.sampling)])
-        return old, new
-
-    try:
-        old, new = asyncio.run(go())
-    finally:
-        engine.close()
-    expected_old = reference_greedy(model, prompt, 40)[0]
+    old, new = update_during_a_long_request(model, other, monkeypatch, abort_in_flight=abort)
+    expected_old = reference_greedy(model, PROMPT, 40)[0]
     assert old.weight_version == 0 and new.weight_version == 5
     if abort:
         assert old.finish_reason == "abort" and 5 <= len(old.output_ids) < 40
         assert old.output_ids == expected_old[: len(old.output_ids)]
     else:
         assert old.finish_reason == "length" and old.output_ids == expected_old
-    assert new.output_ids == reference_greedy(other, prompt, 40)[0]
+    assert new.output_ids == reference_greedy(other, PROMPT, 40)[0]
 
 
 def test_a_partial_weight_update_lands_mid_request_and_is_recorded(model, monkeypatch):
     """`partial=True`: the update lands between decode chunks, the request in flight
     keeps going on the new weights and its completion names both versions."""
-    engine = JaxEngine(
-        model, JaxEngineConfig(max_batch_size=2, max_seq_len=MAX_LEN, steps_per_call=2)
-    )
     other = swapped(model, -1.3)
-    prompt = [8, 3, 8]
-    long = GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=40))
-    gate = DecodeGate(engine, monkeypatch, allow=2)  # 1 + 2 * 2 tokens, then held
-
-    async def go():
-        task = asyncio.ensure_future(engine.generate([long]))
-        await wait_until(lambda: gate.calls > 2, what="5 tokens generated")
-        update = asyncio.ensure_future(engine.update_weights(other, version=5, partial=True))
-        await wait_until(lambda: bool(engine._swaps), what="the update queued")
-        gate.open()
-        await update
-        [straddled] = await task
-        [after] = await engine.generate([GenerateRequest(prompt, long.sampling)])
-        return straddled, after
-
-    try:
-        straddled, after = asyncio.run(go())
-    finally:
-        engine.close()
-    expected_old = reference_greedy(model, prompt, 40)[0]
+    straddled, after = update_during_a_long_request(model, other, monkeypatch, partial=True)
+    expected_old = reference_greedy(model, PROMPT, 40)[0]
     assert straddled.finish_reason == "length" and len(straddled.output_ids) == 40
     assert (straddled.first_weight_version, straddled.weight_version) == (0, 5)
     assert straddled.output_ids[:5] == expected_old[:5]  # before the update
     assert straddled.output_ids != expected_old  # the new weights took over
     # A request admitted after the update is all new weights, and says one version.
     assert (after.first_weight_version, after.weight_version) == (None, 5)
-    assert after.output_ids == reference_greedy(other, prompt, 40)[0]
+    assert after.output_ids == reference_greedy(other, PROMPT, 40)[0]
 
 
 def test_partial_and_abort_in_flight_exclude_each_other(model):
