@@ -9,7 +9,8 @@ API:
     time_call(fn) -> float                       # seconds for one call of fn()
     alternate_timings(fns, repeats, warmup=1) -> dict[str, list[float]]
     summarize(timings) -> dict[str, dict]        # median / min / max / n per name
-    write_result(name, payload) -> pathlib.Path  # results/<name>.json with date + machine
+    code_version() -> dict                       # the commit timed, and whether the tree was clean
+    write_result(name, payload) -> pathlib.Path  # results/<name>.json with date, commit, machine
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,11 +29,33 @@ from typing import Any
 RESULTS_DIR = pathlib.Path(__file__).resolve().parent / "results"
 
 
+# CPU features that decide which matmul kernels XLA and oneDNN can use.
+_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_model() -> dict[str, Any]:
+    """The CPU's model name and which of `_CPU_FLAGS` it has (Linux; empty elsewhere)."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "cpu_model": fields.get("model name", ""),
+        "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
+    }
+
+
 def machine_info() -> dict[str, Any]:
-    """Platform, CPU count, Python and (if imported) JAX / torch versions and devices."""
+    """Platform, CPU model and flags, CPU count, Python and (if imported) JAX / torch."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        **cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }
@@ -53,6 +77,27 @@ def machine_info() -> dict[str, Any]:
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
     return info
+
+
+def code_version() -> dict[str, Any]:
+    """The git commit of the checkout being timed and whether it had uncommitted changes.
+
+    `{"commit": None}` outside a git checkout (an installed copy): the figure then names
+    no code, and the docs say so.
+    """
+    root = pathlib.Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
+    return {"commit": commit, "dirty": dirty}
 
 
 def time_call(fn: Callable[[], Any]) -> float:
@@ -96,11 +141,15 @@ def summarize(timings: Mapping[str, list[float]]) -> dict[str, dict[str, float]]
 
 
 def write_result(name: str, payload: Mapping[str, Any]) -> pathlib.Path:
-    """Write `payload` plus UTC date and machine info to results/<name>.json; return the path."""
+    """Write `payload` plus UTC date, code version and machine info to results/<name>.json.
+
+    Returns the path.
+    """
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": name,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "code": code_version(),
         "machine": machine_info(),
         **payload,
     }

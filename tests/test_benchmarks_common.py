@@ -1,0 +1,24 @@
+"""experiments/benchmarks/common.py: every result names the code and the CPU it timed."""
+
+import json
+
+from experiments.benchmarks import common
+
+
+def test_result_names_commit_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    record = json.loads(common.write_result("probe", {"x": 1}).read_text())
+    assert record["benchmark"] == "probe" and record["x"] == 1
+    code = record["code"]
+    # This test runs from a git checkout: the commit is a full hash.
+    assert code["commit"] is None or (len(code["commit"]) == 40 and isinstance(code["dirty"], bool))
+    machine = record["machine"]
+    assert "cpu_model" in machine and isinstance(machine["cpu_flags"], list)
+
+
+def test_code_version_outside_git(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(common.subprocess, "run", no_git)
+    assert common.code_version() == {"commit": None}
