@@ -130,6 +130,12 @@ class Trajectory:
         """Tokens the policy sampled (the loss-mask sum)."""
         return sum(self.loss_mask)
 
+    @property
+    def answered(self) -> bool:
+        """The episode ended with an answer: an `answer` call returned one (finish
+        reason "answer"), or, in a conversation, the other party ended it."""
+        return self.finish_reason in ("answer", "conversation")
+
     def loss_mask_without_invalid_turns(self) -> list[int]:
         """`loss_mask` with the sampled tokens of format-invalid turns set to 0.
 
