@@ -1,12 +1,15 @@
 """Scoring one step's groups: rewards, advantages and every filter, by hand."""
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
 
+from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.rewards.registry import make_reward
+from orchestra_jax.training import builders, grpo_loop
 from orchestra_jax.training.rollouts import score_groups
 
 
@@ -230,3 +233,25 @@ def test_drop_no_answer_and_advantage_boost():
     )
     np.testing.assert_array_equal(plain.keep, [True] * 4)
     np.testing.assert_allclose(plain.advantages, [1.5, -0.5, -0.5, -0.5], rtol=1e-5)
+
+
+def test_score_step_reads_the_reference_settings():
+    config = grpo_hle.get_config("micro")
+    config.reward.type = "toolorchestra_reference"
+    config.rl.group_size = 4
+    config.rl.filter_reward_std = 0.1
+    config.rl.format_filter = "turn"
+    config.rl.advantage_boost = 0.1
+    config.rl.drop_no_answer = True
+    run = types.SimpleNamespace(config=config, reward_fn=builders.build_reward(config))
+    unanswered = dict(finish_reason="max_turns", final_answer=None)
+    trajs = [
+        _traj("a", True, 0.1),
+        _traj("a", False, 0.1),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+    ]
+    exp = grpo_loop.score_step(run, trajs)
+    # P = {accuracy: 1}: rewards (1, 0, 0, 0) as in test_drop_no_answer_and_advantage_boost.
+    np.testing.assert_allclose(exp.rewards, [1.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(exp.advantages, [1.6, -0.5, 0.0, 0.0], rtol=1e-5)
