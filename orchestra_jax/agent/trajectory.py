@@ -133,7 +133,8 @@ class Trajectory:
     @property
     def answered(self) -> bool:
         """The episode ended with an answer: an `answer` call returned one (finish
-        reason "answer"), or, in a conversation, the other party ended it."""
+        reason "answer"), or, in a conversation, the other party ended it (finish
+        reason "conversation": a stop signal or its step budget)."""
         return self.finish_reason in ("answer", "conversation")
 
     def loss_mask_without_invalid_turns(self) -> list[int]:

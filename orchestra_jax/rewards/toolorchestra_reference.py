@@ -5,8 +5,8 @@
 `LLMGenerationManager.run_llm_loop` (the block after the rollouts that fills
 `tool_counts`, `tool_counts_min` / `tool_counts_max` and `rewards_by_rollout_id`).
 The project's default, `preference` (rewards/preference.py), is the paper's
-formula with one sign convention; this module is the literal release, so its
-runs can be compared with the paper's.
+formula with one sign convention; this module is the literal release, for runs
+that reproduce it.
 
 For the G episodes of one task (the release's `example_idx`: the task's rollouts,
 never the batch) with preference vector P, episode i gets R_i = 0 when it is

@@ -161,8 +161,8 @@ def boost_advantages(
     at least τ = 1 ("correct sample advantage boost": `boost_high_score_advantages`
     in training/verl/nvidia/utils/utils.py, called by `DataParallelPPOActor.
     update_policy` in training/verl/workers/actor/dp_actor.py, whose "scores"
-    are the advantages there), so the group's best episodes are pushed up more
-    than its worst are pushed down.
+    are the advantages there). The boosted advantages of a group no longer
+    sum to 0.
     """
     advantages = jnp.asarray(advantages, jnp.float32)
     if boost == 0:
