@@ -334,6 +334,27 @@ def test_costs_and_latency_accounting():
     assert traj.latency_s == pytest.approx(gen + 5.0 + 1.0)  # slowest call per turn
     assert traj.tool_call_counts == {"tool:search": 1, "tool:lookup": 1, "tool:answer": 1}
     assert [r.text for r in traj.turns[0].tool_results] == ["ok", "ok"]  # call order kept
+    assert [t.first_call_feature for t in traj.turns] == ["tool:search", "tool:answer"]
+
+
+def test_first_valid_call_of_each_turn():
+    """A turn's first valid call: the first that counts and runs without error,
+    in the order written; every call still counts in tool_call_counts."""
+    tools = [
+        FakeTool("broken", raises=RuntimeError("down")),
+        FakeTool("search"),
+        FakeTool("answer", final=True),
+    ]
+    turns = [
+        call("nope", q="a") + "\n" + call("broken", q="b") + "\n" + call("search", q="c"),
+        call("broken", q="d"),
+        call("search", q="e") + "\n" + call("answer", q="1"),
+    ]
+    (traj,) = run([spec(tools)], scripted({"t0/0": turns}), max_turns=5)
+    assert traj.finish_reason == "answer"
+    assert [t.first_call_feature for t in traj.turns] == ["tool:search", None, "tool:search"]
+    assert traj.tool_call_counts == {"tool:broken": 2, "tool:search": 2, "tool:answer": 1}
+    assert traj.first_call_counts() == {"tool:search": 2}
 
 
 def test_group_specs_and_seeds():

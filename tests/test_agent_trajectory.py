@@ -1,5 +1,6 @@
 """Trajectory records: validation, reward features, JSONL round trip."""
 
+import dataclasses
 import json
 
 import pytest
@@ -80,6 +81,23 @@ def test_features():
         "latency": 3.5,
     }
     assert make_trajectory(correct=False).features()["accuracy"] == 0.0
+
+
+def test_first_call_features_count_turns_by_their_first_valid_call():
+    turn = make_trajectory().turns[0]
+    turns = [
+        dataclasses.replace(turn, first_call_feature="tool:search-1"),
+        dataclasses.replace(turn, first_call_feature=None),
+        dataclasses.replace(turn, first_call_feature="tool:search-1"),
+        dataclasses.replace(turn, first_call_feature="tool:answer-1"),
+    ]
+    traj = make_trajectory(turns=turns)
+    assert traj.first_call_counts() == {"tool:search-1": 2, "tool:answer-1": 1}
+    feats = traj.features()
+    assert feats["first_call:tool:search-1"] == 2.0
+    assert feats["first_call:tool:answer-1"] == 1.0
+    assert "first_call:tool:reasoner-1" not in feats
+    assert Trajectory.from_dict(json.loads(json.dumps(traj.to_dict()))) == traj
 
 
 def test_features_need_grading():

@@ -87,7 +87,13 @@ def test_utility_reward_weighs_cost_and_latency_by_the_tasks_preference():
 
 
 def test_registry_binds_weights_and_rejects_unknown_names():
-    assert REWARDS.names() == ["efficiency", "outcome", "preference", "utility"]
+    assert REWARDS.names() == [
+        "efficiency",
+        "outcome",
+        "preference",
+        "toolorchestra_reference",
+        "utility",
+    ]
     fn = make_reward(
         {
             "type": "efficiency",
@@ -126,3 +132,22 @@ def test_group_rewards_walks_groups_in_order():
         group_rewards(eps[1:3] + eps[:2], 2, make_reward({"type": "outcome"}))
     with pytest.raises(ValueError, match="groups of 3"):
         group_rewards(eps, 3, make_reward({"type": "outcome"}))
+
+
+def test_preference_ignores_first_call_features():
+    # Trajectory.features() also holds "first_call:tool:<name>" counts; the
+    # preference reward reads "tool:<name>" (every call) alone, so its values are
+    # those of test_preference_reward_hand_computed.
+    features = [
+        {"tool:search-1": 2, "accuracy": 1, "cost": 0.10, "latency": 10.0},
+        {"tool:search-1": 0, "accuracy": 1, "cost": 0.30, "latency": 30.0},
+        {"tool:search-1": 1, "accuracy": 1, "cost": 0.20, "latency": 20.0},
+    ]
+    pref = {"tool:search-1": 1.0, "accuracy": 2.0, "cost": 0.5, "latency": 0.25}
+    with_first = [
+        {**f, "first_call:tool:search-1": n, "first_call:tool:answer-1": 1}
+        for f, n in zip(features, (1, 0, 3))
+    ]
+    expected = [1.0 + 0.5 + 0.25, 0.0, 0.5 + 0.25 + 0.125]
+    for rows in (features, with_first):
+        np.testing.assert_allclose(preference_rewards(rows, [True] * 3, pref), expected, rtol=1e-6)

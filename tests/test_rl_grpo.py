@@ -177,3 +177,27 @@ def test_sft_loss_is_masked_mean_nll():
 def test_format_penalty_rewards_replace_malformed_episodes_only():
     out = grpo.format_penalty_rewards([0.5, 1.0, 0.0], [True, False, True], penalty=-2.0)
     assert out.tolist() == [0.5, -2.0, 0.0]
+
+
+def test_advantage_boost_adds_to_advantages_of_at_least_one():
+    # b = 0.1, τ = 1: 1.5 and 1.0 get +0.1; 0.9999999 (1 in float32 arithmetic,
+    # within the reference's 1e-5) too; 0.99, 0 and −1.2 are unchanged.
+    adv = [1.5, 1.0, 0.9999999, 0.99, 0.0, -1.2]
+    np.testing.assert_allclose(
+        grpo.boost_advantages(adv, 0.1), [1.6, 1.1, 1.1, 0.99, 0.0, -1.2], rtol=1e-6
+    )
+    np.testing.assert_array_equal(grpo.boost_advantages(adv, 0.0), np.float32(adv))
+    # After group_advantages: rewards (1, 0, 0, 0) -> (1.5, −0.5, −0.5, −0.5), boosted 1.6.
+    boosted = grpo.boost_advantages(grpo.group_advantages([1.0, 0.0, 0.0, 0.0], 4, eps=0.0), 0.1)
+    np.testing.assert_allclose(boosted, [1.6, -0.5, -0.5, -0.5], rtol=1e-6)
+
+
+def test_answered_filter_is_per_episode():
+    # Group filter: a group with one answer keeps both; per episode: only the answer.
+    assert grpo.answer_filter([1, 0, 0, 0], 2).tolist() == [True, True, False, False]
+    assert grpo.answered_filter([True, False, False, False]).tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]

@@ -1,10 +1,15 @@
 """Scoring one step's groups: rewards, advantages and every filter, by hand."""
 
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 
+from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.rewards.registry import make_reward
+from orchestra_jax.training import builders, grpo_loop
 from orchestra_jax.training.rollouts import score_groups
 
 
@@ -191,3 +196,62 @@ def test_penalty_format_filter_ranks_malformed_episodes_last():
     np.testing.assert_array_equal(exp.keep, [True, True])
     assert exp.advantages[0] == pytest.approx(-0.5 / np.sqrt(0.5), rel=1e-5)
     assert exp.kept[0].loss_mask == [0, 0, 1, 1, 0, 1, 1, 1]
+
+
+def test_drop_no_answer_and_advantage_boost():
+    """The reference's filter and boost: episodes that did not answer contribute no
+    sample but stay in their group's rewards and advantages; advantages >= 1 gain b."""
+    unanswered = dict(finish_reason="max_turns", final_answer=None)
+    trajs = [
+        _traj("a", True, 0.1),
+        _traj("a", False, 0.1),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+    ]
+    exp = score_groups(
+        trajs,
+        group_size=4,
+        reward_fn=make_reward({"type": "outcome"}),
+        adv_clip=3.0,
+        filter_reward_std=0.1,
+        format_filter="turn",
+        advantage_boost=0.1,
+        drop_no_answer=True,
+    )
+    # Rewards (1, 0, 0, 0): mean 0.25, sample std 0.5 -> (1.5, −0.5, −0.5, −0.5);
+    # 1.5 >= 1 gains 0.1 -> 1.6; episodes 2 and 3 never answered: dropped, 0.
+    np.testing.assert_array_equal(exp.keep, [True, True, False, False])
+    np.testing.assert_allclose(exp.advantages, [1.6, -0.5, 0.0, 0.0], rtol=1e-5)
+    assert len(exp.kept) == 2
+    plain = score_groups(
+        trajs,
+        group_size=4,
+        reward_fn=make_reward({"type": "outcome"}),
+        adv_clip=3.0,
+        filter_reward_std=0.1,
+        format_filter="turn",
+    )
+    np.testing.assert_array_equal(plain.keep, [True] * 4)
+    np.testing.assert_allclose(plain.advantages, [1.5, -0.5, -0.5, -0.5], rtol=1e-5)
+
+
+def test_score_step_reads_the_reference_settings():
+    config = grpo_hle.get_config("micro")
+    config.reward.type = "toolorchestra_reference"
+    config.rl.group_size = 4
+    config.rl.filter_reward_std = 0.1
+    config.rl.format_filter = "turn"
+    config.rl.advantage_boost = 0.1
+    config.rl.drop_no_answer = True
+    run = types.SimpleNamespace(config=config, reward_fn=builders.build_reward(config))
+    unanswered = dict(finish_reason="max_turns", final_answer=None)
+    trajs = [
+        _traj("a", True, 0.1),
+        _traj("a", False, 0.1),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+        dataclasses.replace(_traj("a", False, 0.1), **unanswered),
+    ]
+    exp = grpo_loop.score_step(run, trajs)
+    # P = {accuracy: 1}: rewards (1, 0, 0, 0) as in test_drop_no_answer_and_advantage_boost.
+    np.testing.assert_allclose(exp.rewards, [1.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(exp.advantages, [1.6, -0.5, 0.0, 0.0], rtol=1e-5)

@@ -226,7 +226,9 @@ def _base() -> ml_collections.ConfigDict:
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
     # "preference" (paper) | "efficiency" | "outcome" | "utility" (the held-out
-    # evaluation's reward) | "package.module:factory" (rewards/registry.py).
+    # evaluation's reward) | "toolorchestra_reference" (the released code's reward,
+    # quirks included; docs/reproduction.md) | "package.module:factory"
+    # (rewards/registry.py).
     c.reward.type = "preference"
     c.reward.efficiency_alpha = 1.0  # efficiency: 1 - alpha·cost - beta·latency.
     c.reward.efficiency_beta = 0.0
@@ -300,6 +302,13 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.format_filter = "turn"
     c.rl.format_penalty = grpo.DEFAULT_FORMAT_PENALTY  # Used by format_filter="penalty" only.
     c.rl.filter_no_answer = False  # Drop groups where nobody answered.
+    # True: an episode that did not answer (no `answer` call returned one; in a
+    # conversation, the other party did not end it) contributes no sample, its
+    # group's rewards and advantages unchanged (the reference). False: it trains.
+    c.rl.drop_no_answer = False
+    # Added to every advantage >= 1 (after rl.adv_clip); 0.0: none. The reference's
+    # "correct sample advantage boost" is 0.1.
+    c.rl.advantage_boost = 0.0
     c.rl.tis_cap = 2.0  # Truncated importance sampling cap (0: off).
     c.rl.lm_head_chunk = 0  # Loss tokens per LM-head chunk (0: as fit 256 MiB of logits).
     c.rl.reference_dtype = ""  # The KL reference's storage dtype ("bfloat16"; "": as the weights).

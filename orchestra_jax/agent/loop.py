@@ -261,9 +261,11 @@ class _Episode:
             isinstance(c, ToolCall) and c.name in self.spec.tools for c in calls
         )
         self.traj.format_valid &= turn.format_valid
-        for call in turn.tool_calls:
+        for call, result in zip(turn.tool_calls, turn.tool_results):
             if call.feature in self.traj.tool_call_counts and call.name in self.spec.tools:
                 self.traj.tool_call_counts[call.feature] += 1
+                if turn.first_call_feature is None and result.error is None:
+                    turn.first_call_feature = call.feature
         turn.tool_latency_s = max((r.latency_s for r in turn.tool_results), default=0.0)
         self.traj.tool_cost_usd += sum(r.cost_usd for r in turn.tool_results)
         self.traj.latency_s += turn.tool_latency_s

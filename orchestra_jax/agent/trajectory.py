@@ -21,6 +21,9 @@ from typing import Any
 
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
 FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error", "conversation")
+# `Trajectory.features()` keys "first_call:tool:<name>": turns whose first valid call
+# was that tool (`Turn.first_call_feature`).
+FIRST_CALL_PREFIX = "first_call:"
 
 
 @dataclasses.dataclass
@@ -57,7 +60,11 @@ class Turn:
     the masked text appended after them (tool results or an error message; empty
     when the episode ended on this turn). `generation_latency_s` is the engine's
     figure for this request; `tool_latency_s` is the slowest result of the turn,
-    because the turn's calls run concurrently.
+    because the turn's calls run concurrently. `first_call_feature` is the
+    feature ("tool:<alias or tool>") of the turn's first valid call: the first
+    call, in the order written, that counts in `Trajectory.tool_call_counts`
+    (parsed, an offered tool, a feature of the tool configuration) and ran
+    without error; None when the turn has none.
     """
 
     text: str
@@ -77,6 +84,7 @@ class Turn:
     # Set when a weight update landed while the turn was generated (a partial
     # rollout): the version of its first tokens (`Completion.first_weight_version`).
     first_weight_version: int | None = None
+    first_call_feature: str | None = None
 
 
 @dataclasses.dataclass
@@ -122,6 +130,13 @@ class Trajectory:
         """Tokens the policy sampled (the loss-mask sum)."""
         return sum(self.loss_mask)
 
+    @property
+    def answered(self) -> bool:
+        """The episode ended with an answer: an `answer` call returned one (finish
+        reason "answer"), or, in a conversation, the other party ended it (finish
+        reason "conversation": a stop signal or its step budget)."""
+        return self.finish_reason in ("answer", "conversation")
+
     def loss_mask_without_invalid_turns(self) -> list[int]:
         """`loss_mask` with the sampled tokens of format-invalid turns set to 0.
 
@@ -147,8 +162,17 @@ class Trajectory:
             start = end
         return mask
 
+    def first_call_counts(self) -> dict[str, int]:
+        """Per feature, the turns whose first valid call it was (`Turn.first_call_feature`)."""
+        counts: dict[str, int] = {}
+        for turn in self.turns:
+            if turn.first_call_feature is not None:
+                counts[turn.first_call_feature] = counts.get(turn.first_call_feature, 0) + 1
+        return counts
+
     def features(self) -> dict[str, float]:
-        """Reward features: `tool:<name>` call counts, `accuracy`, `cost`, `latency`.
+        """Reward features: `tool:<name>` call counts, `accuracy`, `cost`, `latency`,
+        and `first_call:tool:<name>` (`first_call_counts`, tools used at least once).
 
         accuracy = 1.0 if correct else 0.0; cost = cost_usd (tools + orchestrator);
         latency = latency_s. Signs are raw (higher cost is a larger value); the
@@ -163,6 +187,8 @@ class Trajectory:
         out["accuracy"] = 1.0 if self.correct else 0.0
         out["cost"] = float(self.cost_usd)
         out["latency"] = float(self.latency_s)
+        for name, count in self.first_call_counts().items():
+            out[FIRST_CALL_PREFIX + name] = float(count)
         return out
 
     def to_dict(self) -> dict[str, Any]:

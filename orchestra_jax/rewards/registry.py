@@ -16,7 +16,9 @@ a factory that reads its weights from the `reward` config section;
     "utility"     the same with α, β from the task's preference vector, the
                   held-out evaluation's reward; scales reward.cost_scale_usd and
                   reward.latency_scale_s (the config ties them to eval's);
-    "outcome"     1 if correct else 0 (rewards/outcome.py).
+    "outcome"     1 if correct else 0 (rewards/outcome.py);
+    "toolorchestra_reference"  the released code's reward, quirks included
+                  (rewards/toolorchestra_reference.py); no weights.
 
 A reward of one's own: a factory `(section) -> GroupReward` in any module,
 named by `reward.type="package.module:factory"`.
@@ -34,6 +36,7 @@ from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.efficiency import efficiency_rewards, utility_rewards
 from orchestra_jax.rewards.outcome import outcome_rewards
 from orchestra_jax.rewards.preference import preference_rewards
+from orchestra_jax.rewards.toolorchestra_reference import toolorchestra_reference_rewards
 
 GroupReward = Callable[
     [Sequence[Mapping[str, float]], Sequence[bool], Mapping[str, float]], np.ndarray
@@ -73,6 +76,12 @@ def _utility(section: RewardSection) -> GroupReward:
 def _outcome(section: RewardSection) -> GroupReward:
     del section
     return outcome_rewards
+
+
+@REWARDS.register("toolorchestra_reference")
+def _toolorchestra_reference(section: RewardSection) -> GroupReward:
+    del section
+    return toolorchestra_reference_rewards
 
 
 def make_reward(section: RewardSection) -> GroupReward:

@@ -135,6 +135,41 @@ def format_penalty_rewards(rewards, format_valid, penalty: float) -> jax.Array:
     return jnp.where(valid, rewards, jnp.float32(penalty))
 
 
+def answered_filter(answered) -> jax.Array:
+    """keep_i = episode i answered (`rl.drop_no_answer`), whatever its group did.
+
+    Per episode, so it drops every sample an episode makes, one or one per
+    turn. The reference keeps only turn samples of rollouts with a valid answer
+    (`valid_answers` in `LLMGenerationManager.run_llm_loop`,
+    training/lead_agent/llm_agent/generation_quick3.py), after their rewards
+    and advantages were computed over the whole group.
+    """
+    return jnp.asarray(answered, dtype=bool).reshape(-1)
+
+
+# The reference's boost: on samples with A ≥ 1 (its threshold, less 1e-5).
+ADVANTAGE_BOOST_THRESHOLD = 1.0
+
+
+def boost_advantages(
+    advantages, boost: float, *, threshold: float = ADVANTAGE_BOOST_THRESHOLD
+) -> jax.Array:
+    """Â_i = A_i + b · [A_i ≥ τ − 1e-5], with b = `boost` (`rl.advantage_boost`), τ = `threshold`.
+
+    A_i is the episode's group advantage after clipping; b = 0 returns A
+    unchanged. The reference adds b = 0.1 to every sample whose advantage is
+    at least τ = 1 ("correct sample advantage boost": `boost_high_score_advantages`
+    in training/verl/nvidia/utils/utils.py, called by `DataParallelPPOActor.
+    update_policy` in training/verl/workers/actor/dp_actor.py, whose "scores"
+    are the advantages there). The boosted advantages of a group no longer
+    sum to 0.
+    """
+    advantages = jnp.asarray(advantages, jnp.float32)
+    if boost == 0:
+        return advantages
+    return jnp.where(advantages >= threshold - 1e-5, advantages + boost, advantages)
+
+
 def answer_filter(has_valid_answer, group_size: int) -> jax.Array:
     """keep_i = at least one episode of i's group produced a valid final answer.
 

@@ -621,8 +621,11 @@ def check_rl(config: Any) -> list[str]:
         "rl.lm_head_chunk",
         "rl.max_staleness",
         "rl.rollout_restarts",
+        "rl.advantage_boost",
         allow_zero=True,
     )
+    if not isinstance(rl.drop_no_answer, bool):
+        errors.append(f"rl.drop_no_answer must be True or False, got {rl.drop_no_answer!r}")
     if rl.stale_groups not in ("regenerate", "drop"):
         errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
     if rl.max_staleness and rl.partial_rollouts and config.rollout.engine != "jax":

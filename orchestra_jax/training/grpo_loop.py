@@ -222,6 +222,8 @@ def score_step(run: Run, trajectories) -> StepExperience:
         format_penalty=config.rl.format_penalty,
         filter_no_answer=config.rl.filter_no_answer,
         advantage=config.rl.advantage,
+        advantage_boost=config.rl.advantage_boost,
+        drop_no_answer=config.rl.drop_no_answer,
     )
 
 

@@ -2,7 +2,8 @@
 
     tasks ─▶ ToolConfig per task ─▶ G episodes per task (agent loop, concurrent)
           ─▶ the environment grades each final answer ─▶ group reward
-          ─▶ group advantages ─▶ filters (reward std, format, no valid answer)
+          ─▶ group advantages (+ boost) ─▶ filters (reward std, format, no valid
+             answer in the group, episodes without an answer)
           ─▶ kept trajectories
 
 Episodes are ordered task by task (G consecutive per task), the layout every
@@ -158,14 +159,19 @@ def score_groups(
     format_penalty: float = grpo.DEFAULT_FORMAT_PENALTY,
     filter_no_answer: bool = False,
     advantage: str = "grpo",
+    advantage_boost: float = 0.0,
+    drop_no_answer: bool = False,
 ) -> StepExperience:
     """Rewards, advantages and filters for graded trajectories (group by group).
 
     Advantages: the registered estimator `advantage` ("grpo" divides by the
-    group's reward std, "dr_grpo" only centres). Kept episodes: groups whose
-    reward std exceeds `filter_reward_std` (a group where every episode scores
-    the same teaches nothing); with `filter_no_answer`, minus groups where no
-    episode gave a valid answer.
+    group's reward std, "dr_grpo" only centres), clipped to ±`adv_clip`, then
+    raised by `advantage_boost` where at least 1 (`grpo.boost_advantages`).
+    Kept episodes: groups whose reward std exceeds `filter_reward_std` (a group
+    where every episode scores the same teaches nothing); with
+    `filter_no_answer`, minus groups where no episode gave a valid answer; with
+    `drop_no_answer`, minus every episode that did not answer
+    (`Trajectory.answered`), its group's rewards and advantages unchanged.
     Malformed tool calls (`format_filter`): "turn" (the reference) trains on an
     episode's well-formed turns only, "episode" drops every episode with a
     malformed turn, "off" trains on everything, "penalty" trains on everything
@@ -181,9 +187,8 @@ def score_groups(
             ),
             np.float32,
         )
-    advantages = np.asarray(
-        grpo.ADVANTAGES.get(advantage)(rewards, group_size, clip=adv_clip or None), np.float32
-    )
+    advantages = grpo.ADVANTAGES.get(advantage)(rewards, group_size, clip=adv_clip or None)
+    advantages = np.asarray(grpo.boost_advantages(advantages, advantage_boost), np.float32)
     # np.array (a writable copy): the filters return read-only JAX buffers.
     keep = np.array(
         grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std), dtype=bool
@@ -200,6 +205,8 @@ def score_groups(
             grpo.answer_filter([is_valid_answer(t.final_answer) for t in trajectories], group_size),
             bool,
         )
+    if drop_no_answer:
+        keep &= np.asarray(grpo.answered_filter([t.answered for t in trajectories]), bool)
     advantages = np.where(keep, advantages, 0.0).astype(np.float32)
     for traj, r, a in zip(trajectories, rewards, advantages):
         traj.reward, traj.advantage = float(r), float(a)
