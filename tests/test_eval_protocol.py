@@ -282,7 +282,9 @@ def test_protocol_mistakes_are_one_line_naming_the_field():
     config = grpo_hle.get_config("micro")
     config.eval.protocol = "papr"
     [error] = builders.check_eval(config)
-    assert error.startswith("eval.protocol must be one of ['heldout', 'paper']") and "\n" not in error
+    assert (
+        error.startswith("eval.protocol must be one of ['heldout', 'paper']") and "\n" not in error
+    )
     live = grpo_hle.get_config("live_tiny")  # models_local.yaml: not the paper's table
     live.eval.protocol = "paper"
     [error] = builders.check_eval(live)
