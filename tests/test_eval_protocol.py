@@ -301,9 +301,14 @@ def test_paper_protocol_on_tau2_is_200_steps_and_one_trial(tau2_data):
     config.env.tau2.data_dir = str(tau2_data)
     config.data.paths.tau2 = str(tau2_data / "tau2" / "domains" / "mock")
     config.eval.protocol = "paper"
+    [error] = builders.check_eval(config)  # the release judges NL assertions: a judge is due
+    assert error.startswith("eval.protocol='paper' sets env.tau2.max_steps=200, ")
+    assert error.endswith("env.tau2.nl_assertions='judge' needs env.tau2.judge_url and judge_model")
+    config.env.tau2.judge_url, config.env.tau2.judge_model = "http://127.0.0.1:9/v1", "gpt-5"
     assert builders.check_eval(config) == []
     evaluator = experiment.build_evaluator(config, None, load_tokenizer("demo"))
     assert evaluator.episodes.env.max_steps == 200 and evaluator.trials == 1
     assert evaluator.episodes.limits.max_turns == 200
     assert evaluator.episodes.sampling.temperature == 1.0
+    assert evaluator.episodes.env.nl_assertions == "judge"
     assert (config.env.tau2.max_steps, config.eval.num_trials) == (40, 2)  # the run's own

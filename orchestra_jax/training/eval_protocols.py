@@ -19,8 +19,10 @@ their own prices (`models_paper.yaml` is the release's `evaluation/tools.json`
 table, with gpt-5's and gpt-5-mini's input prices as published), no preference
 text, orchestrator temperature 1.0 (sampled, seeded by `eval.seed`), 50 rounds,
 one trial, the release's tool order, and a lower-case exact match before the
-judge; where τ² conversations are played, tau2's 200-step budget, the turn limit
-raised to it so that the budget ends a conversation. A QA run on live experts
+judge; where τ² conversations are played, tau2's 200-step budget (the turn limit
+raised to it, so that the budget ends a conversation), the user simulator at
+temperature 1.0 and the task's natural-language assertions graded by the judge
+of `env.tau2.judge_*` (the release's `EvaluationType.ALL`). A QA run on live experts
 must use the release's table: `models_paper.yaml` or a copy that changes only
 endpoints, request model ids, keys and request options (`problems`).
 
@@ -85,12 +87,25 @@ class EvalProtocol:
         if self.tau2_settings and plays_tau2(config) and _env_names(config) != ["tau2"]:
             errors.append(
                 f"eval.protocol={self.name!r} evaluates τ² apart from other environments "
-                f"(its settings differ: {dict(self.tau2_settings)}); set env.name='tau2' "
+                f"(it sets {_fields(self.tau2_settings)} there); set env.name='tau2' "
                 "for the τ² evaluation"
             )
         if self.catalogue and "qa" in _env_names(config):
             errors += _catalogue_problems(self, config)
+        if self.tau2_settings and plays_tau2(config):
+            from orchestra_jax.envs.tau2_env import config_problems
+
+            known = set(config_problems(config))  # check_env reports those
+            errors += [
+                f"eval.protocol={self.name!r} sets {_fields(self.tau2_settings)}: {problem}"
+                for problem in config_problems(self.apply(config))
+                if problem not in known
+            ]
         return errors
+
+
+def _fields(settings: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in settings.items())
 
 
 def _env_names(config: ExperimentConfig) -> list[str]:
@@ -173,6 +188,8 @@ EVAL_PROTOCOLS.register(
         tau2_settings={
             "env.tau2.max_steps": 200,  # tau2 run --max-steps 200 --num-trials 1
             "agent.max_turns": 200,  # every turn is a step: the step budget ends first
+            "env.tau2.user_temperature": 1.0,  # the release's tau2 config: user at 1.0
+            "env.tau2.nl_assertions": "judge",  # EvaluationType.ALL: NL assertions judged
         },
         catalogue=PAPER_CATALOGUE,
     ),
