@@ -312,3 +312,13 @@ def test_paper_protocol_on_tau2_is_200_steps_and_one_trial(tau2_data):
     assert evaluator.episodes.sampling.temperature == 1.0
     assert evaluator.episodes.env.nl_assertions == "judge"
     assert (config.env.tau2.max_steps, config.eval.num_trials) == (40, 2)  # the run's own
+
+
+def test_the_report_names_the_protocol_and_warns_when_policies_differ():
+    from orchestra_jax.eval.report import protocol_line
+
+    assert protocol_line([{"policy": "a", "protocol": "paper"}]).startswith(
+        "Evaluation protocol: paper"
+    )
+    mixed = protocol_line([{"policy": "a", "protocol": "paper"}, {"policy": "b"}])
+    assert mixed.startswith("Evaluation protocols differ (heldout: b; paper: a)")
