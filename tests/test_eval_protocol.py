@@ -21,7 +21,7 @@ from orchestra_jax.rollout.server import serve_in_thread
 from orchestra_jax.tools import build_index
 from orchestra_jax.tools.config import SYSTEM_PROMPT_HEAD
 from orchestra_jax.training import builders, experiment
-from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
+from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS, EvalProtocol
 from orchestra_jax.training.evaluation import eval_tool_configs
 from tests.live_helpers import RecordingProxy
 
@@ -278,6 +278,9 @@ def test_paper_grading_is_lower_case_exact_match_then_the_judge():
         judge_lib.MatchFirst(project, "fuzzy")
 
 
+MISNAMED = EvalProtocol(name="misnamed", tool_table="fixed", answer_match="lowercase")
+
+
 def test_protocol_mistakes_are_one_line_naming_the_field():
     config = grpo_hle.get_config("micro")
     config.eval.protocol = "papr"
@@ -290,6 +293,9 @@ def test_protocol_mistakes_are_one_line_naming_the_field():
     [error] = builders.check_eval(live)
     assert error.startswith("eval.protocol='paper': tools.catalogue") and "\n" not in error
     assert "models_paper.yaml" in error
+    config.eval.protocol = "tests.test_eval_protocol:MISNAMED"  # a protocol of one's own
+    [error] = builders.check_eval(config)
+    assert error.startswith("eval.protocol='misnamed': unknown evaluation tool table 'fixed'")
     routed = grpo_hle.get_config("qwen3_8b")
     routed.eval.protocol = "paper"
     routed.env.name, routed.env.members = "routed", "qa,tau2"

@@ -83,7 +83,17 @@ class EvalProtocol:
 
     def problems(self, config: ExperimentConfig) -> list[str]:
         """One line per reason this protocol cannot evaluate `config`'s runs."""
-        errors = []
+        from orchestra_jax.rewards.judge import ANSWER_MATCHES
+        from orchestra_jax.training.evaluation import TOOL_TABLES
+
+        errors = [
+            f"eval.protocol={self.name!r}: {problem}"
+            for problem in (
+                TOOL_TABLES.problem(self.tool_table),
+                ANSWER_MATCHES.problem(self.answer_match),
+            )
+            if problem is not None
+        ]
         if self.tau2_settings and plays_tau2(config) and _env_names(config) != ["tau2"]:
             errors.append(
                 f"eval.protocol={self.name!r} evaluates τ² apart from other environments "
