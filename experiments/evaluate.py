@@ -13,15 +13,17 @@ Policies (comma-separated):
 Writes <workdir>/eval_<policy>.json (accuracy, mean cost and latency, tool-call
 mix, per domain and per category, the data read), the episodes for the
 trajectory viewer, and eval_report.md + eval_pareto.png over every policy
-evaluated in the folder. --config.eval.protocol picks the settings: "heldout" (the
-default: held-out prices with a stated preference per task) or "paper" (the
-reference release's evaluation: fixed table, temperature 1.0, 50 rounds; see
-docs/reproduction.md, "Evaluation protocol"). With --config.eval.num_trials=k each task is played k
-times and the report adds pass^1..pass^k per domain (τ²-bench's metric), with
-cost and latency per episode. On the paper's benchmarks with live experts,
-search and judge (HLE, FRAMES): see docs/live_setup.md, e.g.
+evaluated in the folder. --config.eval.protocol picks the settings: "heldout"
+(the default: held-out prices with a stated preference per task) or "paper"
+(the reference release's evaluation: fixed table, temperature 1.0, 50 rounds;
+docs/reproduction.md, "Evaluation protocol"). With --config.eval.num_trials=k
+each task is played k times and the report adds pass^1..pass^k per domain
+(τ²-bench's metric), with cost and latency per episode. On the paper's
+benchmarks with live experts, search and judge (HLE, FRAMES, τ²): see
+docs/live_setup.md and docs/reproduction.md, e.g.
 
   python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:qwen3_8b \
+      --config.eval.protocol=paper \
       --config.data.sources=frames --config.data.paths.frames=frames.jsonl \
       --config.data.eval_fraction=1.0 --config.eval.num_tasks=824 \
       --policies=hf:/ckpt/Orchestrator-8B,direct_strongest,always_cheapest,random
