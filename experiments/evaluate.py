@@ -1,4 +1,4 @@
-r"""Evaluate policies on held-out tasks with held-out prices; compare them.
+r"""Evaluate policies on held-out tasks under an evaluation protocol; compare them.
 
   python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:demo \
       --policies=checkpoint,always_strongest,always_cheapest,random
@@ -13,12 +13,17 @@ Policies (comma-separated):
 Writes <workdir>/eval_<policy>.json (accuracy, mean cost and latency, tool-call
 mix, per domain and per category, the data read), the episodes for the
 trajectory viewer, and eval_report.md + eval_pareto.png over every policy
-evaluated in the folder. With --config.eval.num_trials=k each task is played k
-times and the report adds pass^1..pass^k per domain (τ²-bench's metric), with
-cost and latency per episode. On the paper's benchmarks with live experts,
-search and judge (HLE, FRAMES): see docs/live_setup.md, e.g.
+evaluated in the folder. --config.eval.protocol picks the settings: "heldout"
+(the default: held-out prices with a stated preference per task) or "paper"
+(the reference release's evaluation: fixed table, temperature 1.0, 50 rounds;
+docs/reproduction.md, "Evaluation protocol"). With --config.eval.num_trials=k
+each task is played k times and the report adds pass^1..pass^k per domain
+(τ²-bench's metric), with cost and latency per episode. On the paper's
+benchmarks with live experts, search and judge (HLE, FRAMES, τ²): see
+docs/live_setup.md and docs/reproduction.md, e.g.
 
   python -m experiments.evaluate --config=experiments/configs/grpo_hle.py:qwen3_8b \
+      --config.eval.protocol=paper \
       --config.data.sources=frames --config.data.paths.frames=frames.jsonl \
       --config.data.eval_fraction=1.0 --config.eval.num_tasks=824 \
       --policies=hf:/ckpt/Orchestrator-8B,direct_strongest,always_cheapest,random
@@ -44,16 +49,17 @@ _POLICIES = flags.DEFINE_string(
 
 def evaluate_policies(config, policies):
     """Evaluates each of `policies` (see the module docstring) on the config's held-out
-    test; writes the summaries and the report into the workdir; returns the summaries."""
+    test under `eval.protocol`; writes the summaries and the report into the workdir;
+    returns the summaries."""
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.parallel.multihost import is_primary
     from orchestra_jax.training import builders, experiment, grpo_loop
 
     tokenizer = builders.build_tokenizer(config)
-    env = builders.build_env(config)
     judge = builders.build_judge(config, grpo_loop.judge_cache_path(config))
-    evaluator = experiment.build_evaluator(config, env, tokenizer, judge)
+    # The environment is built for the evaluation protocol's config (eval.protocol).
+    evaluator = experiment.build_evaluator(config, None, tokenizer, judge)
     summaries = {}
     for policy in policies:
         if is_router(policy):

@@ -1,7 +1,8 @@
 """Every policy evaluated in a folder, side by side: a markdown table and a Pareto plot.
 
 `write_report(folder)` reads each `eval_<policy>.json` there and writes
-`eval_report.md` (accuracy, cost, latency, preference score, held-out reward,
+`eval_report.md` (the evaluation protocol, a warning where policies ran under
+different ones; accuracy, cost, latency, preference score, held-out reward,
 tool mix; accuracy, cost and tool mix per task domain and per benchmark
 category; the rows each data source read, skipped and held out; pass^k per
 domain where policies played several trials per task) and `eval_pareto.png`
@@ -42,8 +43,20 @@ def _fmt(value, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def protocol_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """Which evaluation protocol (`eval.protocol`) the summaries ran under, and a
+    warning where they differ (their figures are then not comparable)."""
+    by_protocol: dict[str, list[str]] = {}
+    for s in summaries:
+        by_protocol.setdefault(s.get("protocol", "heldout"), []).append(s["policy"])
+    if len(by_protocol) == 1:
+        return f"Evaluation protocol: {next(iter(by_protocol))} (docs/reproduction.md).\n\n"
+    parts = "; ".join(f"{p}: {', '.join(names)}" for p, names in sorted(by_protocol.items()))
+    return f"Evaluation protocols differ ({parts}): these figures are not comparable.\n\n"
+
+
 def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
-    head = (
+    head = protocol_line(summaries) + (
         "| policy | accuracy | mean cost (USD) | mean latency (s) | preference score "
         "| held-out reward | calls / episode | dominated by |\n"
         "|---|---|---|---|---|---|---|---|\n"

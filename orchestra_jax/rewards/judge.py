@@ -5,8 +5,12 @@ prediction (in the wording of a `JUDGE_PROMPTS` style: "reference", the
 released evaluation's, or "project"), and must end its reply with
 `<correct>True</correct>` or `<correct>False</correct>`. A reply without that
 tag counts as "not correct" (and is reported as a parse failure). As in the
-reference, an answer that matches the gold exactly after normalisation
-(`outcome.exact_match`) is correct without asking. The judge's dollars and
+reference, an answer that matches the gold exactly is correct without asking;
+"exactly" is the judge's `answer_match`, a name in `ANSWER_MATCHES`:
+"normalized" (`outcome.exact_match`: lower case, punctuation and articles
+dropped; `LLMJudge`'s) or "lowercase" (`outcome.lowercase_match`: the
+release's `strip().lower()` equality; `MatchFirst` puts it in front of any
+judge, as `eval.protocol="paper"` does). The judge's dollars and
 seconds are grading overhead, not the orchestrator's spending, so they are
 returned in the verdict and summed on the judge, never added to a
 trajectory's cost. A judge whose endpoint fails after the client's retries
@@ -21,11 +25,17 @@ import inspect
 import json
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
-from orchestra_jax.rewards.outcome import GradableTask, exact_match, is_correct, is_valid_answer
+from orchestra_jax.rewards.outcome import (
+    GradableTask,
+    exact_match,
+    is_correct,
+    is_valid_answer,
+    lowercase_match,
+)
 from orchestra_jax.tools.pricing import token_cost
 
 _VERDICT = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
@@ -62,6 +72,13 @@ JUDGE_PROMPTS: Registry[str] = Registry("judge prompt")
 JUDGE_PROMPTS.register("project", JUDGE_PROMPT)
 JUDGE_PROMPTS.register("reference", REFERENCE_JUDGE_PROMPT)
 
+# A judge's `answer_match`: the exact-match check `grade` settles answers with before
+# asking it, `(prediction, reference) -> bool`.
+ANSWER_MATCHES: Registry[Callable[[str, str], bool]] = Registry("answer match")
+ANSWER_MATCHES.register("normalized", exact_match)
+ANSWER_MATCHES.register("lowercase", lowercase_match)
+DEFAULT_ANSWER_MATCH = "normalized"
+
 
 class JudgeError(RuntimeError):
     """The judge could not give a verdict (its endpoint failed after retries)."""
@@ -85,7 +102,11 @@ class JudgeVerdict:
 
 @runtime_checkable
 class Judge(Protocol):
-    """Grades a free-form prediction against a reference answer."""
+    """Grades a free-form prediction against a reference answer.
+
+    A judge may name its `answer_match` (`ANSWER_MATCHES`), the exact-match check
+    `grade` applies before asking it; without one, `DEFAULT_ANSWER_MATCH`.
+    """
 
     async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict: ...
 
@@ -122,7 +143,8 @@ class JudgeCache(dict):
 
 
 class LLMJudge:
-    """A `Judge` backed by an expert client (`tools` room's `ExpertClient`).
+    """A `Judge` backed by an expert client (`tools` room's `ExpertClient`); `grade`
+    settles normalised exact matches before asking it (`answer_match`).
 
     Args:
       expert_client: has `complete(messages, *, max_tokens, temperature)`
@@ -135,6 +157,8 @@ class LLMJudge:
       name: names the judge in errors and in the cache key (model and prompt style).
       prompt: the template (`JUDGE_PROMPTS`), with {question}, {reference}, {prediction}.
     """
+
+    answer_match = DEFAULT_ANSWER_MATCH
 
     def __init__(
         self,
@@ -207,13 +231,36 @@ class LLMJudge:
         }
 
 
+class MatchFirst:
+    """`judge` behind another exact-match check: `grade` settles the answers that
+    `answer_match` (an `ANSWER_MATCHES` name) accepts and asks `judge` about the
+    rest. Calls and statistics are `judge`'s own."""
+
+    def __init__(self, judge: Judge, answer_match: str):
+        ANSWER_MATCHES.get(answer_match)  # an unknown name fails here, naming the choices
+        self.judge, self.answer_match = judge, answer_match
+
+    async def __call__(self, question: str, prediction: str, reference: str) -> JudgeVerdict:
+        return await self.judge(question, prediction, reference)
+
+    def stats(self) -> dict[str, float]:
+        stats = getattr(self.judge, "stats", None)
+        return stats() if stats is not None else {}
+
+
+def answer_match_of(judge: Judge | None) -> Callable[[str, str], bool]:
+    """The exact-match check `grade` applies before asking `judge` (see `Judge`)."""
+    return ANSWER_MATCHES.get(getattr(judge, "answer_match", DEFAULT_ANSWER_MATCH))
+
+
 async def grade(
     prediction: str | None, task: GradableTask, *, judge: Judge | None = None
 ) -> JudgeVerdict:
     """Grades any answer type: rule-based types locally, "judge" tasks with `judge`.
 
     Invalid answers (empty, > 500 words) are wrong without asking the judge, and
-    answers equal to the gold after normalisation are right without asking it.
+    answers the judge's exact-match check accepts (`answer_match_of`) are right
+    without asking it.
     """
     if task.answer_type != "judge":
         return JudgeVerdict(correct=is_correct(prediction, task))
@@ -223,6 +270,6 @@ async def grade(
         raise ValueError(
             f"task {getattr(task, 'id', '?')!r} has answer_type 'judge' but no judge was configured"
         )
-    if exact_match(prediction, str(task.answer)):
+    if answer_match_of(judge)(prediction, str(task.answer)):
         return JudgeVerdict(correct=True)
     return await judge(task.question, prediction, str(task.answer))

@@ -71,6 +71,12 @@ def exact_match(prediction: str, reference: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(str(reference))
 
 
+def lowercase_match(prediction: str, reference: str) -> bool:
+    """The reference release's check before its judge (`evaluation/eval_hle.py`,
+    `eval_frames.py`): equal after stripping outer white space and lower-casing."""
+    return prediction.strip().lower() == str(reference).strip().lower()
+
+
 def _without_separators(text: str) -> str:
     """`text` without thousands separators and dollar signs."""
     return text.replace(",", "").replace("$", "")

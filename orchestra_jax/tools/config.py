@@ -74,7 +74,8 @@ class ToolConfig:
       tools: enabled tool names, meta-tools and plain tools ("python", or a name
         registered with `function_tools.register_function_tool`).
       preference: weights over feature names (see module docstring).
-      preference_text: the preference in words; None renders it from the weights.
+      preference_text: the preference in words; None renders it from the weights,
+        "" states none (the system prompt is the head alone).
       code_price_per_s: USD per second of sandboxed code execution.
       search_price_per_query / search_price_per_document: USD per search call.
       search_top_k: documents returned per search.
@@ -162,9 +163,12 @@ class ToolConfig:
 
     def system_prompt(self, head: str = SYSTEM_PROMPT_HEAD) -> str:
         """The system prompt: the orchestrator's role (`head`; a conversation's
-        environment gives its own, e.g. a τ² domain policy) and the user's preferences."""
-        wording = self.preference_text or descriptions.preference_wording(self.preference)
-        return f"{head}\n\n{wording}"
+        environment gives its own, e.g. a τ² domain policy) and the user's preferences
+        (none where `preference_text` is "")."""
+        wording = self.preference_text
+        if wording is None:
+            wording = descriptions.preference_wording(self.preference)
+        return f"{head}\n\n{wording}" if wording else head
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -62,6 +62,21 @@ class SamplerRanges:
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be a probability")
 
+    @classmethod
+    def as_listed(cls) -> SamplerRanges:
+        """Ranges that draw nothing: every profile offered, in its given order, at its
+        own prices and latencies, with no cost, latency or tool preference."""
+        return cls(
+            price_scale=(1.0, 1.0),
+            latency_scale=(1.0, 1.0),
+            keep_probability=1.0,
+            shuffle_aliases=False,
+            cost_weight=(0.0, 0.0),
+            latency_weight=(0.0, 0.0),
+            efficiency_off_probability=1.0,
+            tool_preference_probability=0.0,
+        )
+
 
 def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     """exp(U(log lo, log hi))."""

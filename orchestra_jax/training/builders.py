@@ -724,8 +724,12 @@ def check_sft(config: Any) -> list[str]:
 def check_eval(config: Any) -> list[str]:
     """eval.*."""
     from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
+    from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
 
-    errors = _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
+    errors = _choice("eval.protocol", config.eval.protocol, EVAL_PROTOCOLS)
+    if not errors:
+        errors += EVAL_PROTOCOLS.get(config.eval.protocol).problems(config)
+    errors += _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
     errors += _positive(config, "eval.num_trials")
     if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
         errors.append(

@@ -1,10 +1,14 @@
 """Held-out evaluation: any policy (a model's engine or a baseline router) on fixed configs.
 
-Evaluation tasks each get a fixed `ToolConfig` the training sampler never
-produces (held-out prices, cycling over `env.eval_tool_configs()`) and a stated
+Evaluation tasks each get a fixed `ToolConfig` from a tool table (`TOOL_TABLES`,
+picked by the evaluation protocol, `training/eval_protocols.py`). "heldout"
+(`eval_tool_configs`): a configuration the training sampler never produces
+(held-out prices, cycling over `env.eval_tool_configs()`) and a stated
 preference cycling over three kinds: cost-minded, latency-minded, and
 cost-minded with a tool preference, so the preference score has something to
-score. `trials` episodes per task (one by default; τ² reports pass^k over k
+score. "catalogue" (`catalogue_tool_configs`): the environment's line-up as
+listed (the paper's fixed table for a run on `models_paper.yaml`), no stated
+preference. `trials` episodes per task (one by default; τ² reports pass^k over k
 trials, `eval/pass_k.py`).
 
 Held-out reward (absolute, comparable across policies, meaningful for one
@@ -25,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,9 +40,11 @@ from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.pass_k import pass_k_by_domain
 from orchestra_jax.eval.summary import summarize
 from orchestra_jax.parallel.multihost import is_primary
+from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 from orchestra_jax.training.seeds import Stream
 
@@ -67,6 +73,35 @@ def eval_tool_configs(
             preference[tool_features[int(rng.integers(len(tool_features)))]] = 1.0
         out[task.id] = dataclasses.replace(config, preference=preference, preference_text=None)
     return out
+
+
+def catalogue_tool_configs(
+    env: Environment, tasks: Sequence[Task], *, seed: int = 0, **config_fields: Any
+) -> dict[str, ToolConfig]:
+    """task id -> the environment's line-up as listed: every model of its catalogue
+    (or simulated line-up), in file order, at its own prices and latencies, named
+    "catalogue"; accuracy is the only preference and the prompt states none.
+
+    `seed` is not used (nothing is drawn); `config_fields` are further ToolConfig
+    fields, as for `eval_tool_configs`.
+    """
+    del seed
+    sampler = env.tool_config_sampler(ranges=SamplerRanges.as_listed(), **config_fields)
+    return {
+        task.id: dataclasses.replace(
+            sampler.sample(task), name="catalogue", preference={"accuracy": 1.0}, preference_text=""
+        )
+        for task in tasks
+    }
+
+
+ToolTable = Callable[..., dict[str, ToolConfig]]
+
+# An evaluation protocol's `tool_table`: `(env, tasks, *, seed, **ToolConfig fields)
+# -> {task id: ToolConfig}`.
+TOOL_TABLES: Registry[ToolTable] = Registry("evaluation tool table")
+TOOL_TABLES.register("heldout", eval_tool_configs)
+TOOL_TABLES.register("catalogue", catalogue_tool_configs)
 
 
 def heldout_rewards(trajectories, *, cost_scale: float, latency_scale: float) -> np.ndarray:
@@ -108,9 +143,10 @@ class Evaluator:
     """Held-out evaluation of any policy on one fixed test, built once per experiment.
 
     The test is fixed at construction: `tasks` (`trials` episodes each), their
-    held-out `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling. Each
-    `evaluate(name, engine)` plays the test with that policy and writes
-    `<workdir>/eval_<name>.json` and `<workdir>/trajectories/eval_<name>.jsonl`.
+    held-out `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling,
+    and the name of the evaluation protocol that set them (`protocol`, written into
+    every summary). Each `evaluate(name, engine)` plays the test with that policy and
+    writes `<workdir>/eval_<name>.json` and `<workdir>/trajectories/eval_<name>.jsonl`.
     """
 
     def __init__(
@@ -125,13 +161,14 @@ class Evaluator:
         workdir: str,
         data_reports: Sequence[Mapping[str, Any]] = (),
         trials: int = 1,
+        protocol: str = "heldout",
     ):
         missing = [t.id for t in tasks if t.id not in tool_configs]
         if missing:
             raise ValueError(f"no held-out tool configuration for tasks {missing[:5]}")
         if trials < 1:
             raise ValueError(f"trials must be >= 1, got {trials}")
-        self.trials = trials
+        self.trials, self.protocol = trials, protocol
         self.tasks, self.tool_configs = list(tasks), dict(tool_configs)
         self.data_reports = [dict(r) for r in data_reports]
         self.episodes, self.seed, self.workdir = episodes, seed, workdir
@@ -161,6 +198,7 @@ class Evaluator:
         }
         summary = {
             "policy": name,
+            "protocol": self.protocol,
             **summarize(trajectories, tool_configs=self.tool_configs, categories=categories),
             "heldout_reward": float(rewards.mean()),
             "heldout_reward_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))

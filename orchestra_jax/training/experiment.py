@@ -2,7 +2,8 @@
 
     1. warm start (config.sft.steps > 0, and no GRPO checkpoint yet): behaviour
        cloning of router demonstrations (training/warm_start.py);
-    2. evaluate the warm-start policy on held-out tasks and prices;
+    2. evaluate the warm-start policy on held-out tasks under the evaluation
+       protocol (`eval.protocol`: held-out prices by default);
     3. GRPO to config.num_steps, resuming from the last checkpoint; every
        config.eval.every_steps steps (0: never) the current policy is evaluated
        the same way into <workdir>/eval_steps/ and its held-out reward, accuracy,
@@ -29,13 +30,14 @@ from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.parallel.multihost import is_primary
-from orchestra_jax.rewards.judge import Judge
+from orchestra_jax.rewards.judge import Judge, MatchFirst
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training import builders, grpo_loop, seeds, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import ExperimentConfig, split_list
-from orchestra_jax.training.evaluation import Evaluator, eval_tool_configs, heldout_rewards
+from orchestra_jax.training.eval_protocols import eval_protocol
+from orchestra_jax.training.evaluation import TOOL_TABLES, Evaluator, heldout_rewards
 from orchestra_jax.training.metrics import plot_metrics
 from orchestra_jax.training.rollouts import Episodes
 from orchestra_jax.training.run_sync import run_sync
@@ -71,10 +73,10 @@ def eval_tasks(config: ExperimentConfig) -> list[Task]:
 def heldout_tool_configs(
     config: ExperimentConfig, env: Environment, tasks: list[Task]
 ) -> dict[str, ToolConfig]:
-    """task id -> its held-out tool configuration, drawn from `eval.seed`."""
-    return eval_tool_configs(
-        env, tasks, seed=config.eval.seed, **builders.tool_config_fields(config)
-    )
+    """task id -> its evaluation tool configuration: the table of the config's
+    evaluation protocol (`eval.protocol`), drawn from `eval.seed` where it draws."""
+    table = TOOL_TABLES.get(eval_protocol(config).tool_table)
+    return table(env, tasks, seed=config.eval.seed, **builders.tool_config_fields(config))
 
 
 def baseline_router(
@@ -89,30 +91,43 @@ def baseline_router(
 
 def build_evaluator(
     config: ExperimentConfig,
-    env: Environment,
+    env: Environment | None,
     tokenizer: ChatTokenizer,
     judge: Judge | None = None,
 ) -> Evaluator:
-    """The experiment's held-out test (`eval.*`): its tasks, their held-out tool
-    configurations, the episodes' seed and sampling, the judge of "judge" tasks."""
-    tasks, reports = heldout_data(config)
+    """The experiment's held-out test (`eval.*`) under its evaluation protocol
+    (`eval.protocol`, `training/eval_protocols.py`, applied here and nowhere else):
+    its tasks, their tool configurations, the episodes' seed, sampling and limits,
+    the judge of "judge" tasks behind the protocol's exact-match check.
+
+    `env` is the run's environment, built from `config`; where the protocol changes
+    env.* (τ²'s step budget), or `env` is None, the evaluation's own is built here.
+    """
+    protocol = eval_protocol(config)
+    test = protocol.apply(config)
+    if env is None or test.env.to_dict() != config.env.to_dict():
+        env = builders.build_env(test)
+    if judge is not None and getattr(judge, "answer_match", None) != protocol.answer_match:
+        judge = MatchFirst(judge, protocol.answer_match)
+    tasks, reports = heldout_data(test)
     episodes = Episodes(
         env=env,
         tokenizer=tokenizer,
-        sampling=builders.eval_sampling_params(config),
-        limits=builders.loop_limits(config),
+        sampling=builders.eval_sampling_params(test),
+        limits=builders.loop_limits(test),
         judge=judge,
     )
     return Evaluator(
         tasks,
-        heldout_tool_configs(config, env, tasks),
+        heldout_tool_configs(test, env, tasks),
         episodes,
-        seed=seeds.eval_episode_seed(config.eval.seed),
-        cost_scale=config.eval.cost_scale_usd,
-        latency_scale=config.eval.latency_scale_s,
-        workdir=grpo_loop.workdir_of(config),
+        seed=seeds.eval_episode_seed(test.eval.seed),
+        cost_scale=test.eval.cost_scale_usd,
+        latency_scale=test.eval.latency_scale_s,
+        workdir=grpo_loop.workdir_of(test),
         data_reports=reports,
-        trials=config.eval.num_trials,
+        trials=test.eval.num_trials,
+        protocol=protocol.name,
     )
 
 
