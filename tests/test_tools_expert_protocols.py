@@ -162,9 +162,9 @@ def test_a_run_is_noted_as_code_and_stdout_only_when_it_printed():
 
 
 def test_the_registry_takes_import_paths():
-    got = ep.EXPERT_PROTOCOLS.get("orchestra_jax.tools.expert_protocols:ReferenceProtocol")
-    assert got is ep.ReferenceProtocol
+    assert ep.EXPERT_PROTOCOLS.get("orchestra_jax.tools.expert_protocols:PROJECT") is PROJECT
     assert "reference" in ep.EXPERT_PROTOCOLS.problem("nonesuch")
+    assert isinstance(REFERENCE, ep.ExpertProtocol) and isinstance(PROJECT, ep.ExpertProtocol)
 
 
 def test_catalogue_family_is_validated_and_the_paper_catalogue_states_each():
@@ -204,6 +204,8 @@ def live_config(tmp_path, **tools):
 
 def test_start_up_checks_of_tools_experts(tmp_path):
     assert backend_config_problems(live_config(tmp_path, experts="reference"), ["frames"]) == []
+    own = live_config(tmp_path, experts="orchestra_jax.tools.expert_protocols:PROJECT")
+    assert backend_config_problems(own, ["frames"]) == []
     [unknown] = backend_config_problems(live_config(tmp_path, experts="nonesuch"), ["frames"])
     assert unknown.startswith("tools.experts: unknown expert protocol 'nonesuch'")
     catalogue = yaml.safe_load(open(grpo_hle.LOCAL_CATALOGUE))
