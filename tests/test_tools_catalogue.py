@@ -118,6 +118,7 @@ def entry(**overrides):
         (entry(base_url="127.0.0.1:9"), "base_url must start with http"),
         (entry(colour="red"), "unknown field(s) ['colour']"),
         (entry(roles={"search": {"price": 1}}), "role 'search' takes only"),
+        (entry(family="llama"), "family must be one of ['qwen', 'math', 'gpt', 'other']"),
     ],
 )
 def test_catalogue_mistakes_are_one_line_naming_file_model_and_field(tmp_path, model, message):

@@ -211,6 +211,15 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.catalogue = PAPER_CATALOGUE  # Models, endpoints, keys, prices (live tools).
     c.tools.expert_max_tokens = 2048  # Per expert reply.
     c.tools.expert_temperature = 0.0
+    # How a live expert is asked and its reply read (tools/expert_protocols.py):
+    # "project" (its role's system prompt, the task, documents, intermediate results
+    # and the orchestrator's last 2,000 characters; tools.expert_temperature; an empty
+    # answer is an error and the episode goes on) or "reference" (the released code's
+    # sub-agents: only the problem and the documents within the model family's budget
+    # (the catalogue's `family`), <query>/```python/\boxed{}/<answer> replies, code run
+    # for 60 s, temperature 1.0 for gpt and 0.2 otherwise, any answer ends the
+    # episode), or "package.module:attr".
+    c.tools.experts = "project"
     c.tools.expert_retries = 3  # After a 429/5xx/timeout, with exponential backoff.
     c.tools.expert_timeout_s = 600.0  # Per attempt.
     # Retrieval behind `search` (env "qa"): "index" (tools.search_index), "tavily",

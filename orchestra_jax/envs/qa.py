@@ -38,6 +38,7 @@ from orchestra_jax.tools.config_sampler import (
     ToolConfigSampler,
     fixed_eval_configs,
 )
+from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS, PROJECT, ExpertProtocol
 from orchestra_jax.tools.experts import ExpertClient, ExpertError
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends, make_tools
@@ -55,7 +56,8 @@ class QAEnvironment:
       run_code: the sandbox.
       load_tasks: split -> its tasks ("train" or the held-out split's name).
       offline_backends: backends of `profiles` that are simulated experts.
-      charge_measured_time, expert_max_tokens, expert_temperature: see `Backends`.
+      charge_measured_time, expert_max_tokens, expert_temperature,
+      expert_protocol, families: see `Backends`.
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class QAEnvironment:
         charge_measured_time: bool = True,
         expert_max_tokens: int = 2048,
         expert_temperature: float = 0.0,
+        expert_protocol: ExpertProtocol = PROJECT,
+        families: Mapping[str, str] | None = None,
     ):
         self.profiles = tuple(profiles)
         self.experts = dict(experts)
@@ -86,6 +90,8 @@ class QAEnvironment:
         self.charge_measured_time = charge_measured_time
         self.expert_max_tokens = expert_max_tokens
         self.expert_temperature = expert_temperature
+        self.expert_protocol = expert_protocol
+        self.families = dict(families or {})
 
     # --- tasks -----------------------------------------------------------------------
 
@@ -127,6 +133,8 @@ class QAEnvironment:
             run_code=self.run_code,
             expert_max_tokens=self.expert_max_tokens,
             expert_temperature=self.expert_temperature,
+            expert_protocol=self.expert_protocol,
+            families=self.families,
             experts_for_config=per_config,
             charge_measured_time=self.charge_measured_time,
         )
@@ -188,7 +196,8 @@ def from_config(config: Any) -> QAEnvironment:
     per catalogue model those tools offer and checks that every endpoint answers
     (ExpertError naming the unreachable ones), opens the search backend
     (`tools.search`, `tools.search_index`) when `search` is enabled, and builds
-    the sandbox `tools.sandbox`. Tasks come from `data.*` (`data/splits.py`).
+    the sandbox `tools.sandbox`; experts are asked as `tools.experts` says, each
+    by its catalogue family. Tasks come from `data.*` (`data/splits.py`).
     """
     from orchestra_jax.data.splits import load_split
     from orchestra_jax.tools import live_backends
@@ -203,6 +212,7 @@ def from_config(config: Any) -> QAEnvironment:
     offline = live_backends.tools_of_kind(kinds, "offline")
     profiles = [p for p in synthetic_models.MODEL_PROFILES if p.tool in offline]
     experts: dict[str, ExpertClient] = {}
+    families: dict[str, str] = {}
     if live:
         catalogue = load_catalogue(t.catalogue)
         models = catalogue.models_for(live)
@@ -215,6 +225,7 @@ def from_config(config: Any) -> QAEnvironment:
             )
         )
         profiles += catalogue.profiles(live)
+        families = {m.name: m.family for m in models}
     retriever = None
     if "search" in tools:
         retriever = live_backends.make_retriever(
@@ -235,4 +246,6 @@ def from_config(config: Any) -> QAEnvironment:
         charge_measured_time=t.charge_measured_time,
         expert_max_tokens=t.expert_max_tokens,
         expert_temperature=t.expert_temperature,
+        expert_protocol=EXPERT_PROTOCOLS.get(t.experts),
+        families=families,
     )

@@ -99,11 +99,13 @@ class AskExpertTool(MetaTool):
     def __init__(self, tool_config: Any, backends: Any):
         super().__init__(tool_config, backends, ASK_EXPERT)
 
-    def expert_messages(self, ctx: ToolContext) -> list[dict[str, Any]]:
+    def expert_request(self, ctx: ToolContext, family: str) -> tuple[list[dict[str, Any]], float]:
+        """The policy, the tools and the conversation so far, at `tools.expert_temperature`."""
+        del family
         episode = ctx.state
         policy = getattr(episode, "policy", "")
         tools = "\n".join(json.dumps(s, ensure_ascii=False) for s in episode.tool_schemas)
-        return [
+        messages = [
             {"role": "system", "content": ASK_EXPERT.role_prompt},
             {
                 "role": "user",
@@ -111,3 +113,4 @@ class AskExpertTool(MetaTool):
                 f"Conversation so far:\n{transcript(ctx.messages)}",
             },
         ]
+        return messages, self.backends.expert_temperature

@@ -14,6 +14,9 @@ A catalogue is a YAML (or JSON) file, its path in `tools.catalogue`:
         extra_body: {reasoning_effort: low}  # optional fields merged into every request
         reasoning_model: true              # optional: OpenAI reasoning-model API (gpt-5,
                                            # o-series): max_completion_tokens, no temperature
+        family: gpt                        # optional: qwen | math | gpt | other, how
+                                           # tools.experts="reference" prompts it and
+                                           # reads its replies (expert_protocols.py)
         roles:                             # what it can serve: a list of role names,
           search: {latency_s: 22}          # or role -> optional latency_s / description
           reasoner: {}
@@ -42,10 +45,11 @@ from typing import Any
 
 from orchestra_jax.registry import Registry
 from orchestra_jax.tools.config import ModelProfile
+from orchestra_jax.tools.expert_protocols import MODEL_FAMILIES
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, is_meta_tool
 
 REQUIRED_FIELDS = ("name", "model", "base_url", "price_in", "price_out", "latency_s", "roles")
-OPTIONAL_FIELDS = ("api_key_env", "description", "extra_body", "reasoning_model")
+OPTIONAL_FIELDS = ("api_key_env", "description", "extra_body", "reasoning_model", "family")
 ROLE_FIELDS = ("latency_s", "description")
 
 # Alias families beyond each meta-tool's own prefix: family -> the meta-tool it serves.
@@ -87,6 +91,7 @@ class CatalogueModel:
     description: str = ""
     extra_body: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reasoning_model: bool = False
+    family: str = ""  # one of MODEL_FAMILIES, or "" where the file does not say
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +219,11 @@ def parse_model(raw: Any, where: str) -> CatalogueModel:
         raise CatalogueError(
             f"{where}: reasoning_model must be true or false, got {reasoning_model!r}"
         )
+    family = raw.get("family") or ""
+    if family and family not in MODEL_FAMILIES:
+        raise CatalogueError(
+            f"{where}: family must be one of {list(MODEL_FAMILIES)}, got {raw['family']!r}"
+        )
     latency_s = _number(raw["latency_s"], where, "latency_s")
     description = _text(raw.get("description"), where, "description", required=False)
     return CatalogueModel(
@@ -228,6 +238,7 @@ def parse_model(raw: Any, where: str) -> CatalogueModel:
         description=description,
         extra_body=dict(extra_body),
         reasoning_model=reasoning_model,
+        family=family,
     )
 
 
@@ -277,6 +288,15 @@ def check_roles_cover(catalogue: Catalogue, tools: Sequence[str]) -> list[str]:
         f"catalogue {catalogue.path}: no model serves meta-tool {tool!r}"
         for tool in tools
         if is_meta_tool(tool) and tool not in served
+    ]
+
+
+def missing_families(models: Iterable[CatalogueModel]) -> list[str]:
+    """One message per model that states no `family`."""
+    return [
+        f"model {m.name!r} states no family (one of {list(MODEL_FAMILIES)})"
+        for m in models
+        if not m.family
     ]
 
 

@@ -17,6 +17,10 @@
     "index+tavily"  the index, topped up from Tavily when fewer than
                     `tools.search_min_docs` hits survive a question's whitelist
 
+`tools.experts` names how the experts are asked (`expert_protocols.py`); a
+protocol that asks by model family ("reference") needs every live model's
+catalogue `family`, and live experts only.
+
 Code always runs in the sandbox `tools.sandbox`.
 """
 
@@ -27,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestra_jax.tools.catalogue import CatalogueModel
+from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.experts import OpenAIChatExpert, probe_endpoint
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
 from orchestra_jax.tools.retrieval import FallbackRetriever, Retriever, load_retriever
@@ -156,6 +161,7 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
         check_roles_cover,
         load_catalogue,
         missing_api_keys,
+        missing_families,
     )
     from orchestra_jax.tools.enabled import enabled_tools
 
@@ -168,6 +174,15 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
     errors = []
     offline = tools_of_kind(kinds, "offline")
     live = tools_of_kind(kinds, "live")
+    protocol_problem = EXPERT_PROTOCOLS.problem(t.experts)
+    if protocol_problem:
+        errors.append(f"tools.experts: {protocol_problem}")
+    by_family = not protocol_problem and EXPERT_PROTOCOLS.get(t.experts).needs_family
+    if by_family and offline:
+        errors.append(
+            f"tools.experts={t.experts!r} asks each expert by its catalogue family; the "
+            f"simulated experts of {offline} have none: set tools.backends='live'"
+        )
     played = member_names(config) if config.env.name == "routed" else [config.env.name]
     default = played[0] if played else config.env.name
     real_data = [s for s in file_sources if s not in SELF_ROUTED_SOURCES]
@@ -189,6 +204,11 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
                 f"tools.backends: {live} live needs env.name='qa' (or 'qa' among "
                 f"env.members); {played} run their own experts"
             )
+        if t.experts != "project":
+            errors.append(
+                f"tools.experts={t.experts!r}: only env.name='qa' reads it; {played} "
+                "ask their own experts"
+            )
         if t.search != "index" or t.search_index:
             errors.append(
                 "tools.search / tools.search_index: only env.name='qa' reads them; the "
@@ -204,6 +224,11 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
             errors += [
                 f"tools.catalogue: {m}" for m in missing_api_keys(catalogue.models_for(live))
             ]
+            if by_family:
+                errors += [
+                    f"tools.catalogue: {m}, which tools.experts={t.experts!r} needs"
+                    for m in missing_families(catalogue.models_for(live))
+                ]
         except CatalogueError as e:
             errors.append(f"tools.catalogue: {e}")
     if "search" in tools:

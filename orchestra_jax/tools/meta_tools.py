@@ -2,8 +2,12 @@
 
 Each takes one argument, `model`, naming an alias of the task's `ToolConfig`;
 the alias's backend (an `ExpertClient` in `Backends.experts`) does the model
-work in its role (`meta_tool_table.META_TOOLS`, `prompts`). The entry's
-`result` picks what becomes of the reply; the paper's three:
+work in its role (`meta_tool_table.META_TOOLS`). How the expert is asked and
+how its reply is read (prompt, temperature, query, program, answer, whether an
+empty answer ends the episode) is `Backends.expert_protocol`'s
+(`expert_protocols.py`, `tools.experts`), given the backend's model family
+(`Backends.families`). The entry's `result` picks what becomes of the reply;
+the paper's three:
 
   search:            the expert writes a query; the retriever returns
                      `search_top_k` documents (restricted to the task's
@@ -16,7 +20,8 @@ work in its role (`meta_tool_table.META_TOOLS`, `prompts`). The entry's
                      cost = tokens + seconds* * code_price_per_s
                      latency = expert latency + measured execution time*
   answer:            the expert answers; `ToolResult.final_answer` holds the
-                     extracted answer and the episode ends.
+                     extracted answer and the episode ends (an empty one ends
+                     it where the protocol says so; otherwise it is an error).
                      cost = tokens; latency = expert latency
   ("reply":          the expert's reply is the observation.
                      cost = tokens; latency = expert latency)
@@ -35,20 +40,12 @@ import asyncio
 import time
 from typing import Any
 
-from orchestra_jax.tools import descriptions, pricing, prompts
+from orchestra_jax.tools import descriptions, pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
+from orchestra_jax.tools.expert_protocols import ExpertProtocol
 from orchestra_jax.tools.experts import ExpertError, ExpertReply
 from orchestra_jax.tools.function_tools import format_sandbox_result
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
-
-CONTEXT_CHARS = 2000
-
-
-def conversation_context(messages: list[dict[str, Any]]) -> str:
-    """The orchestrator's own words so far (its assistant turns), last
-    CONTEXT_CHARS characters: what it has reasoned about the task."""
-    said = [str(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
-    return "\n".join(s for s in said if s.strip())[-CONTEXT_CHARS:]
 
 
 class MetaTool:
@@ -79,11 +76,13 @@ class MetaTool:
             return error_result(
                 f"{self.name}: no backend {spec.backend!r} for {alias}", tool=self.name, model=alias
             )
+        family = self.backends.families.get(spec.backend, "")
+        messages, temperature = self.expert_request(ctx, family)
         try:
             reply = await expert.complete(
-                self.expert_messages(ctx),
+                messages,
                 max_tokens=self.backends.expert_max_tokens,
-                temperature=self.backends.expert_temperature,
+                temperature=temperature,
                 ctx=ctx,
             )
         except ExpertError as e:  # retried by the client already: an observation, counted
@@ -101,7 +100,7 @@ class MetaTool:
             reply.prompt_tokens, reply.completion_tokens, spec.price_in, spec.price_out
         )
         try:
-            return await self.finish(reply, ctx, cost, meta)
+            return await self.finish(reply, ctx, cost, meta, family)
         except Exception as e:  # a failing backend is an observation
             return ToolResult(
                 text=f"Error: {self.name} failed: {e}",
@@ -111,31 +110,34 @@ class MetaTool:
                 metadata=meta,
             )
 
-    def expert_messages(self, ctx: ToolContext) -> list[dict[str, Any]]:
-        """What the expert reads: its role prompt, the task's question, the documents
-        and intermediate results so far, and the orchestrator's own words."""
-        return prompts.role_messages(
-            self.role,
-            ctx.task.question,
-            ctx.documents,
-            ctx.notes,
-            conversation_context(ctx.messages),
-        )
+    @property
+    def protocol(self) -> ExpertProtocol:
+        return self.backends.expert_protocol
+
+    def expert_request(self, ctx: ToolContext, family: str) -> tuple[list[dict[str, Any]], float]:
+        """What the expert of `family` reads, and its sampling temperature: the protocol's."""
+        return self.protocol.request(self.role, family, ctx, self.backends.expert_temperature)
 
     async def finish(
-        self, reply: ExpertReply, ctx: ToolContext, cost: float, meta: dict[str, Any]
+        self,
+        reply: ExpertReply,
+        ctx: ToolContext,
+        cost: float,
+        meta: dict[str, Any],
+        family: str = "",
     ) -> ToolResult:
-        del ctx
+        del ctx, family
         return ToolResult(text=reply.text, cost_usd=cost, latency_s=reply.latency_s, metadata=meta)
 
 
 class SearchTool(MetaTool):
     """result "documents": the reply is a query; the retrieved documents are the result."""
 
-    async def finish(self, reply, ctx, cost, meta):
+    async def finish(self, reply, ctx, cost, meta, family=""):
+        del family
         if self.backends.retriever is None:
             raise RuntimeError("no retriever configured")
-        query = prompts.extract_query(reply.text)
+        query = self.protocol.query(reply.text, ctx.task.question)
         start = time.monotonic()
         docs = await asyncio.to_thread(
             self.backends.retriever.search,
@@ -165,13 +167,18 @@ class SearchTool(MetaTool):
 class EnhanceReasoningTool(MetaTool):
     """result "code": the reply is a program; the sandbox runs it."""
 
-    async def finish(self, reply, ctx, cost, meta):
-        code = prompts.extract_code(reply.text)
+    async def finish(self, reply, ctx, cost, meta, family=""):
+        del family
+        code = self.protocol.code(reply.text)
         result = await asyncio.to_thread(
-            self.backends.run_code, code, timeout_s=self.config.code_timeout_s
+            self.backends.run_code,
+            code,
+            timeout_s=self.protocol.code_timeout_s(self.config.code_timeout_s),
         )
         output = format_sandbox_result(result)
-        ctx.notes.append(output)
+        note = self.protocol.note(code, result)
+        if note is not None:
+            ctx.notes.append(note)
         meta.update(
             code=code,
             exit_code=result.exit_code,
@@ -190,9 +197,9 @@ class EnhanceReasoningTool(MetaTool):
 class AnswerTool(MetaTool):
     """result "answer": the reply's final answer ends the episode."""
 
-    async def finish(self, reply, ctx, cost, meta):
-        final = prompts.extract_final_answer(reply.text)
-        if not final:
+    async def finish(self, reply, ctx, cost, meta, family=""):
+        final = self.protocol.answer(reply.text, family)
+        if not final and not self.protocol.empty_answer_ends:
             return ToolResult(
                 text="Error: the answer model gave no answer",
                 error="empty answer",

@@ -15,6 +15,7 @@ from typing import Any
 from orchestra_jax.tools import config as config_lib
 from orchestra_jax.tools import function_tools
 from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.expert_protocols import PROJECT, ExpertProtocol
 from orchestra_jax.tools.experts import ExpertClient
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
 from orchestra_jax.tools.meta_tools import make_meta_tool
@@ -30,7 +31,12 @@ class Backends:
       experts: backend name (`ModelAlias.backend`) -> expert client.
       retriever: serves `search`; None disables it (calls return an error).
       run_code: `(code, *, timeout_s) -> SandboxResult`, the sandbox.
-      expert_max_tokens / expert_temperature: sampling for expert calls.
+      expert_max_tokens / expert_temperature: sampling for expert calls (the
+        protocol may set its own temperature).
+      expert_protocol: how experts are asked and their replies read
+        (`expert_protocols.EXPERT_PROTOCOLS`, `tools.experts`).
+      families: backend name -> its model family (the catalogue's `family`);
+        a backend not listed has family "".
       experts_for_config: optional `(tool_config) -> experts`; when set,
         `make_tools` uses its experts for that task instead of `experts`
         (simulated experts take their latencies from the task's config).
@@ -46,6 +52,8 @@ class Backends:
     run_code: Callable[..., Any] = run_python
     expert_max_tokens: int = 2048
     expert_temperature: float = 0.0
+    expert_protocol: ExpertProtocol = PROJECT
+    families: Mapping[str, str] = dataclasses.field(default_factory=dict)
     experts_for_config: Callable[[Any], Mapping[str, ExpertClient]] | None = None
     charge_measured_time: bool = True
 
