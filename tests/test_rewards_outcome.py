@@ -2,8 +2,11 @@
 
 import asyncio
 import dataclasses
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards import judge as judge_lib
@@ -14,11 +17,29 @@ from orchestra_jax.rewards.outcome import (
     normalize_answer,
     numeric_match,
     outcome_rewards,
+    unboxed,
 )
+from tests.linear_time import LINEAR_BOUND, growth
 
 
 def task(answer, answer_type="exact"):
     return Task(id="t", question="q?", answer=answer, answer_type=answer_type)
+
+
+BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)  # the rule: first `\boxed{` to the last `}`
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["\\boxed{", "{", "}", "a", " ", "\n", "\\"])).map("".join))
+def test_boxed_answers_unwrap_from_the_first_boxed_to_the_last_brace(text):
+    match = BOXED.search(text)
+    assert unboxed(text) == (match.group(1) if match else text)
+
+
+@pytest.mark.parametrize("piece", ["\\boxed{", "\\boxed{a}{"])
+def test_answer_normalisation_time_is_linear(piece):
+    make = lambda n: piece * n  # noqa: E731 - a model may repeat one token until its budget ends
+    assert growth(normalize_answer, make, 500) < LINEAR_BOUND
 
 
 def test_normalisation_and_exact_match():
