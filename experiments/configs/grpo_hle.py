@@ -178,7 +178,11 @@ def _base() -> ml_collections.ConfigDict:
     c.tools = ml_collections.ConfigDict()
     # Tools every task offers: meta-tools, plain tools ("python") or "package.module:attr".
     c.tools.enabled = "search,enhance_reasoning,answer"
-    c.tools.randomize = True  # Sample aliases, prices and preferences per task.
+    # True: sample aliases, prices and preferences per task. False: every task gets
+    # the nominal configuration, the same for every seed: each model of the
+    # catalogue at its own prices and latencies, in catalogue order, preference
+    # weights at the middle of their ranges (tools/config_sampler.py `nominal`).
+    c.tools.randomize = True
     c.tools.price_scale_min = 0.5  # Price multipliers sampled log-uniformly.
     c.tools.price_scale_max = 2.0
     c.tools.latency_scale_min = 0.5
