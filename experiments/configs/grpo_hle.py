@@ -311,7 +311,7 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- supervised warm start ---------------------------------------------------
     c.sft = ml_collections.ConfigDict()
-    c.sft.steps = 0  # 0: no warm start.
+    c.sft.steps = 0  # 0: no warm start (experiments.sft, whose job it is, refuses 0).
     c.sft.lr = 1e-5
     c.sft.schedule = "constant"  # "constant" | "cosine" | "linear" (decay to 0).
     c.sft.warmup_steps = 0
