@@ -328,10 +328,14 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- checkpoints, evaluation, logs ------------------------------------------
     c.checkpoint = ml_collections.ConfigDict()
+    # Checkpoint every N GRPO steps (0: never); the final step is always
+    # checkpointed, so a finished run can be evaluated, exported and extended.
     c.checkpoint.every_steps = 10
     c.checkpoint.keep = 3
     c.eval = ml_collections.ConfigDict()
-    c.eval.every_steps = 0  # Also every N GRPO steps, into eval_steps/ (0: never).
+    # Evaluate the policy every N GRPO steps, into eval_steps/ (0: never); the final
+    # step is always evaluated, by the held-out evaluation after training.
+    c.eval.every_steps = 0
     c.eval.num_tasks = 64
     c.eval.num_trials = 1  # Episodes per held-out task; > 1 reports pass^k (τ²).
     # Held-out tool configurations, baseline routers' draws and evaluation
