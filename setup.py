@@ -47,7 +47,10 @@ EXTRAS = {
         "pytest>=8",
         "pytest-xdist>=3.5",
         "hypothesis>=6.100",
-        "torch>=2.4",  # HF parity tests only; CI installs the CPU build first.
+        # HF parity tests only. PyPI's Linux torch is the CUDA build: install the CPU
+        # build first from https://download.pytorch.org/whl/cpu (README); CI's pip
+        # finds torch 2.13.0+cpu in a local wheel folder.
+        "torch>=2.4",
         "nbformat>=5.9",
         "nbclient>=0.10",
         "ipykernel>=6.29",

@@ -5,7 +5,9 @@ r"""Supervised warm start on demonstration episodes; writes a Hugging Face check
   # or any jsonl of chat conversations: {"messages": [...], "tools": [...]} per line
   python -m experiments.sft --config=... --demos=/data/demos.jsonl
 
-The loss covers the assistant's tokens only. The result goes to
+The loss covers the assistant's tokens only, for `sft.steps` steps (> 0: a
+config whose warm start is off, `sft.steps=0`, is an error here, never an
+untrained model written as if trained). The result goes to
 <workdir>/sft_hf (config.json + safetensors), loadable by transformers, SGLang,
 `experiments.evaluate --policies=hf:<workdir>/sft_hf`, or as
 `--config.model.hf_path` of a GRPO run.
@@ -13,7 +15,9 @@ The loss covers the assistant's tokens only. The result goes to
 
 import json
 import logging
+import math
 import os
+import sys
 
 from absl import flags
 from ml_collections import config_flags
@@ -57,6 +61,26 @@ def read_conversations(path, tokenizer, enable_thinking):
     return examples
 
 
+def no_steps_error(config, demos_path: str) -> str | None:
+    """Why this config trains nothing here (`sft.steps` <= 0), with the steps of one
+    pass over the demonstrations as a suggestion; None when it trains."""
+    steps, batch = config.sft.steps, config.sft.batch_size
+    if steps > 0:
+        return None
+    if demos_path:
+        with open(demos_path, encoding="utf-8") as f:
+            count = sum(1 for line in f if line.strip())
+        where = f"the {count} conversations in {demos_path}"
+    else:
+        count = config.sft.num_demos
+        where = f"sft.num_demos={count} demonstrations"
+    return (
+        f"error: sft.steps={steps}: experiments.sft would train no step and write the "
+        "untrained model. Set --config.sft.steps=N; one pass over "
+        f"{where} at sft.batch_size={batch} is {max(1, math.ceil(count / batch))} steps."
+    )
+
+
 def main(argv):
     del argv
     flags_util.init_distributed(_CONFIG.value)
@@ -65,6 +89,9 @@ def main(argv):
     from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
 
     config = flags_util.validated(_CONFIG.value)
+    error = no_steps_error(config, _DEMOS.value)
+    if error:
+        sys.exit(error)
     workdir = grpo_loop.workdir_of(config)
     if _DEMOS.value:
         tokenizer = builders.build_tokenizer(config)

@@ -1,12 +1,13 @@
 """chat/tool_calls: parsing never raises, round-trips what render writes, and checks schemas."""
 
 import json
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchestra_jax.chat import template
+from orchestra_jax.chat import template, tool_calls
 from orchestra_jax.chat.tool_calls import (
     ToolCall,
     ToolCallError,
@@ -14,6 +15,7 @@ from orchestra_jax.chat.tool_calls import (
     split_reasoning,
     strip_think,
 )
+from tests.linear_time import LINEAR_BOUND, growth
 
 SEARCH = {
     "type": "function",
@@ -293,3 +295,140 @@ def test_round_trips_every_call_render_writes(calls, content, reasoning):
     parsed = parse_tool_calls(generated, tools)
     assert [(p.name, p.arguments) for p in parsed] == [(name, args) for name, args, _ in calls]
     assert all(p.raw in generated for p in parsed)
+
+
+# Long degenerate outputs: the parser agrees with a plain reading of its rules and
+# takes time linear in the text (a model can repeat `<tool_call>`, one Qwen3 token,
+# until its token budget runs out).
+
+
+def reference_parse(text, tools):
+    """The module docstring's rules read plainly: every search and decode on the whole text."""
+    decoder, schemas = json.JSONDecoder(), tool_calls.tool_parameters(tools)
+    if "</think>" in text:
+        content = text.partition("</think>")[2]
+    else:
+        content = text.partition("<think>")[0]
+    results, pos = [], 0
+    fmt = tool_calls.CALL_FORMAT
+    while True:
+        start, stray = content.find("<tool_call>", pos), content.find("</tool_call>", pos)
+        if stray != -1 and (start == -1 or stray < start):
+            raw = content[pos : stray + len("</tool_call>")].strip()
+            message = f"Found </tool_call> without an opening <tool_call>. Write each call as {fmt}"
+            results.append(ToolCallError(message, raw))
+            pos = stray + len("</tool_call>")
+            continue
+        if start == -1:
+            return results
+        body = start + len("<tool_call>")
+        while body < len(content) and content[body] in " \t\n\r":
+            body += 1
+        end = None
+        try:
+            value, end = decoder.raw_decode(content, body)
+        except json.JSONDecodeError as e:
+            problem = (
+                "the block holds no JSON"
+                if content.startswith("</tool_call>", body) or body == len(content)
+                else f"the call is not valid JSON ({e.msg} at offset {e.pos - body})"
+            )
+        except RecursionError:
+            problem = "the call's JSON is nested too deeply"
+        else:
+            close = end
+            while close < len(content) and content[close] in " \t\n\r":
+                close += 1
+            if content.startswith("</tool_call>", close):
+                stop = close + len("</tool_call>")
+                results.append(tool_calls.check_call(value, content[start:stop], schemas))
+                pos = stop
+                continue
+            problem = f"unexpected text after the JSON object: {content[close : close + 40]!r}"
+        after = end if end is not None else body
+        close, nxt = content.find("</tool_call>", after), content.find("<tool_call>", after)
+        if nxt != -1 and (close == -1 or nxt < close):
+            message = (
+                "A <tool_call> block was not closed with </tool_call> before the next one"
+                f" ({problem}). Write each call as {fmt}"
+            )
+            results.append(ToolCallError(message, content[start:nxt]))
+            pos = nxt
+        elif close == -1:
+            message = (
+                f"A <tool_call> block was not closed with </tool_call> ({problem}). "
+                f"Write each call as {fmt}"
+            )
+            results.append(ToolCallError(message, content[start:]))
+            pos = len(content)
+        else:
+            pos = close + len("</tool_call>")
+            message = f"Invalid tool call: {problem}. Write each call as {fmt}"
+            results.append(ToolCallError(message, content[start:pos]))
+
+
+DEGENERATE = [
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    "\\u00e9",
+    "\\ud83d\\ude00",
+    "\\u12",
+    ",",
+    ":",
+    " ",
+    "\n",
+    "1",
+    "-",
+    ".5",
+    "e+7",
+    "-Infinity",
+    "NaN",
+    "true",
+    "nul",
+    "a",
+    '{"name": "search", "arguments": {"model": "search-1"}}',
+    '{"name": "answer", "arguments": {"q": "',
+    '"</tool_call>"',
+    "<tool_call>\n[",
+    '<tool_call>{"a": "',
+]
+degenerate_text = st.lists(
+    st.tuples(st.sampled_from(DEGENERATE) | st.text(max_size=2), st.integers(1, 200)),
+    max_size=12,
+).map(lambda runs: "".join(fragment * count for fragment, count in runs))
+
+
+@settings(max_examples=300, deadline=None)
+@example(text='<tool_call>{"a": 1.5e+7}</tool_call>', window=18)
+@example(text="<tool_call>-Infinity</tool_call>" * 3, window=10)
+@example(text='<tool_call>["\\ud83d\\ude00"]</tool_call>', window=20)
+@example(text="<tool_call>" + "[" * 3000 + "</tool_call>", window=256)
+@given(text=degenerate_text, window=st.integers(1, 300))
+def test_degenerate_outputs_parse_as_the_plain_reading(text, window):
+    # small first windows make every JSON value cross a window's end somewhere
+    with mock.patch.object(tool_calls, "_FIRST_WINDOW", window):
+        assert parse_tool_calls(text, TOOLS) == reference_parse(text, TOOLS)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_call>{",
+        '<tool_call>["',
+        '<tool_call>{"a": "',
+        "<think>",
+    ],
+)
+def test_parsing_time_is_linear_in_the_text(block):
+    make = lambda n: "text " + block * n + "\n<tool_call>\n{}\n</tool_call>"  # noqa: E731
+    assert growth(parse_tool_calls, make, 1000) < LINEAR_BOUND

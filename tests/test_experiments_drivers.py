@@ -43,6 +43,21 @@ def test_config_errors_exit_with_a_clear_message(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("with_demos", [True, False])
+def test_sft_without_steps_is_an_error_not_an_untrained_model(tmp_path, with_demos):
+    demos = tmp_path / "demos.jsonl"
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    demos.write_text(json.dumps(row) + "\n" * 2 + json.dumps(row) + "\n")
+    args = [f"{CONFIG}:micro", f"--config.workdir={tmp_path}", "--config.sft.batch_size=2"]
+    args.append("--config.sft.ema_decay=0.0")  # no average of no steps to fail on
+    result = _run("experiments.sft", *args, *([f"--demos={demos}"] if with_demos else []))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "sft.steps=0: experiments.sft would train no step" in result.stderr
+    where = f"the 2 conversations in {demos}" if with_demos else "demonstrations"
+    assert where in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "sft_hf").exists()
+
+
 def test_sft_writes_an_hf_folder_that_evaluate_runs(tmp_path):
     workdir = f"--config.workdir={tmp_path}"
     sft = _run(

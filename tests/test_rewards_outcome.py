@@ -2,8 +2,11 @@
 
 import asyncio
 import dataclasses
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards import judge as judge_lib
@@ -14,11 +17,29 @@ from orchestra_jax.rewards.outcome import (
     normalize_answer,
     numeric_match,
     outcome_rewards,
+    unboxed,
 )
+from tests.linear_time import LINEAR_BOUND, growth
 
 
 def task(answer, answer_type="exact"):
     return Task(id="t", question="q?", answer=answer, answer_type=answer_type)
+
+
+BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)  # the rule: first `\boxed{` to the last `}`
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["\\boxed{", "{", "}", "a", " ", "\n", "\\"])).map("".join))
+def test_boxed_answers_unwrap_from_the_first_boxed_to_the_last_brace(text):
+    match = BOXED.search(text)
+    assert unboxed(text) == (match.group(1) if match else text)
+
+
+@pytest.mark.parametrize("piece", ["\\boxed{", "\\boxed{a}{"])
+def test_answer_normalisation_time_is_linear(piece):
+    make = lambda n: piece * n  # noqa: E731 - a model may repeat one token until its budget ends
+    assert growth(normalize_answer, make, 500) < LINEAR_BOUND
 
 
 def test_normalisation_and_exact_match():
@@ -122,6 +143,38 @@ def test_llm_judge_caches_and_reports_cost_separately(tmp_path):
 
     reloaded = judge_lib.JudgeCache(tmp_path / "judge.jsonl")  # a resumed run pays nothing
     assert len(reloaded) == 2
+
+
+def test_judge_cache_drops_a_line_cut_by_a_kill_and_goes_on(tmp_path, caplog):
+    path = tmp_path / "judge.jsonl"
+    cache = judge_lib.JudgeCache(path)
+    cache["a"], cache["b"] = True, False
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"key": "c", "corr')  # the run was killed while writing
+    with caplog.at_level("WARNING", logger="orchestra_jax.rewards.judge"):
+        resumed = judge_lib.JudgeCache(path)
+    assert dict(resumed) == {"a": True, "b": False}
+    assert f"{path}: line 3 was cut off" in caplog.text
+    resumed["c"] = True  # appends start on a line of their own
+    assert dict(judge_lib.JudgeCache(path)) == {"a": True, "b": False, "c": True}
+
+
+def test_judge_cache_keeps_a_whole_last_verdict_without_its_line_end(tmp_path):
+    path = tmp_path / "judge.jsonl"
+    path.write_text('{"key": "a", "correct": true}', encoding="utf-8")
+    cache = judge_lib.JudgeCache(path)
+    cache["b"] = False
+    assert dict(judge_lib.JudgeCache(path)) == {"a": True, "b": False}
+
+
+@pytest.mark.parametrize(
+    "bad", ['{"key": "b", "corr', "not json", '{"key": "b"}', '{"key": 1, "correct": true}']
+)
+def test_judge_cache_names_the_file_and_line_of_a_damaged_line(tmp_path, bad):
+    path = tmp_path / "judge.jsonl"
+    path.write_text(f'{{"key": "a", "correct": true}}\n{bad}\n{{"key": "c", "correct": false}}\n')
+    with pytest.raises(judge_lib.JudgeCacheError, match=f"{path}, line 2: not a judge verdict"):
+        judge_lib.JudgeCache(path)
 
 
 def test_grade_skips_the_judge_for_invalid_answers_and_rule_types():

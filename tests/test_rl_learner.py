@@ -182,6 +182,19 @@ def test_sft_step_lowers_the_masked_nll(batch):
     assert nll[-1] < nll[0] - 0.05, nll
 
 
+def test_a_skipped_update_says_why(batch, caplog):
+    learner = Learner(new_model(), LearnerConfig(learning_rate=1e-2, kl_coef=0.0, tis_cap=2.0))
+    sampled = np.asarray(batch.loss_mask) > 0
+    old = np.array(batch.old_logprobs)
+    old[np.nonzero(sampled)[0][0], np.nonzero(sampled)[1][0]] = np.nan  # one token had none
+    with caplog.at_level("WARNING", logger="orchestra_jax.rl.learner"):
+        metrics = learner.train_step(dataclasses.replace(batch, old_logprobs=old))
+    assert metrics["skipped"] == 1.0 and learner.step == 0
+    assert "learner update skipped at step 0" in caplog.text
+    assert "tis_weight_max=nan" in caplog.text and "loss=nan" in caplog.text
+    assert f"1 of the batch's {int(sampled.sum())} sampled tokens have a non-finite" in caplog.text
+
+
 def test_packed_batch_with_tis_and_sequence_aggregation_trains():
     config = LearnerConfig(
         learning_rate=1e-2,

@@ -11,11 +11,13 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.openai_chat import split_reply
+from orchestra_jax.rollout.openai_chat import _without_calls, split_reply
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from tests.linear_time import LINEAR_BOUND, growth
 
 openai = pytest.importorskip("openai")
 
@@ -211,3 +213,18 @@ def test_sampling_fields_on_a_model(tiny):
     assert [c.message.content for c in seeded[0].choices] == [
         c.message.content for c in seeded[1].choices
     ]
+
+
+def calls_removed(content):
+    return _without_calls(
+        content, [c for c in parse_tool_calls(content) if isinstance(c, ToolCall)]
+    )
+
+
+def test_a_reply_without_its_calls_keeps_the_text_between_them():
+    bad = "<tool_call>\nnot json\n</tool_call>"
+    assert calls_removed(f"a{CALL}b{CALL}{bad}c{CALL}") == f"ab{bad}c"
+
+
+def test_removing_calls_takes_time_linear_in_the_reply():
+    assert growth(calls_removed, lambda n: f"x{CALL}" * n, 2000) < LINEAR_BOUND

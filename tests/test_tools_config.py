@@ -118,3 +118,42 @@ def test_round_trip_and_validation():
     )
     assert [s["function"]["name"] for s in config.tool_schemas()] == ["answer", "python"]
     assert "avoiding python" in config.system_prompt()
+
+
+def sampled_configs(randomize, seed):
+    """Configurations of several tasks drawn as a GRPO run's sampler draws them from its config."""
+    from experiments.configs import grpo_hle
+    from orchestra_jax.training import builders, seeds
+
+    config = grpo_hle.get_config("demo")
+    config.tools.randomize = randomize
+    sampler = SyntheticOrchestrationEnv(0, num_entities=20).tool_config_sampler(
+        seed=seed, ranges=builders.sampler_ranges(config), **builders.tool_config_fields(config)
+    )
+    tasks = [Task(f"t{i}", "q", "a") for i in range(8)]
+    return [
+        sampler.sample(t, seeds.step_tool_config_seed(seed, 0, i)) for i, t in enumerate(tasks)
+    ], sampler
+
+
+def test_randomize_true_draws_a_configuration_per_task():
+    configs, _ = sampled_configs(True, seed=0)
+    assert len({json.dumps(c.tool_schemas()) + str(c.preference) for c in configs}) > 1
+
+
+def test_randomize_false_gives_every_task_and_seed_the_nominal_configuration():
+    configs, sampler = sampled_configs(False, seed=0)
+    other_seed, _ = sampled_configs(False, seed=7)
+    nominal = configs[0]
+    assert all(c == nominal for c in configs + other_seed)  # one configuration for all
+    assert nominal == sampler.nominal()
+    offered = [p for p in PROFILES if p.tool in nominal.tools]
+    assert [(a.tool, a.backend) for a in nominal.aliases] == [(p.tool, p.backend) for p in offered]
+    for alias, profile in zip(nominal.aliases, offered):  # the catalogue's own prices
+        assert (alias.price_in, alias.price_out) == (profile.price_in, profile.price_out)
+    ranges = sampler.ranges
+    assert nominal.preference == {
+        "accuracy": 1.0,
+        "cost": sum(ranges.cost_weight) / 2,
+        "latency": sum(ranges.latency_weight) / 2,
+    }

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -293,3 +294,22 @@ def test_demo_policy_may_be_a_mixture_of_routers():
     config.sft.demo_policy = "random+oracle"
     with pytest.raises(ConfigError, match="sft.demo_policy"):
         validate(config)
+
+
+def test_checkpoint_every_steps_zero_checkpoints_the_final_step_only(tmp_path):
+    config = micro_config(tmp_path, **{"checkpoint.every_steps": 0})
+    run = grpo_loop.setup_run(config)
+    try:
+        state = dict(params=run.learner.params, opt_state=run.learner.opt_state, rng=0)
+        assert not run.checkpointer.save(1, **state)  # 0: no periodic checkpoint
+        assert run.checkpointer.save(config.num_steps, **state, force=True)  # the final one
+        run.checkpointer.wait_until_finished()
+        assert run.checkpointer.all_steps() == [config.num_steps]
+    finally:
+        run.engine.close()
+
+
+@pytest.mark.parametrize("field", ["checkpoint.every_steps", "eval.every_steps"])
+def test_negative_intervals_are_config_errors(tmp_path, field):
+    with pytest.raises(ConfigError, match=f"{re.escape(field)} must be >= 0, got -1"):
+        micro_config(tmp_path, **{field: -1})

@@ -40,7 +40,7 @@ def demo_config(workdir: str, args, max_staleness: int):
     config.eval.every_steps = 0
     config.log.tensorboard = False
     config.log.trajectories_every = 0
-    config.checkpoint.every_steps = args.steps  # the final step's only
+    config.checkpoint.every_steps = 0  # the final step's only
     return config
 
 

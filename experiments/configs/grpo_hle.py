@@ -178,7 +178,11 @@ def _base() -> ml_collections.ConfigDict:
     c.tools = ml_collections.ConfigDict()
     # Tools every task offers: meta-tools, plain tools ("python") or "package.module:attr".
     c.tools.enabled = "search,enhance_reasoning,answer"
-    c.tools.randomize = True  # Sample aliases, prices and preferences per task.
+    # True: sample aliases, prices and preferences per task. False: every task gets
+    # the nominal configuration, the same for every seed: each model of the
+    # catalogue at its own prices and latencies, in catalogue order, preference
+    # weights at the middle of their ranges (tools/config_sampler.py `nominal`).
+    c.tools.randomize = True
     c.tools.price_scale_min = 0.5  # Price multipliers sampled log-uniformly.
     c.tools.price_scale_max = 2.0
     c.tools.latency_scale_min = 0.5
@@ -325,7 +329,7 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- supervised warm start ---------------------------------------------------
     c.sft = ml_collections.ConfigDict()
-    c.sft.steps = 0  # 0: no warm start.
+    c.sft.steps = 0  # 0: no warm start (experiments.sft, whose job it is, refuses 0).
     c.sft.lr = 1e-5
     c.sft.schedule = "constant"  # "constant" | "cosine" | "linear" (decay to 0).
     c.sft.warmup_steps = 0
@@ -342,10 +346,14 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- checkpoints, evaluation, logs ------------------------------------------
     c.checkpoint = ml_collections.ConfigDict()
+    # Checkpoint every N GRPO steps (0: never); the final step is always
+    # checkpointed, so a finished run can be evaluated, exported and extended.
     c.checkpoint.every_steps = 10
     c.checkpoint.keep = 3
     c.eval = ml_collections.ConfigDict()
-    c.eval.every_steps = 0  # Also every N GRPO steps, into eval_steps/ (0: never).
+    # Evaluate the policy every N GRPO steps, into eval_steps/ (0: never); the final
+    # step is always evaluated, by the held-out evaluation after training.
+    c.eval.every_steps = 0
     # The evaluation's settings as one named set (training/eval_protocols.py):
     # "heldout": the project's generalisation test, held-out prices with a stated
     # preference per task and the fields below and in agent.*; "paper": the reference

@@ -22,6 +22,9 @@ Parsing rules, chosen so that a bad block never hides a good one:
     `</tool_call>`, or is cut short by the next `<tool_call>` or the end of text;
   * a `</tool_call>` with no opening tag is an error too.
 
+Parsing takes time linear in the text, however the blocks repeat, nest or go
+unclosed (`_NextTag`, `_decode`).
+
 Schema checks (OpenAI function schemas, a JSON-Schema subset): known tool name;
 `type` (one or a list of string, integer, number, boolean, array, object,
 null), `enum`, `properties`, `required`, `additionalProperties: false`,
@@ -111,11 +114,12 @@ def parse_tool_calls(
         raise TypeError(f"parse_tool_calls takes a str, got {type(text).__name__}")
     schemas = tool_parameters(tools) if tools is not None else None
     content = generated_content(text)
+    find = _NextTag(content)
     results: list[ToolCall | ToolCallError] = []
     pos = 0
     while True:
-        start = content.find(TOOL_CALL_OPEN, pos)
-        stray = content.find(TOOL_CALL_CLOSE, pos)
+        start = find(TOOL_CALL_OPEN, pos)
+        stray = find(TOOL_CALL_CLOSE, pos)
         if stray != -1 and (start == -1 or stray < start):
             raw = content[pos : stray + len(TOOL_CALL_CLOSE)].strip()
             results.append(
@@ -129,8 +133,32 @@ def parse_tool_calls(
             continue
         if start == -1:
             return results
-        item, pos = _parse_block(content, start, schemas)
+        item, pos = _parse_block(content, start, schemas, find)
         results.append(item)
+
+
+class _NextTag:
+    """`content.find(tag, pos)`, in linear time overall for positions that never decrease.
+
+    The parser asks for the next opening and closing tag after every block; a
+    plain `find` rescans the text up to a far tag each time, quadratic in the
+    number of blocks. Each tag's last answer is kept and is still the answer
+    for any later position up to it (and -1 stays -1), so every character is
+    scanned at most once per tag. (An earlier position gets a plain `find`.)
+    """
+
+    def __init__(self, content: str):
+        self.content = content
+        self.last: dict[str, tuple[int, int]] = {}  # tag -> (asked at, answer)
+
+    def __call__(self, tag: str, pos: int) -> int:
+        asked, found = self.last.get(tag, (-1, -1))
+        if 0 <= asked <= pos and (found == -1 or pos <= found):
+            return found
+        found = self.content.find(tag, pos)
+        if pos >= asked:
+            self.last[tag] = (pos, found)
+        return found
 
 
 def _skip_space(content: str, pos: int) -> int:
@@ -139,11 +167,13 @@ def _skip_space(content: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _parse_block(content: str, start: int, schemas) -> tuple[ToolCall | ToolCallError, int]:
+def _parse_block(
+    content: str, start: int, schemas, find: _NextTag
+) -> tuple[ToolCall | ToolCallError, int]:
     """The block opening at `start`, and where scanning resumes after it."""
     body = _skip_space(content, start + len(TOOL_CALL_OPEN))
     try:
-        value, end = _DECODER.raw_decode(content, body)
+        value, end = _decode(content, body)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         value, end, problem = None, None, _json_problem(e, content, body)
     else:
@@ -153,7 +183,7 @@ def _parse_block(content: str, start: int, schemas) -> tuple[ToolCall | ToolCall
             return check_call(value, content[start:stop], schemas), stop
         problem = f"unexpected text after the JSON object: {content[close : close + 40]!r}"
     after = end if end is not None else body  # tags inside decoded JSON strings are data, not tags
-    close, nxt = content.find(TOOL_CALL_CLOSE, after), content.find(TOOL_CALL_OPEN, after)
+    close, nxt = find(TOOL_CALL_CLOSE, after), find(TOOL_CALL_OPEN, after)
     if nxt != -1 and (close == -1 or nxt < close):
         msg = f"A {TOOL_CALL_OPEN} block was not closed with {TOOL_CALL_CLOSE} before the next one"
         return ToolCallError(
@@ -170,11 +200,42 @@ def _parse_block(content: str, start: int, schemas) -> tuple[ToolCall | ToolCall
     ), stop
 
 
+def _decode(content: str, body: int) -> tuple[Any, int]:
+    """`_DECODER.raw_decode(content, body)`, in time linear in how far the decoder reads.
+
+    A failed decode of the whole text takes time linear in `body` (JSONDecodeError
+    counts the lines before the error): quadratic over many blocks. So the decoder
+    reads windows of the text from `body`, doubling, until its verdict cannot depend
+    on where the window ends: a value or an error (other than an unterminated
+    string) more than `_WINDOW_MARGIN` characters before it. The decoder looks at
+    most a few characters ahead (`-Infinity`, a `\\uXXXX` escape, `1.5e+7`), so such
+    a verdict is the one on the whole text. Errors' positions are offsets from `body`.
+    """
+    width = _FIRST_WINDOW
+    while True:
+        window = content[body : body + width]
+        whole = body + width >= len(content)
+        near_end = len(window) - _WINDOW_MARGIN
+        try:
+            value, end = _DECODER.raw_decode(window)
+        except json.JSONDecodeError as e:
+            if whole or (e.pos < near_end and not e.msg.startswith("Unterminated")):
+                raise
+        else:
+            if whole or end < near_end:
+                return value, body + end
+        width *= 2
+
+
+_FIRST_WINDOW = 256
+_WINDOW_MARGIN = 16
+
+
 def _json_problem(error: Exception, content: str, body: int) -> str:
     if content.startswith(TOOL_CALL_CLOSE, body) or body == len(content):
         return "the block holds no JSON"
     if isinstance(error, json.JSONDecodeError):
-        return f"the call is not valid JSON ({error.msg} at offset {error.pos - body})"
+        return f"the call is not valid JSON ({error.msg} at offset {error.pos})"
     if isinstance(error, RecursionError):
         return "the call's JSON is nested too deeply"
     return f"the call's JSON could not be decoded ({error})"

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, MutableMapping
@@ -37,6 +38,8 @@ from orchestra_jax.rewards.outcome import (
     lowercase_match,
 )
 from orchestra_jax.tools.pricing import token_cost
+
+log = logging.getLogger(__name__)
 
 _VERDICT = re.compile(r"<correct>\s*(true|false)\s*</correct>", re.IGNORECASE)
 
@@ -121,18 +124,49 @@ class JudgeCache(dict):
     """Verdicts keyed by a hash of (judge settings, question, reference, prediction).
 
     With a `path`, verdicts are appended to a JSON-lines file as they are added
-    and read back on construction, so a resumed run does not pay twice.
+    and read back on construction, so a resumed run does not pay twice. Every
+    verdict is written as one whole line, so a run killed while writing leaves
+    at most its last line torn (no line end): that line is logged as a warning
+    and cut off the file. Any other line that is not a verdict is a
+    `JudgeCacheError` naming the file and line: the file is then not what this
+    class wrote (edited, damaged or written by another program), and a wrong
+    cached verdict would silently change rewards, so the run stops for a person
+    to look rather than guess.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
         if self.path and os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        row = json.loads(line)
-                        super().__setitem__(row["key"], bool(row["correct"]))
+            self._load(self.path)
+
+    def _load(self, path: str) -> None:
+        with open(path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")  # the last item is b"" when the file ends with a line end
+        for number, line in enumerate(lines[:-1], start=1):
+            if line.strip():
+                key, correct = _verdict_row(line, path, number)
+                super().__setitem__(key, correct)
+        tail = lines[-1]
+        if not tail.strip():
+            return
+        try:
+            key, correct = _verdict_row(tail, path, len(lines))
+        except JudgeCacheError:
+            log.warning(
+                "%s: line %d was cut off by a stopped run (%d bytes, no line end); "
+                "dropped it (that verdict will be asked again)",
+                path,
+                len(lines),
+                len(tail),
+            )
+            with open(path, "r+b") as f:
+                f.truncate(len(data) - len(tail))
+            return
+        super().__setitem__(key, correct)
+        with open(path, "ab") as f:  # a whole verdict without its line end: end it
+            f.write(b"\n")
 
     def __setitem__(self, key: str, correct: bool) -> None:
         super().__setitem__(key, bool(correct))
@@ -140,6 +174,27 @@ class JudgeCache(dict):
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"key": key, "correct": bool(correct)}) + "\n")
+
+
+class JudgeCacheError(ValueError):
+    """A judge cache file holds a line that is not a verdict."""
+
+
+def _verdict_row(line: bytes, path: str, number: int) -> tuple[str, bool]:
+    try:
+        row = json.loads(line)
+        key, correct = row["key"], row["correct"]
+    except (ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError, JSONDecodeError
+        raise JudgeCacheError(
+            f"{path}, line {number}: not a judge verdict ({type(e).__name__}: {e}): "
+            f"{line[:80]!r}. Delete that line (its verdict is asked again) or the file."
+        ) from None
+    if not isinstance(key, str) or not isinstance(correct, bool):
+        raise JudgeCacheError(
+            f"{path}, line {number}: not a judge verdict (key must be a string and "
+            f"correct a boolean): {line[:80]!r}. Delete that line or the file."
+        )
+    return key, correct
 
 
 class LLMJudge:

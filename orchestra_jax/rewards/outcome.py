@@ -31,7 +31,7 @@ MAX_ANSWER_WORDS = 500
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
+_BOXED_OPEN = "\\boxed{"
 
 
 class GradableTask(Protocol):
@@ -57,13 +57,18 @@ def is_valid_answer(prediction: str | None) -> bool:
 
 def normalize_answer(text: str) -> str:
     """Lower case, strip a `\\boxed{}` wrapper, punctuation and articles, collapse spaces."""
-    boxed = _BOXED.search(text)
-    if boxed:
-        text = boxed.group(1)
-    text = text.lower()
+    text = unboxed(text).lower()
     text = "".join(ch for ch in text if ch not in string.punctuation)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
+
+
+def unboxed(text: str) -> str:
+    """What lies between the first `\\boxed{` and the last `}` after it; else `text`."""
+    start, end = text.find(_BOXED_OPEN), text.rfind("}")
+    if start != -1 and end >= start + len(_BOXED_OPEN):
+        return text[start + len(_BOXED_OPEN) : end]
+    return text
 
 
 def exact_match(prediction: str, reference: str) -> bool:

@@ -10,7 +10,8 @@
    continuing it: `rl/shared_prompts.py`.)
 3. optax: clip by global norm -> AdamW (decay on matrices only) with a schedule.
 4. If the loss or the gradient norm is not finite, parameters and optimizer
-   state are left untouched and `skipped` = 1 in the metrics.
+   state are left untouched, `skipped` = 1 in the metrics, and a warning says
+   which values were not finite (`skip_cause`).
 
 Shardings are explicit: parameters follow `parallel/mesh.py`'s rules, optimizer
 moments follow their parameters, batch rows split over ("data", "fsdp"), metrics
@@ -22,6 +23,7 @@ keeps the batch's split over devices and no rows move between devices.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Any
 
@@ -47,6 +49,8 @@ from orchestra_jax.rl.objectives import (
     loss_position_logprobs,
 )
 from orchestra_jax.rl.shared_prompts import SharedPromptBatch, loss_rows
+
+log = logging.getLogger(__name__)
 
 Batch = TrainBatch | SharedPromptBatch  # rows: episodes, or groups sharing a prompt
 
@@ -184,6 +188,24 @@ def _split_micro_batches(batch: Any, num_micro: int) -> Any:
 def _strided_rows(batch: Batch, i: int, n: int) -> Batch:
     """Rows i, n + i, 2n + i, … of `batch` (mini-batch i of n)."""
     return jax.tree.map(lambda x: x[i::n], batch)
+
+
+def skip_cause(metrics: dict[str, float], batch: Any) -> str:
+    """Why an update was skipped: its non-finite metrics, and non-finite rollout
+    log-probabilities among the batch's sampled tokens (they make the truncated
+    importance weights, and with them the loss, NaN)."""
+    bad = [f"{name}={value}" for name, value in metrics.items() if not math.isfinite(value)]
+    cause = "non-finite " + ", ".join(bad) if bad else "non-finite loss or gradient norm"
+    old, mask = getattr(batch, "old_logprobs", None), getattr(batch, "loss_mask", None)
+    if old is not None and mask is not None:
+        old, sampled = np.asarray(old), np.asarray(mask) > 0
+        count = int((~np.isfinite(old) & sampled).sum())
+        if count:
+            cause += (
+                f"; {count} of the batch's {int(sampled.sum())} sampled tokens have a "
+                "non-finite rollout log-probability (the engine's old_logprobs)"
+            )
+    return cause
 
 
 def combine_update_metrics(per_update: list[dict[str, float]]) -> dict[str, float]:
@@ -436,6 +458,14 @@ class Learner:
             self.params, self.opt_state, metrics = self._compiled[key](*args)
         self._sync_model()
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        if metrics["skipped"]:
+            log.warning(
+                "learner update skipped at step %d (%s), parameters and optimizer state "
+                "unchanged: %s",
+                self.step,
+                objective,
+                skip_cause(metrics, batch),
+            )
         self.step += int(not metrics["skipped"])
         return metrics
 

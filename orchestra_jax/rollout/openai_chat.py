@@ -166,6 +166,16 @@ def split_reply(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+def _without_calls(content: str, calls: list[ToolCall]) -> str:
+    """`content` without the blocks of `calls` (in the order parsed), in one pass."""
+    kept, pos = [], 0
+    for call in calls:
+        start = content.find(call.raw, pos)
+        kept.append(content[pos:start])
+        pos = start + len(call.raw)
+    return "".join(kept) + content[pos:]
+
+
 def _tool_call_json(i: int, call: ToolCall) -> dict:
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
@@ -296,9 +306,7 @@ async def chat_completion(
             ]
             if body.get("parallel_tool_calls") is False:
                 calls = calls[:1]
-            for call in calls:
-                content = content.replace(call.raw, "", 1)
-            content = content.strip()
+            content = _without_calls(content, calls).strip()
         finish = c.finish_reason
         if calls and finish == "stop":
             finish = "tool_calls"

@@ -6,8 +6,10 @@ the `meta_info.weight_version` that generated them.
 
 Several servers are used round robin, one batched `/generate` per chunk of at
 most `max_batch_per_request` prompts, all chunks in flight at once; give a single
-router URL to let SGLang's router balance instead. A connection error, timeout
-or 5xx is retried on the next server with exponential backoff
+router URL to let SGLang's router balance instead. A connection error, timeout,
+5xx or malformed reply (not JSON where its content type says JSON, off the wire
+format, an output token without a log-probability: `sglang_protocol.MalformedResponse`)
+is retried on the next server with exponential backoff
 (`backoff_s * 2**attempt`, at most `max_retries` retries); after that `generate`
 raises `RolloutServerError` naming every server tried and the last error, so no
 request is ever silently dropped. A 4xx is the caller's fault and raises at once.
@@ -31,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
@@ -59,6 +62,14 @@ class _ClientError(Exception):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
+
+
+def _json_body(text: str) -> Any:
+    """A reply sent as JSON, decoded; MalformedResponse when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise proto.MalformedResponse(f"reply is not valid JSON ({e}): {text[:200]!r}") from None
 
 
 def attempt_rid(request_id: str | None) -> str:
@@ -133,13 +144,21 @@ class SGLangClient:
             loop.run_until_complete(session.close())
 
     async def _request(
-        self, method: str, path: str, payload: Any = None, *, url: str | None = None
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        url: str | None = None,
+        parse: Callable[[Any], Any] | None = None,
     ) -> Any:
         """`method path` on one server (round robin unless `url`), with retries.
 
         `payload` may be a callable giving the body per attempt (fresh request ids).
-        Returns the decoded JSON (or text) body; raises RolloutServerError after
-        the last retry and _ClientError on a 4xx.
+        Returns the decoded JSON (or text) body, through `parse` if given; a body
+        that does not decode, or that `parse` refuses (`MalformedResponse`), is a
+        server fault like a 5xx: retried, then reported. Raises RolloutServerError
+        after the last retry and _ClientError on a 4xx.
         """
         errors = []
         for attempt in range(self.max_retries + 1):
@@ -157,14 +176,22 @@ class SGLangClient:
                             resp.request_info, (), status=resp.status, message=text[:500]
                         )
                     ctype = resp.headers.get("Content-Type", "")
-                    return await resp.json() if "json" in ctype else text
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                errors.append(f"{base}: {type(e).__name__}: {e}")
+                    value = _json_body(text) if "json" in ctype else text
+                    return parse(value) if parse is not None else value
+            except (
+                aiohttp.ClientError,
+                asyncio.TimeoutError,
+                UnicodeDecodeError,
+                proto.MalformedResponse,
+            ) as e:
+                kind = "malformed reply" if isinstance(e, proto.MalformedResponse) else ""
+                errors.append(f"{base}: {kind or type(e).__name__}: {e}")
                 if attempt < self.max_retries:
                     delay = self.backoff_s * 2**attempt
                     log.warning(
-                        "%s %s failed (%s); retry %d/%d in %.1fs",
+                        "%s %s%s failed (%s); retry %d/%d in %.1fs",
                         method,
+                        base,
                         path,
                         e,
                         attempt + 1,
@@ -188,21 +215,22 @@ class SGLangClient:
 
     async def _generate_chunk(self, chunk: Sequence[GenerateRequest]) -> list[Completion]:
         start = time.perf_counter()
-        body = await self._call(
+
+        def completions(body: Any) -> list[Completion]:
+            if not isinstance(body, list) or len(body) != len(chunk):
+                raise proto.MalformedResponse(
+                    f"/generate returned {type(body).__name__} for {len(chunk)} prompts: "
+                    f"{str(body)[:300]}"
+                )
+            latency = time.perf_counter() - start
+            return [proto.completion_from_json(item, latency_s=latency) for item in body]
+
+        return await self._call(
             "POST",
             "/generate",
             lambda: proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk]),
+            parse=completions,
         )
-        latency = time.perf_counter() - start
-        if not isinstance(body, list) or len(body) != len(chunk):
-            raise RolloutServerError(
-                f"/generate returned {type(body).__name__} for {len(chunk)} prompts: "
-                f"{str(body)[:300]}"
-            )
-        try:
-            return [proto.completion_from_json(item, latency_s=latency) for item in body]
-        except ValueError as e:
-            raise RolloutServerError(str(e)) from None
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Completions in request order; raises RolloutServerError if any chunk fails."""

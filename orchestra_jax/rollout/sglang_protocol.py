@@ -689,43 +689,115 @@ def _version(value: Any) -> int | None:
         return None
 
 
-def _pairs(rows: Any) -> list[tuple[int, float]] | None:
-    if rows is None:
-        return None
-    return [(int(t), float("nan") if lp is None else float(lp)) for lp, t, *_ in rows]
+class MalformedResponse(ValueError):
+    """A server's reply that does not follow the wire format (a server fault, not the caller's)."""
+
+
+def _logprob(value: Any, where: str) -> float:
+    """A log-probability from the wire: a number, -inf included; null and NaN are refused.
+
+    SGLang reports null where it could not compute a log-probability (it does so
+    for the first prompt token only). In an output token a NaN would go on to
+    make the learner's importance weights NaN; so it is an error here, at the
+    boundary, retried as any server fault.
+    """
+    if value is None:
+        raise MalformedResponse(f"{where} has no log-probability (null)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MalformedResponse(f"{where}: log-probability {value!r} is not a number")
+    logprob = float(value)
+    if math.isnan(logprob) or logprob == math.inf:
+        raise MalformedResponse(f"{where}: log-probability {logprob} is not a probability's")
+    return logprob
+
+
+def _token(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedResponse(f"{where}: token id {value!r} is not a non-negative integer")
+    return value
+
+
+def _pair_rows(rows: Any, where: str) -> list[tuple[int, float]]:
+    """`[[logprob, token id, text | null], ...]` as (id, logprob) pairs, or MalformedResponse."""
+    if not isinstance(rows, list):
+        raise MalformedResponse(f"{where} is {_kind(rows)}, not a list")
+    pairs = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) < 2:
+            raise MalformedResponse(f"{where}[{i}] is {str(row)[:60]}, not [logprob, id, ...]")
+        pairs.append((_token(row[1], f"{where}[{i}]"), _logprob(row[0], f"{where}[{i}]")))
+    return pairs
+
+
+def _pairs(rows: Any, where: str) -> list[tuple[int, float]] | None:
+    return None if rows is None else _pair_rows(rows, where)
+
+
+def _rows(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise MalformedResponse(f"{where} is {_kind(value)}, not a list")
+    return value
 
 
 def completion_from_json(obj: Any, *, latency_s: float) -> Completion:
-    """One SGLang /generate response object -> Completion (tokens from the logprobs)."""
+    """One SGLang /generate response object -> Completion (tokens from the logprobs).
+
+    Raises MalformedResponse for anything off the wire format: a missing field,
+    a token or log-probability of the wrong type, a missing (null) log-probability
+    of an output token.
+    """
     try:
         meta = obj["meta_info"]
-        pairs = meta["output_token_logprobs"]
+        rows = meta["output_token_logprobs"]
         reason = meta["finish_reason"]
     except (KeyError, TypeError) as e:
-        raise ValueError(f"malformed /generate response, missing {e}: {str(obj)[:300]}") from None
+        raise MalformedResponse(
+            f"malformed /generate response, missing {e}: {str(obj)[:300]}"
+        ) from None
     kind = reason.get("type") if isinstance(reason, dict) else reason
     if kind not in ("stop", "length", "abort"):
-        raise ValueError(f"unknown finish_reason {reason!r} in /generate response")
-    output_ids = [int(p[1]) for p in pairs]
-    # SGLang reports None for a logprob it could not compute; keep the slot (NaN) so
-    # ids and logprobs stay aligned and the learner can see it.
-    logprobs = [float("nan") if p[0] is None else float(p[0]) for p in pairs]
+        raise MalformedResponse(f"unknown finish_reason {reason!r} in /generate response")
+    pairs = _pair_rows(rows, "output_token_logprobs")
+    output_ids = [token for token, _ in pairs]
+    logprobs = [logprob for _, logprob in pairs]
     top = meta.get("output_top_logprobs")
     prompt_scores = meta.get("input_token_logprobs")
     prompt_top = meta.get("input_top_logprobs")
+    try:
+        counts = {k: int(meta.get(k, 0)) for k in ("prompt_tokens", "cached_tokens")}
+    except (TypeError, ValueError) as e:
+        raise MalformedResponse(f"malformed /generate response meta_info: {e}") from None
     return Completion(
         output_ids=output_ids,
         logprobs=logprobs,
         finish_reason=kind,
-        prompt_tokens=int(meta.get("prompt_tokens", 0)),
+        prompt_tokens=counts["prompt_tokens"],
         completion_tokens=len(output_ids),
         latency_s=latency_s,
-        cached_tokens=int(meta.get("cached_tokens", 0)),
+        cached_tokens=counts["cached_tokens"],
         weight_version=_version(meta.get("weight_version")),
         matched_stop=reason.get("matched") if isinstance(reason, dict) else None,
-        top_logprobs=[_pairs(row) or [] for row in top] if top else None,
-        prompt_logprobs=[None if p[0] is None else float(p[0]) for p in prompt_scores]
+        top_logprobs=[
+            _pairs(row, f"output_top_logprobs[{i}]") or []
+            for i, row in enumerate(_rows(top, "output_top_logprobs"))
+        ]
+        if top
+        else None,
+        prompt_logprobs=[_prompt_logprob(row, i) for i, row in enumerate(prompt_scores)]
         if prompt_scores
         else None,
-        prompt_top_logprobs=[_pairs(row) for row in prompt_top] if prompt_top else None,
+        prompt_top_logprobs=[
+            _pairs(row, f"input_top_logprobs[{i}]")
+            for i, row in enumerate(_rows(prompt_top, "input_top_logprobs"))
+        ]
+        if prompt_top
+        else None,
     )
+
+
+def _prompt_logprob(row: Any, i: int) -> float | None:
+    """A prompt token's log-probability; null where SGLang has none (the first token)."""
+    where = f"input_token_logprobs[{i}]"
+    if not isinstance(row, list) or not row:
+        raise MalformedResponse(f"{where} is {str(row)[:60]}, not [logprob, id, ...]")
+    return None if row[0] is None else _logprob(row[0], where)

@@ -5,8 +5,11 @@ Training draws a fresh `ToolConfig` per task (the paper's `tool_pricing` and
 `keep_probability` (at least one per meta-tool), the kept profiles are shuffled
 before they are named `search-1`, `reasoner-2`, … (so a name says nothing about
 quality), prices and latencies are scaled by log-uniform factors, and the
-preference vector is sampled. `fixed_eval_configs` scales prices outside the
-training range, so evaluation sees configurations training never produced.
+preference vector is sampled. With `SamplerRanges.randomize` False every task
+gets one configuration instead, `ToolConfigSampler.nominal()`: every profile
+at its own prices and latencies, in catalogue order, with the middle of the
+preference ranges. `fixed_eval_configs` scales prices outside the training
+range, so evaluation sees configurations training never produced.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class SamplerRanges:
       efficiency_off_probability: chance both are 0 (accuracy only).
       tool_preference_probability: chance one tool feature gets a weight.
       tool_weight: uniform range of that weight (negative = avoid the tool).
+      randomize: False gives every task the nominal configuration
+        (`ToolConfigSampler.nominal`) and draws nothing.
     """
 
     price_scale: tuple[float, float] = (0.5, 2.0)
@@ -48,6 +53,7 @@ class SamplerRanges:
     efficiency_off_probability: float = 0.2
     tool_preference_probability: float = 0.2
     tool_weight: tuple[float, float] = (-1.0, 1.0)
+    randomize: bool = True
 
     def __post_init__(self):
         for name in ("price_scale", "latency_scale"):
@@ -128,7 +134,10 @@ class ToolConfigSampler:
     def sample(
         self, task: Task, rng_or_seed: np.random.Generator | int | None = None
     ) -> config_lib.ToolConfig:
-        """A random configuration for `task` (same rng state -> same config)."""
+        """A random configuration for `task` (same rng state -> same config); the
+        nominal one when `ranges.randomize` is False."""
+        if not self.ranges.randomize:
+            return self.nominal()
         if isinstance(rng_or_seed, np.random.Generator):
             rng = rng_or_seed
         else:
@@ -153,6 +162,30 @@ class ToolConfigSampler:
             aliases=aliases, tools=self.tools, name="sampled", **self.config_fields
         )
         return dataclasses.replace(config, preference=self._preference(rng, config))
+
+    def nominal(self) -> config_lib.ToolConfig:
+        """The configuration the catalogue states, whatever the seed: every profile
+        of an enabled meta-tool offered, in catalogue order (aliases numbered in
+        it), at its own prices and latencies (scale 1), and a preference of
+        accuracy plus the middle of the cost and latency weight ranges, with no
+        tool preference. Several training seeds thus train on the same one."""
+        chosen = [
+            p for tool in _meta_tools_in_order(self.tools) for p in self.profiles if p.tool == tool
+        ]
+        r = self.ranges
+        return config_lib.ToolConfig(
+            aliases=config_lib.aliases_from_profiles(
+                chosen, [1.0] * len(chosen), [1.0] * len(chosen)
+            ),
+            tools=self.tools,
+            preference={
+                "accuracy": 1.0,
+                "cost": round(sum(r.cost_weight) / 2, 2),
+                "latency": round(sum(r.latency_weight) / 2, 2),
+            },
+            name="nominal",
+            **self.config_fields,
+        )
 
     def _preference(
         self, rng: np.random.Generator, config: config_lib.ToolConfig

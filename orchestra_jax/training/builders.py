@@ -402,6 +402,7 @@ def sampler_ranges(config: Any) -> SamplerRanges:
         latency_weight=(0.0, t.latency_weight_max),
         efficiency_off_probability=t.efficiency_off_prob,
         tool_preference_probability=t.preference_prob,
+        randomize=t.randomize,
     )
 
 

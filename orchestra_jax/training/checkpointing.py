@@ -64,8 +64,8 @@ class Checkpointer:
     ):
         if max_to_keep is not None and max_to_keep < 1:
             raise ValueError(f"max_to_keep must be >= 1 or None (keep all), got {max_to_keep}")
-        if save_interval_steps < 1:
-            raise ValueError(f"save_interval_steps must be >= 1, got {save_interval_steps}")
+        if save_interval_steps < 0:
+            raise ValueError(f"save_interval_steps must be >= 0, got {save_interval_steps}")
         self.directory = os.path.abspath(os.fspath(directory))
         self.save_interval_steps = save_interval_steps
         options = ocp.CheckpointManagerOptions(
@@ -92,10 +92,11 @@ class Checkpointer:
     ) -> bool:
         """Starts saving step `step`; returns whether it did.
 
-        Saves when `step % save_interval_steps == 0` or `force` (e.g. the last
-        step, or on a preemption signal).
+        Saves when `step % save_interval_steps == 0` (never with an interval of 0)
+        or `force` (e.g. the last step, or on a preemption signal).
         """
-        if not force and step % self.save_interval_steps != 0:
+        due = self.save_interval_steps > 0 and step % self.save_interval_steps == 0
+        if not force and not due:
             return False
         if step in self._manager.all_steps():
             raise ValueError(f"step {step} is already checkpointed in {self.directory}")

@@ -115,7 +115,7 @@ def setup_run(config: ExperimentConfig) -> Run:
     checkpointer = Checkpointer(
         os.path.join(workdir, "checkpoints"),
         max_to_keep=config.checkpoint.keep,
-        save_interval_steps=max(1, config.checkpoint.every_steps),
+        save_interval_steps=config.checkpoint.every_steps,  # 0: the final step only
     )
     return Run(
         config=config,
