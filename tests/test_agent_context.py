@@ -91,12 +91,15 @@ def test_evidence_of_recorded_turns():
 def test_rebuilt_text_of_recorded_turns_with_the_reference_budgets():
     docs, code = episode_evidence(recorded_turns())
     text = user_text(rebuild_messages("What is 6*7?", docs, code, CHARS))
-    assert text == (
-        "Problem: What is 6*7?\n\nDocuments:\n"
-        "Doc 1: second doc\n\n"
-        "Doc 2: " + "a" * 4000 + "\n\n"  # each document's first 4,000 characters
-        "Doc 3: fifth\n\nDoc 4: fourth\n\nDoc 5: third\n\n"
-        "```python\nprint(6*7)\n```\n\n```output\n42\n\n```\n\n" + INSTRUCTION
+    assert (
+        text
+        == (
+            "Problem: What is 6*7?\n\nDocuments:\n"
+            "Doc 1: second doc\n\n"
+            "Doc 2: " + "a" * 4000 + "\n\n"  # each document's first 4,000 characters
+            "Doc 3: fifth\n\nDoc 4: fourth\n\nDoc 5: third\n\n"
+            "```python\nprint(6*7)\n```\n\n```output\n42\n\n```\n\n" + INSTRUCTION
+        )
     )
 
 
@@ -110,7 +113,9 @@ def test_first_turn_and_code_only_texts():
 
 def test_programs_over_their_budget_keep_their_tail_and_push_out_the_documents():
     budgets = RebuildBudgets(doc_chars=5, code_tokens=30, context_tokens=40)
-    text = user_text(rebuild_messages("Q?", ["abcdefgh", "xy"], [("print(1)", "1")], CHARS, budgets))
+    text = user_text(
+        rebuild_messages("Q?", ["abcdefgh", "xy"], [("print(1)", "1")], CHARS, budgets)
+    )
     # 41 > 30: the last 30 characters, the fence put back; no documents at all.
     assert text == "Problem: Q?\n\n```\nrint(1)\n```\n\n```output\n1\n```\n\n" + INSTRUCTION
 
@@ -125,7 +130,9 @@ def test_documents_and_programs_are_cut_from_the_left_together():
     )
     roomy = dataclasses.replace(budgets, context_tokens=66)
     text = user_text(rebuild_messages("Q?", docs, [("print(1)", "1")], CHARS, roomy))
-    assert text == "Problem: Q?\n\nDocuments:\nDoc 1: abcde\n\nDoc 2: xy\n\n" + PROGRAM + INSTRUCTION
+    assert (
+        text == "Problem: Q?\n\nDocuments:\nDoc 1: abcde\n\nDoc 2: xy\n\n" + PROGRAM + INSTRUCTION
+    )
 
 
 def test_the_rendered_prompt_loses_its_middle():

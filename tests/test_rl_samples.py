@@ -104,7 +104,9 @@ def test_updates_per_step_are_ceil_samples_over_minibatch_size():
     n = learner.minibatches_for(len(samples))
     batch = build_train_batch(
         samples,
-        config=BatchingConfig(seq_buckets=(16,), row_multiple=learner.row_multiple(num_minibatches=n)),
+        config=BatchingConfig(
+            seq_buckets=(16,), row_multiple=learner.row_multiple(num_minibatches=n)
+        ),
     )
     metrics = learner.train_step(batch, num_minibatches=n)
     assert metrics["updates"] == 3.0 and learner.step == 3 and metrics["skipped"] == 0.0

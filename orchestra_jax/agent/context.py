@@ -63,8 +63,11 @@ class ContextPolicy(Protocol):
     for (later turns continue the sequence, observations appended by the loop);
     True: every turn is asked for, each its own prompt (and its own training sample)."""
 
-    name: str
-    fresh_prompts: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fresh_prompts(self) -> bool: ...
 
     def prompt(
         self, spec: Any, tokenizer: Any, turns: Sequence[Any], *, enable_thinking: bool
