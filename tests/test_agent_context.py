@@ -211,6 +211,8 @@ def test_the_loop_gives_the_engine_the_rebuilt_prompts_and_records_them():
 
 def test_history_is_the_default_and_rebuild_refuses_conversations():
     assert context_policy(type("A", (), {"context": "history"})()) == HistoryContext()
+    own = type("A", (), {"context": "orchestra_jax.agent.context:rebuild_context"})()
+    assert context_policy(own) == RebuildContext()  # "package.module:attr" works too
     with pytest.raises(ValueError, match="history"):
         HistoryContext().prompt(spec([]), TOK, recorded_turns(), enable_thinking=True)
     s = dataclasses.replace(spec([FakeTool("answer", final=True)]), other_party=object())

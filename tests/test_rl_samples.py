@@ -48,6 +48,7 @@ def test_history_turns_are_prefixes_with_the_loss_on_their_own_turn_only():
     assert samples[-1].token_ids == traj.token_ids
     assert episode_samples([traj]) == [traj]
     assert SAMPLE_UNITS.get("turn") is turn_samples
+    assert samples_of("orchestra_jax.rl.samples:turn_samples", [traj]) == samples  # one's own
 
 
 def test_a_malformed_turn_gives_no_sample_under_the_format_filter():
