@@ -6,7 +6,8 @@ test_training_resume and test_multihost.
         python tests/resume_worker.py WORKDIR NUM_STEPS [KILL_AFTER_STEP]
 
 RESUME_WORKER_MAX_STALENESS=k in the environment trains asynchronously
-(`rl.max_staleness`).
+(`rl.max_staleness`); RESUME_WORKER_TURNS=1 with the reference's rebuilt
+prompts and turn samples, two samples an update.
 
 With KILL_AFTER_STEP it sends itself SIGKILL right after that step's metrics
 are written (its checkpoint may still be in flight), like a preempted job;
@@ -43,6 +44,9 @@ def main(workdir, num_steps, kill_after=None, wait_for_checkpoint=False):
     config.num_steps = num_steps
     config.agent.seconds_per_generated_token = 0.02  # latency independent of machine load
     config.rl.max_staleness = int(os.environ.get("RESUME_WORKER_MAX_STALENESS", "0"))
+    if os.environ.get("RESUME_WORKER_TURNS") == "1":
+        config.agent.context, config.rl.sample_unit = "rebuild", "turn"
+        config.rl.minibatch_size, config.rl.share_prompts, config.rl.warmup_steps = 2, False, 0
     run = grpo_loop.setup_run(config)
     run.reward_fn = ranked_reward
 

@@ -28,11 +28,12 @@ ROOT = WORKER.parents[1]
 STEPS = 2
 
 
-def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS):
+def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns=False):
     worker = [sys.executable, str(WORKER), str(workdir), str(steps)]
     worker += [] if kill_after is None else [str(kill_after), "saved"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     env["RESUME_WORKER_MAX_STALENESS"] = str(max_staleness)
+    env["RESUME_WORKER_TURNS"] = "1" if turns else "0"
     if hosts == 1:
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
         command = worker
@@ -168,3 +169,26 @@ def test_asynchronous_grpo_on_two_hosts(tmp_path):
     trajectories = sorted((tmp_path / "trajectories").iterdir())
     assert [p.name for p in trajectories] == [f"step_{s:06d}.jsonl" for s in range(1, steps + 1)]
     assert all(len(p.read_text().splitlines()) == 4 for p in trajectories)
+
+
+@pytest.mark.slow
+def test_turn_samples_on_two_hosts_equal_one_host(tmp_path):
+    """agent.context=rebuild, rl.sample_unit=turn, rl.minibatch_size=2: the hosts
+    exchange their episodes, cut the same turn samples and make the same
+    ⌈N / 2⌉ updates as one 8-device host."""
+    single = _run(tmp_path / "single", hosts=1, turns=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    multi = _run(tmp_path / "multi", hosts=2, turns=True)
+    assert multi.returncode == 0, multi.stdout[-3000:]
+    want = _params(tmp_path / "single")
+    got = _params(tmp_path / "multi", like=want)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    one, two = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
+    assert [m["step"] for m in two] == list(range(1, STEPS + 1))
+    for a, b in zip(one, two):
+        assert a["learner/skipped"] == b["learner/skipped"] == 0
+        assert a["learner/updates"] == b["learner/updates"] == -(-a["learner/samples"] // 2)
+        for key in ("reward", "learner/samples", "learner/batch_rows", "learner/num_loss_tokens"):
+            assert a[key] == b[key], key
+        np.testing.assert_allclose(b["learner/grad_norm"], a["learner/grad_norm"], rtol=1e-5)

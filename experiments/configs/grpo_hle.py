@@ -107,6 +107,21 @@ def _base() -> ml_collections.ConfigDict:
     # tool call's wait for a free sandbox or retrieval thread counts against
     # tool_timeout_s, so routers, which answer instantly, need a bound.
     c.agent.max_concurrent_episodes = 0
+    # What the orchestrator reads each turn (agent/context.py CONTEXT_POLICIES, or
+    # "package.module:attr"): "history", one growing sequence (the system prompt,
+    # the question, every earlier turn and its tool results); "rebuild", the
+    # reference's: every turn a fresh chat of the question, the documents gathered
+    # and the programs run so far, never its own earlier turns (needs
+    # rl.sample_unit="turn").
+    c.agent.context = "history"
+    # The rebuilt prompt ("rebuild"; the reference's values).
+    c.agent.rebuild = ml_collections.ConfigDict()
+    c.agent.rebuild.system = "You are good at using tools. "  # The system message.
+    c.agent.rebuild.instruction = "Choose an approriate tool."  # Ends the user message (sic).
+    c.agent.rebuild.doc_chars = 4000  # Each document's first this many characters.
+    c.agent.rebuild.code_tokens = 24000  # Programs and outputs: their last this many tokens.
+    c.agent.rebuild.context_tokens = 24000  # Documents + programs: their last this many tokens.
+    c.agent.rebuild.prompt_tokens = 24000  # The rendered prompt: its middle cut to this many.
 
     # --- tasks -----------------------------------------------------------------
     c.data = ml_collections.ConfigDict()
@@ -286,6 +301,15 @@ def _base() -> ml_collections.ConfigDict:
     # step (the PPO ratio stays 1 and the clips never act; the paper's setting).
     c.rl.num_minibatches = 1
     c.rl.num_epochs = 1
+    # Samples per PPO update, over all hosts (0: rl.num_minibatches sets them): N
+    # samples make ceil(N / minibatch_size) updates an epoch, the old log-probs the
+    # learner's before the first (the reference: 16). Needs a constant schedule.
+    c.rl.minibatch_size = 0
+    # What one learner sample is (rl/samples.py SAMPLE_UNITS, or "package.module:attr"):
+    # "episode", a whole episode, its loss over every generated token; "turn", one
+    # turn, the prompt the engine was given and the tokens it generated, with its
+    # episode's advantage (the reference's).
+    c.rl.sample_unit = "episode"
     # Asynchronous GRPO (training/async_loop.py): rollouts of the next steps are played
     # while the learner trains, at most this many policy versions behind (0: rollouts,
     # update and weight sync in turn, the on-policy loop).
@@ -628,6 +652,11 @@ def _qwen3_8b(c):
     c.rl.tasks_per_step = 16
     c.rl.lr = 1e-6
     c.rl.micro_batch_size = 1  # One 32k-token episode per device per micro-batch.
+    # The reference's context and samples (docs/reproduction.md, "Context and sample
+    # unit"), to be switched on with the rest of its recipe:
+    #   c.agent.context = "rebuild"
+    #   c.rl.sample_unit = "turn"
+    #   c.rl.minibatch_size = 16
     c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
     c.num_steps = 1000
     c.checkpoint.every_steps = 25

@@ -10,6 +10,12 @@ One episode:
         if a result carries a final answer: stop ("answer")
         ids += encode(tool_response_segment(results))                          mask 0
 
+That is the "history" context (`LoopLimits.context`, agent/context.py). With a
+policy of fresh prompts ("rebuild"), turn k > 0 instead reads a new prompt the
+policy builds from the episode's turns so far, appended to the trajectory
+(mask 0) at `Turn.prompt_start`, and no observation is appended: the
+trajectory holds each turn's prompt and generated tokens end to end.
+
 The sequence is built only by appending: what is trained is exactly what was
 sampled, never a re-render of text. A re-render agrees only where Qwen3's
 template is append-only (thinking on, raw assistant text, canonical non-empty
@@ -51,6 +57,7 @@ from typing import Any, cast
 
 from orchestra_jax.agent import tool_runner
 from orchestra_jax.agent.batcher import GenerationBatcher
+from orchestra_jax.agent.context import ContextPolicy, HistoryContext, initial_messages
 from orchestra_jax.agent.conversation import (
     PolicyTurn,
     add_usage,
@@ -107,6 +114,9 @@ class LoopLimits:
     max_batch_size: int = 256
     batch_wait_s: float = 0.005
     max_in_flight_batches: int = 64
+    # How each turn's prompt is built (agent/context.py): the growing sequence
+    # ("history") or a fresh prompt per turn ("rebuild", the reference's).
+    context: ContextPolicy = HistoryContext()
 
     def __post_init__(self):
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
@@ -120,14 +130,6 @@ class LoopLimits:
             raise ValueError(
                 f"max_concurrent_episodes must be >= 0, got {self.max_concurrent_episodes}"
             )
-
-
-def initial_messages(spec: EpisodeSpec) -> list[dict[str, str]]:
-    """System prompt (role + preference wording) and the task's question."""
-    return [
-        {"role": "system", "content": spec.tool_config.system_prompt()},
-        {"role": "user", "content": spec.task.question},
-    ]
 
 
 def render_prompt(
@@ -208,10 +210,12 @@ class _Episode:
         t.loss_mask.extend([0 if logprobs is None else 1] * len(ids))
         t.rollout_logprobs.extend([0.0] * len(ids) if logprobs is None else map(float, logprobs))
 
-    def _request(self, turn_index: int, sampling: SamplingParams, room: int) -> GenerateRequest:
+    def _request(
+        self, turn_index: int, sampling: SamplingParams, room: int, prompt_ids: Sequence[int]
+    ) -> GenerateRequest:
         stops = tuple(dict.fromkeys((*sampling.stop_token_ids, self.tokenizer.im_end_id)))
         return GenerateRequest(
-            input_ids=list(self.traj.token_ids),
+            input_ids=list(prompt_ids),
             sampling=dataclasses.replace(
                 sampling,
                 max_new_tokens=min(self.limits.max_new_tokens_per_turn, room),
@@ -221,8 +225,8 @@ class _Episode:
             request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}",
         )
 
-    def _record_generation(self, completion: Completion) -> Turn:
-        prompt_tokens = len(self.traj.token_ids)
+    def _record_generation(self, completion: Completion, prompt_start: int) -> Turn:
+        prompt_tokens = len(self.traj.token_ids) - prompt_start
         n = len(completion.output_ids)
         self._append(completion.output_ids, completion.logprobs)
         per_token = self.limits.seconds_per_generated_token
@@ -232,6 +236,7 @@ class _Episode:
             num_generated_tokens=n,
             finish_reason=completion.finish_reason or "abort",  # None is refused in run()
             prompt_tokens=prompt_tokens,
+            prompt_start=prompt_start,
             generation_latency_s=latency,
             weight_version=completion.weight_version,
             first_weight_version=completion.first_weight_version,
@@ -350,12 +355,26 @@ class _Episode:
         start = time.perf_counter()
         if self.party is not None and not await self._open():
             return self._done(start)
+        context = self.limits.context
         for turn_index in range(self.limits.max_turns):
-            room = self.limits.max_context_tokens - len(self.traj.token_ids)
+            start = 0  # where this turn's prompt starts in the trajectory
+            if turn_index and context.fresh_prompts:
+                ids = context.prompt(
+                    self.spec,
+                    self.tokenizer,
+                    self.traj.turns,
+                    enable_thinking=self.limits.enable_thinking,
+                )
+                if len(ids) >= self.limits.max_context_tokens:
+                    self._finish("context")
+                    break
+                start = len(self.traj.token_ids)
+                self._append(ids, None)
+            room = self.limits.max_context_tokens - (len(self.traj.token_ids) - start)
             if room < 1:
                 self._finish("context")
                 break
-            request = self._request(turn_index, sampling, room)
+            request = self._request(turn_index, sampling, room, self.traj.token_ids[start:])
             try:
                 completion = await batcher.generate(request)
                 if completion.finish_reason is None:  # a stream's partial completion
@@ -368,7 +387,7 @@ class _Episode:
             except Exception as e:  # a dead engine ends this episode, reported, not the run
                 self._finish("error", f"{type(e).__name__}: {e}")
                 break
-            turn = self._record_generation(completion)
+            turn = self._record_generation(completion, start)
             if completion.finish_reason == "abort":
                 self._finish("error", f"engine aborted turn {turn_index}")
                 break
@@ -388,6 +407,8 @@ class _Episode:
                 break
             if turn_index + 1 == self.limits.max_turns:
                 break  # "max_turns": no observation, nothing would read it
+            if context.fresh_prompts:
+                continue  # the next turn's prompt is rebuilt from this one's results
             if not self._observe(turn, closed, said):
                 self._finish("context")
                 break
@@ -427,7 +448,13 @@ async def run_episodes(
         max_wait_s=limits.batch_wait_s,
         max_in_flight=limits.max_in_flight_batches,
     )
-    prompts: dict[tuple[int, str], list[int]] = {}  # rendered once per (config, task)
+    context = limits.context
+    if context.fresh_prompts and any(spec.other_party is not None for spec in specs):
+        raise ValueError(
+            f"agent.context={context.name!r} rebuilds every turn's prompt from the task; "
+            "conversations (episodes with another party) need agent.context='history'"
+        )
+    prompts: dict[tuple[int, str], list[int]] = {}  # turn 0's, once per (config, task)
     episodes = []
     for spec in specs:
         if spec.other_party is not None:  # the prompt is the party's opening
@@ -435,7 +462,9 @@ async def run_episodes(
             continue
         key = (id(spec.tool_config), spec.task.id)
         if key not in prompts:
-            prompts[key] = render_prompt(spec, tokenizer, enable_thinking=limits.enable_thinking)
+            prompts[key] = context.prompt(
+                spec, tokenizer, [], enable_thinking=limits.enable_thinking
+            )
         episodes.append(_Episode(spec, prompts[key], tokenizer, limits))
     num_slots = min(limits.max_concurrent_episodes or len(episodes), len(episodes))
     results: list[Trajectory | None] = [None] * len(episodes)

@@ -7,6 +7,12 @@ A `Trajectory` is what GRPO consumes. Its three token arrays line up one to one:
                         results, the chat scaffolding between turns)
     rollout_logprobs[i] log p_rollout(token_ids[i] | prefix) if loss_mask[i] else 0.0
 
+Turn k read the `turns[k].prompt_tokens` ids from `turns[k].prompt_start` on and
+generated the `num_generated_tokens` that follow them: with the "history"
+context every prompt starts at 0 (the sequence so far); with fresh prompts
+("rebuild", agent/context.py) each turn's prompt and generated tokens follow
+the previous turn's, so a trajectory is its turns' samples end to end.
+
 Everything else (turns, calls, costs, the answer) is for rewards, metrics and the
 viewer. Records round-trip through JSON lines with `write_jsonl` / `read_jsonl`.
 """
@@ -75,6 +81,8 @@ class Turn:
     observation: str = ""
     num_observation_tokens: int = 0
     prompt_tokens: int = 0  # context length the engine read for this turn
+    # Where that context starts in the trajectory's token_ids (0: the sequence so far).
+    prompt_start: int = 0
     generation_latency_s: float = 0.0
     tool_latency_s: float = 0.0
     format_valid: bool = True

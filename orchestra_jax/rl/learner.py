@@ -92,6 +92,10 @@ class LearnerConfig:
     # times: num_minibatches · num_epochs updates per rollout batch (1 · 1: one update).
     num_minibatches: int = 1
     num_epochs: int = 1
+    # Samples per mini-batch instead (None: num_minibatches): a batch of N samples
+    # makes ⌈N / minibatch_size⌉ updates an epoch, π_old always the learner's
+    # log-probs before the first (the reference's PPO mini-batches of 16 samples).
+    minibatch_size: int | None = None
     loss: str = "ppo_clip"  # rl/grpo.py POLICY_LOSSES
     clip_low: float = 0.2
     clip_high: float = 0.28
@@ -129,6 +133,10 @@ class LearnerConfig:
                 f"num_minibatches and num_epochs must be >= 1, got "
                 f"{self.num_minibatches}, {self.num_epochs}"
             )
+        if self.minibatch_size is not None and self.minibatch_size < 1:
+            raise ValueError(f"minibatch_size must be >= 1 or None, got {self.minibatch_size}")
+        if self.minibatch_size is not None and self.num_minibatches != 1:
+            raise ValueError("give minibatch_size or num_minibatches, not both")
         if self.kl_coef < 0 or self.weight_decay < 0 or self.warmup_steps < 0:
             raise ValueError("kl_coef, weight_decay and warmup_steps must be >= 0")
         if self.lm_head_chunk is not None and self.lm_head_chunk < 1:
@@ -337,45 +345,63 @@ class Learner:
     def num_batch_shards(self) -> int:
         return math.prod(self.mesh.shape[a] for a in BATCH_AXES)
 
-    def row_multiple(self, batch_size: int | None = None) -> int:
+    def row_multiple(
+        self, batch_size: int | None = None, *, num_minibatches: int | None = None
+    ) -> int:
         """Rows per batch must be a multiple of this (for `BatchingConfig.row_multiple`):
-        every mini-batch a whole number of micro-batches and of batch shards."""
+        every mini-batch (`num_minibatches` of them, default the config's) a whole
+        number of micro-batches and of batch shards."""
         micro = self.config.micro_batch_size or batch_size or 1
-        return math.lcm(micro, self.num_batch_shards) * self.config.num_minibatches
+        n = num_minibatches or self.config.num_minibatches
+        return math.lcm(micro, self.num_batch_shards) * n
+
+    def minibatches_for(self, num_samples: int) -> int:
+        """Mini-batches of a batch of `num_samples` samples: ⌈N / minibatch_size⌉,
+        or `num_minibatches` when no minibatch_size is set."""
+        size = self.config.minibatch_size
+        return self.config.num_minibatches if size is None else max(1, -(-num_samples // size))
 
     @property
     def updates_per_batch(self) -> int:
-        """Optimizer updates `train_step` makes on one rollout batch."""
+        """Optimizer updates `train_step` makes on one rollout batch (with
+        `minibatch_size`, those of a batch that is one mini-batch)."""
         return self.config.num_minibatches * self.config.num_epochs
 
-    def train_step(self, batch: Batch) -> dict[str, float]:
+    def train_step(self, batch: Batch, *, num_minibatches: int | None = None) -> dict[str, float]:
         """GRPO on `batch`: one update, or `num_epochs` passes over `num_minibatches`
-        mini-batches (see `minibatch_updates`); metrics as floats (blocks until done)."""
-        if self.updates_per_batch == 1:
-            return self._run("grpo", batch)
-        return self.minibatch_updates(batch)
+        mini-batches (default: the config's; see `minibatch_updates`); metrics as
+        floats (blocks until done), "updates" the number of updates made."""
+        n = num_minibatches or self.config.num_minibatches
+        if n * self.config.num_epochs == 1 and self.config.minibatch_size is None:
+            return {**self._run("grpo", batch), "updates": 1.0}
+        return self.minibatch_updates(batch, num_minibatches=n)
 
-    def minibatch_updates(self, batch: Batch) -> dict[str, float]:
-        """num_epochs × num_minibatches PPO updates on one rollout batch.
+    def minibatch_updates(
+        self, batch: Batch, *, num_minibatches: int | None = None
+    ) -> dict[str, float]:
+        """num_epochs × n PPO updates on one rollout batch (n = `num_minibatches`,
+        default the config's).
 
-        Mini-batch i holds rows i, n + i, 2n + i, … (n = num_minibatches), the same
-        in every epoch. π_old, the policy the PPO ratio ρ = π / π_old is taken
-        against, is fixed for the whole batch: with `tis_cap`, the learner's own
-        log-probs before the first update (computed here), the rollout engine's
-        mismatch corrected by w = min(exp(log π_old − log π_rollout), C); without
-        it, the rollout log-probs. After the first update ρ leaves 1 and the clips act.
-        Metrics: means over the updates ("skipped": how many were skipped; ratio_max /
-        ratio_min and tis_weight_max / tis_weight_min: the extremes over all of them).
+        Mini-batch i holds rows i, n + i, 2n + i, … , the same in every epoch.
+        π_old, the policy the PPO ratio ρ = π / π_old is taken against, is fixed
+        for the whole batch: with `tis_cap` or `minibatch_size`, the learner's own
+        log-probs before the first update (computed here), with `tis_cap` the
+        rollout engine's mismatch corrected by w = min(exp(log π_old − log
+        π_rollout), C); otherwise the rollout log-probs. After the first update ρ
+        leaves 1 and the clips act. Metrics: means over the updates ("skipped": how
+        many were skipped; ratio_max / ratio_min and tis_weight_max /
+        tis_weight_min: the extremes over all of them; "updates": how many).
         """
-        n = self.config.num_minibatches
+        n = num_minibatches or self.config.num_minibatches
         rows = batch.shape[0]
         if rows % n:
             raise ValueError(
-                f"batch of {rows} rows does not split into {n} mini-batches "
-                f"(build batches with row_multiple={self.row_multiple(rows // n or 1)})"
+                f"batch of {rows} rows does not split into {n} mini-batches (build batches "
+                f"with row_multiple={self.row_multiple(rows // n or 1, num_minibatches=n)})"
             )
         proximal = None
-        if self.config.tis_cap is not None:  # host copies, sliced and placed as the batch is
+        recompute = self.config.tis_cap is not None or self.config.minibatch_size is not None
+        if recompute:  # host copies, sliced and placed as the batch is
             proximal = np.asarray(jax.device_get(self.proximal_logprobs(batch)))
         minis = [_strided_rows(batch, i, n) for i in range(n)]
         prox = [None if proximal is None else proximal[i::n] for i in range(n)]

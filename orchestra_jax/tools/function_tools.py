@@ -116,6 +116,8 @@ class PythonTool:
             latency_s=seconds,
             metadata={
                 "tool": self.name,
+                "code": code,
+                "output": text,
                 "exit_code": result.exit_code,
                 "timed_out": result.timed_out,
             },

@@ -12,11 +12,11 @@ the paper's three:
   search:            the expert writes a query; the retriever returns
                      `search_top_k` documents (restricted to the task's
                      `metadata["allowed_doc_ids"]` when present), appended to
-                     ctx.documents.
+                     ctx.documents and listed in metadata["documents"].
                      cost = tokens + price_per_query + n_docs * price_per_doc
                      latency = expert latency + measured retrieval time*
   enhance_reasoning: the expert writes a program; the sandbox runs it; the
-                     output is appended to ctx.notes.
+                     output is appended to ctx.notes (metadata "code", "output").
                      cost = tokens + seconds* * code_price_per_s
                      latency = expert latency + measured execution time*
   answer:            the expert answers; `ToolResult.final_answer` holds the
@@ -152,7 +152,8 @@ class SearchTool(MetaTool):
         lines = [f"Query: {query}"] + [f"[{i + 1}] {d.render()}" for i, d in enumerate(docs)]
         if not docs:
             lines.append("No documents found.")
-        meta.update(query=query, doc_ids=[d.id for d in docs])
+        # The documents as the orchestrator read them: the "rebuild" context reads them.
+        meta.update(query=query, doc_ids=[d.id for d in docs], documents=[d.render() for d in docs])
         return ToolResult(
             text="\n".join(lines),
             cost_usd=cost
@@ -181,6 +182,7 @@ class EnhanceReasoningTool(MetaTool):
             ctx.notes.append(note)
         meta.update(
             code=code,
+            output=output,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             code_seconds=result.duration_s,

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.agent.context import CONTEXT_POLICIES, context_policy
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.data.splits import file_sources, source_path_key, split_config_problems
@@ -41,6 +42,7 @@ from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import AGGREGATIONS
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
+from orchestra_jax.rl.samples import SAMPLE_UNITS
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
@@ -259,6 +261,7 @@ def loop_limits(config: Any) -> LoopLimits:
         charge_tool_failure_time=config.tools.charge_measured_time,
         max_concurrent_episodes=a.max_concurrent_episodes or None,
         max_batch_size=config.rollout.max_batch_size,
+        context=context_policy(a),
     )
 
 
@@ -300,6 +303,23 @@ def check_rollout(config: Any) -> list[str]:
         errors.append(
             f"agent.max_context_tokens ({config.agent.max_context_tokens}) exceeds "
             f"rollout.max_seq_len ({rollout.max_seq_len}), the KV-cache length"
+        )
+    return errors + check_context(config)
+
+
+def check_context(config: Any) -> list[str]:
+    """agent.context, agent.rebuild.*, and the sample unit a context needs."""
+    errors = _choice("agent.context", config.agent.context, CONTEXT_POLICIES)
+    if errors:
+        return errors
+    try:
+        policy = context_policy(config.agent)
+    except (TypeError, ValueError) as e:
+        return [f"agent.context={config.agent.context!r}: {e}"]
+    if policy.fresh_prompts and config.rl.sample_unit == "episode":
+        errors.append(
+            f"agent.context={config.agent.context!r} gives every turn its own prompt, so "
+            "its episodes train turn by turn: set rl.sample_unit='turn'"
         )
     return errors
 
@@ -581,6 +601,7 @@ def build_learner_config(
         micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
         num_minibatches=rl.num_minibatches,
         num_epochs=rl.num_epochs,
+        minibatch_size=rl.minibatch_size or None,
         loss=rl.loss,
         clip_low=rl.clip_low,
         clip_high=rl.clip_high,
@@ -636,6 +657,25 @@ def check_rl(config: Any) -> list[str]:
         )
     if rl.reference_dtype:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
+    errors += _choice("rl.sample_unit", rl.sample_unit, SAMPLE_UNITS)
+    errors += _positive(config, "rl.minibatch_size", allow_zero=True)
+    if rl.minibatch_size:
+        if rl.num_minibatches != 1:
+            errors.append(
+                "rl.minibatch_size and rl.num_minibatches both set the mini-batches: "
+                "leave rl.num_minibatches at 1"
+            )
+        if rl.share_prompts:
+            errors.append(
+                "rl.minibatch_size counts samples, rl.share_prompts makes batch rows of "
+                "groups: set rl.share_prompts = False"
+            )
+        if rl.schedule != "constant" or rl.warmup_steps:
+            errors.append(
+                "rl.minibatch_size makes a varying number of updates a step, which "
+                "rl.schedule / rl.warmup_steps (counted in updates) cannot plan: use "
+                "rl.schedule='constant' and rl.warmup_steps=0"
+            )
     if rl.group_size < 2:
         errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
     errors += _choice("rl.loss", rl.loss, grpo.POLICY_LOSSES)
@@ -688,6 +728,7 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
         micro_batch_size=None,
         num_minibatches=1,
         num_epochs=1,
+        minibatch_size=None,
         temperature=1.0,
     )
 

@@ -157,7 +157,8 @@ def evaluate(
 
 def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
     """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
-    on the demonstrations `config.sft.demo_filter` keeps."""
+    on the demonstrations `config.sft.demo_filter` keeps, cut into `rl.sample_unit`'s
+    samples (whole episodes or turns)."""
     demos = collect_demonstrations(config, run)
     from orchestra_jax.rl.learner import Learner
 
@@ -168,9 +169,11 @@ def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
         if step % 10 == 0 or step == config.sft.steps:
             log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
 
+    from orchestra_jax.rl.samples import samples_of
+
     warm_start.run_sft(
         learner,
-        demos,
+        samples_of(config.rl.sample_unit, demos),  # what GRPO will train on: episodes or turns
         batch_size=config.sft.batch_size,
         steps=config.sft.steps,
         seed=config.seed,

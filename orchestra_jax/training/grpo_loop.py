@@ -5,7 +5,8 @@
       configs      = ToolConfigSampler.sample(task, seed(step, i))
       trajectories = G episodes per task on the rollout engine, graded
       experience   = group rewards, advantages, filters         (training/rollouts.py)
-      metrics      = learner.train_step(batch of kept episodes) (rl/learner.py)
+      metrics      = learner.train_step(batch of the kept episodes' samples:
+                     whole episodes or turns, rl/samples.py)     (rl/learner.py)
       engine.update_weights(new params)                         (weight sync)
       write metrics, trajectories; checkpoint every N steps
 
@@ -35,6 +36,7 @@ from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
+from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
@@ -228,15 +230,22 @@ def score_step(run: Run, trajectories) -> StepExperience:
 
 
 def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
-    """One learner update on the kept episodes (skipped, and said so, when none are kept)."""
-    kept = experience.kept
-    if not kept:
+    """The learner's updates on the kept episodes' samples (`rl.sample_unit`; skipped,
+    and said so, when there are none): ⌈N / rl.minibatch_size⌉ mini-batches of the N
+    samples, or rl.num_minibatches."""
+    samples = samples_of(run.config.rl.sample_unit, experience.kept)
+    if not samples:
         return {"learner/skipped_no_signal": 1.0}
+    n = run.learner.minibatches_for(len(samples))
+    batching = dataclasses.replace(
+        run.batching, row_multiple=run.learner.row_multiple(num_minibatches=n)
+    )
     build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
-    batch = build(kept, config=run.batching)
-    metrics = run.learner.train_step(batch)
+    batch = build(samples, config=batching)
+    metrics = run.learner.train_step(batch, num_minibatches=n)
     out = {f"learner/{k}": v for k, v in metrics.items()}
     out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
+    out["learner/samples"] = float(len(samples))
     return out
 
 

@@ -1,0 +1,62 @@
+"""End to end: the `micro` config with the reference's rebuilt prompts and turn samples."""
+
+import json
+import math
+import os
+
+import pytest
+
+from orchestra_jax.agent.context import RebuildContext
+from orchestra_jax.agent.trajectory import read_jsonl
+from orchestra_jax.rl.samples import turn_samples
+from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training.config_checks import ConfigError
+from tests.test_training_e2e import NoiseReward, micro_config
+
+REFERENCE = {
+    "agent.context": "rebuild",
+    "rl.sample_unit": "turn",
+    "rl.minibatch_size": 2,
+    "rl.share_prompts": False,
+    "rl.warmup_steps": 0,  # the schedule counts updates, which vary from step to step
+    "num_steps": 1,
+}
+
+
+def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path):
+    config = micro_config(tmp_path, **REFERENCE)
+    run = grpo_loop.setup_run(config)
+    assert isinstance(builders.loop_limits(config).context, RebuildContext)
+    run.reward_fn = NoiseReward()
+    try:
+        grpo_loop.grpo_train(run)
+    finally:
+        run.engine.close()
+    [line] = [json.loads(x) for x in open(os.path.join(tmp_path, "metrics.jsonl"))]
+    trajs = read_jsonl(os.path.join(tmp_path, "trajectories", "step_000001.jsonl"))
+    kept = [t for t in trajs if t.advantage]  # micro keeps every group (format filter off)
+    samples = turn_samples(kept)
+    assert line["learner/samples"] == len(samples) > len(kept)
+    assert line["learner/updates"] == math.ceil(len(samples) / 2) > 1
+    assert line["learner/skipped"] == 0
+    rebuilt = [t for t in trajs if len(t.turns) > 1]
+    assert rebuilt, "no episode reached a second turn"
+    for traj in rebuilt:
+        first, second = traj.turns[:2]
+        assert second.prompt_start == first.prompt_tokens + first.num_generated_tokens
+        prompt = run.tokenizer.decode(
+            traj.token_ids[second.prompt_start : second.prompt_start + second.prompt_tokens]
+        )
+        assert "You are good at using tools." in prompt and "Choose an approriate tool." in prompt
+        assert "Problem: " in prompt and first.text not in prompt  # never its own turns
+
+
+def test_rebuild_without_turn_samples_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        micro_config(tmp_path, **{**REFERENCE, "rl.sample_unit": "episode"})
+    [line] = [x for x in str(e.value).splitlines() if "agent.context" in x]
+    assert "rl.sample_unit='turn'" in line
+    with pytest.raises(ConfigError, match="rl.share_prompts"):
+        micro_config(tmp_path, **{**REFERENCE, "rl.share_prompts": True})
+    with pytest.raises(ConfigError, match="agent.context"):
+        micro_config(tmp_path, **{**REFERENCE, "agent.context": "nope"})
