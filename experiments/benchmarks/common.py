@@ -80,7 +80,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def code_version() -> dict[str, Any]:
-    """The git commit of the checkout being timed and whether it had uncommitted changes.
+    """The git commit of the checkout being timed and whether its code had uncommitted changes.
 
     `{"commit": None}` outside a git checkout (an installed copy): the figure then names
     no code, and the docs say so.
@@ -94,7 +94,10 @@ def code_version() -> dict[str, Any]:
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # Results written by earlier benchmarks of the same checkout do not count.
+        dirty = bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS_DIR}")
+        )
     except (OSError, subprocess.SubprocessError):
         return {"commit": None}
     return {"commit": commit, "dirty": dirty}
