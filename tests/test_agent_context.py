@@ -209,12 +209,12 @@ def test_the_loop_gives_the_engine_the_rebuilt_prompts_and_records_them():
     assert ends[-1] == len(traj.token_ids)
 
 
-def test_history_is_the_default_and_rebuild_refuses_conversations():
+def test_history_is_the_default_and_rebuild_needs_a_conversations_messages():
     assert context_policy(type("A", (), {"context": "history"})()) == HistoryContext()
     own = type("A", (), {"context": "orchestra_jax.agent.context:rebuild_context"})()
     assert context_policy(own) == RebuildContext()  # "package.module:attr" works too
     with pytest.raises(ValueError, match="history"):
         HistoryContext().prompt(spec([]), TOK, recorded_turns(), enable_thinking=True)
     s = dataclasses.replace(spec([FakeTool("answer", final=True)]), other_party=object())
-    with pytest.raises(ValueError, match="agent.context='history'"):
-        run([s], scripted({"t0/0": ["hi"]}), context=RebuildContext())
+    with pytest.raises(ValueError, match="needs its messages"):
+        RebuildContext().prompt(s, TOK, [], enable_thinking=True)

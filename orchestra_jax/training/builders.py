@@ -795,6 +795,15 @@ def check_eval(config: Any) -> list[str]:
             )
     if conversations and split_list(config.eval.baselines) and not config.env.tau2.meta_tools:
         errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
+    elif (
+        conversations
+        and split_list(config.eval.baselines)
+        and (config.env.tau2.expert_mode != "advise")
+    ):
+        errors.append(
+            "eval.baselines: τ² routers relay ask_expert's advice; they need "
+            "env.tau2.expert_mode='advise'"
+        )
     return errors
 
 
