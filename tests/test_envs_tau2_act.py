@@ -16,12 +16,14 @@ import sys
 
 import pytest
 
+from experiments.configs import grpo_hle
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.training.config_checks import ConfigError, validate
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes, training_masks
 from tests.live_helpers import ROOT
 
@@ -69,7 +71,9 @@ def task(tau2_data):
     return task
 
 
-def make_env(tau2_data, url="", lines=("Please create a task 'Important Meeting' for user_1.",), **options):
+def make_env(
+    tau2_data, url="", lines=("Please create a task 'Important Meeting' for user_1.",), **options
+):
     from orchestra_jax.envs.tau2_env import Tau2Environment
     from orchestra_jax.envs.tau2_tools import EXPERT_PROFILES
     from orchestra_jax.envs.tau2_user import ScriptedUser
@@ -171,14 +175,20 @@ def test_advising_is_the_default_and_the_modes_are_checked(tau2_data, task):
     )
     with pytest.raises(ValueError, match="expert_mode must be one of"):
         make_env(tau2_data, expert_mode="relay")
-    from experiments.configs import grpo_hle
-
     config = grpo_hle.get_config("tau2_demo")
     config.env.tau2.data_dir = str(tau2_data)
     config.env.tau2.expert_mode = "relay"
     assert any("expert_mode must be one of" in p for p in config_problems(config))
     config.env.tau2.expert_mode = "act"
     assert any("needs experts" in p for p in config_problems(config))
+    # At start-up, with everything else the run checks: relaying routers need advice.
+    config.env.tau2.meta_tools = "ask_expert"
+    config.env.tau2.expert_url = "http://127.0.0.1:9/v1"
+    config.eval.baselines = "expert_strongest"
+    with pytest.raises(ConfigError, match="need env.tau2.expert_mode='advise'"):
+        validate(config)
+    config.env.tau2.expert_mode = "advise"
+    validate(config)
 
 
 def test_message_turns_can_be_left_out_of_the_loss(task, tau2_data):

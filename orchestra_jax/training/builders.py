@@ -735,7 +735,7 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
 
 def check_sft(config: Any) -> list[str]:
     """sft.*."""
-    from orchestra_jax.eval.routers import ROUTERS, is_router
+    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
     from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
 
     sft = config.sft
@@ -756,6 +756,16 @@ def check_sft(config: Any) -> list[str]:
         errors.append(
             f"sft.demo_policy must be a router {ROUTERS.names()} or a '+' mixture of them, "
             f"got {sft.demo_policy!r}"
+        )
+    elif (
+        sft.steps
+        and config.env.name == "tau2"
+        and config.env.tau2.expert_mode != "advise"
+        and any(part in CONVERSATION_ROUTERS for part in sft.demo_policy.split("+"))
+    ):
+        errors.append(
+            f"sft.demo_policy={sft.demo_policy!r} relays ask_expert's advice; it needs "
+            "env.tau2.expert_mode='advise'"
         )
     return errors
 
