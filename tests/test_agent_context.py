@@ -18,6 +18,8 @@ from orchestra_jax.agent.context import (
     RebuildBudgets,
     RebuildContext,
     context_policy,
+    conversation_prompt_messages,
+    cut_middle_messages,
     episode_evidence,
     merge_documents,
     middle_truncate,
@@ -209,12 +211,59 @@ def test_the_loop_gives_the_engine_the_rebuilt_prompts_and_records_them():
     assert ends[-1] == len(traj.token_ids)
 
 
-def test_history_is_the_default_and_rebuild_refuses_conversations():
+def test_history_is_the_default_and_rebuild_needs_a_conversations_messages():
     assert context_policy(type("A", (), {"context": "history"})()) == HistoryContext()
     own = type("A", (), {"context": "orchestra_jax.agent.context:rebuild_context"})()
     assert context_policy(own) == RebuildContext()  # "package.module:attr" works too
     with pytest.raises(ValueError, match="history"):
         HistoryContext().prompt(spec([]), TOK, recorded_turns(), enable_thinking=True)
     s = dataclasses.replace(spec([FakeTool("answer", final=True)]), other_party=object())
-    with pytest.raises(ValueError, match="agent.context='history'"):
-        run([s], scripted({"t0/0": ["hi"]}), context=RebuildContext())
+    with pytest.raises(ValueError, match="needs its messages"):
+        RebuildContext().prompt(s, TOK, [], enable_thinking=True)
+
+
+def test_cut_middle_messages_keeps_the_whole_messages_at_either_end():
+    # Ends at 3, 7, 12, 14, 20 tokens (T = 20).
+    lengths = [3, 4, 5, 2, 6]
+    assert cut_middle_messages(lengths, 20) == [0, 1, 2, 3, 4]  # it fits
+    # Budget 10: the first 5 tokens hold message 0; the last 5 start at token 15,
+    # inside message 4.
+    assert cut_middle_messages(lengths, 10) == [0, 4]
+    # Budget 11: the last 6 start at token 14, message 4's first.
+    assert cut_middle_messages(lengths, 11) == [0, 4]
+    # Budget 13: the last 7 start at token 13, inside message 3.
+    assert cut_middle_messages(lengths, 13) == [0, 3, 4]
+    # Budget 14: the first 7 hold messages 0 and 1.
+    assert cut_middle_messages(lengths, 14) == [0, 1, 3, 4]
+    # No room at all: the last message, as a budget of 1 keeps it.
+    assert cut_middle_messages(lengths, 0) == [4]
+
+
+class WordTokenizer:
+    """One token a whitespace-separated word: lengths a reader can count."""
+
+    def encode(self, text):
+        return text.split()
+
+
+def test_a_conversations_messages_are_cut_to_its_budget_less_the_tools():
+    messages = [
+        {"role": "system", "content": "s1 s2 s3 s4 s5"},  # 6 words rendered
+        {"role": "user", "content": "u1"},  # 2
+        {"role": "assistant", "content": "a1 a2 a3"},  # 4
+        {"role": "tool", "content": "r1"},  # 4: <tool_response> and its close
+        {"role": "user", "content": "u2 u3"},  # 3
+        {"role": "assistant", "content": "b1"},  # 2
+        {"role": "user", "content": "u4 u5 u6"},  # 4; ends at 6, 8, 12, 16, 19, 21, 25
+    ]
+    words = WordTokenizer()
+    budgets = RebuildBudgets(conversation_tokens=25)
+    assert conversation_prompt_messages(messages, [], words, budgets) == messages
+    # 16: the first 8 tokens hold the system prompt and "u1"; the last 8 start at
+    # token 17, inside "u2 u3".
+    budgets = RebuildBudgets(conversation_tokens=16)
+    kept = conversation_prompt_messages(messages, [], words, budgets)
+    assert [m["content"] for m in kept] == ["s1 s2 s3 s4 s5", "u1", "u2 u3", "b1", "u4 u5 u6"]
+    # The tools' JSON, '[{"name": "f"}]', is two words: 14 are left, so "u1" goes.
+    kept = conversation_prompt_messages(messages, [{"name": "f"}], words, budgets)
+    assert [m["content"] for m in kept] == ["s1 s2 s3 s4 s5", "u2 u3", "b1", "u4 u5 u6"]

@@ -159,6 +159,29 @@ def test_turn_format_filter_masks_only_malformed_turns():
     assert exp.advantages[0] > 0 > exp.advantages[1]  # advantages use every episode
 
 
+def test_message_turns_leave_the_loss_when_configured():
+    trajs = [_two_turn_traj("a", True, first_valid=False), _two_turn_traj("a", False, True)]
+    for traj in trajs:
+        traj.turns[1].message_to_party = True  # turn 2 spoke to the other party
+
+    def score(**options):
+        return score_groups(
+            trajs,
+            group_size=2,
+            reward_fn=make_reward({"type": "outcome"}),
+            adv_clip=3.0,
+            filter_reward_std=0.0,
+            format_filter="turn",
+            **options,
+        )
+
+    kept = score(train_message_turns=False).kept
+    assert kept[0].loss_mask == [0] * 8  # malformed turn 1 and message turn 2: both out
+    assert kept[1].loss_mask == [0, 0, 1, 1, 0, 0, 0, 0]  # only the message turn out
+    assert [t.loss_mask for t in score().kept][1] == [0, 0, 1, 1, 0, 1, 1, 1]  # default
+    assert trajs[1].loss_mask == [0, 0, 1, 1, 0, 1, 1, 1]  # the record keeps what was sampled
+
+
 def test_turn_mask_checks_turn_lengths():
     traj = _two_turn_traj("a", True, first_valid=False)
     traj.turns[1].num_generated_tokens = 4

@@ -111,7 +111,8 @@ def _base() -> ml_collections.ConfigDict:
     # "package.module:attr"): "history", one growing sequence (the system prompt,
     # the question, every earlier turn and its tool results); "rebuild", the
     # reference's: every turn a fresh chat of the question, the documents gathered
-    # and the programs run so far, never its own earlier turns (needs
+    # and the programs run so far, never its own earlier turns; in a τ² conversation
+    # the messages so far, whole ones dropped from the middle to fit (needs
     # rl.sample_unit="turn").
     c.agent.context = "history"
     # The rebuilt prompt ("rebuild"; the reference's values).
@@ -122,6 +123,9 @@ def _base() -> ml_collections.ConfigDict:
     c.agent.rebuild.code_tokens = 24000  # Programs and outputs: their last this many tokens.
     c.agent.rebuild.context_tokens = 24000  # Documents + programs: their last this many tokens.
     c.agent.rebuild.prompt_tokens = 24000  # The rendered prompt: its middle cut to this many.
+    # A conversation (τ²): whole messages dropped from its middle to fit this many
+    # tokens less the tool schemas', before the prompt_tokens cut.
+    c.agent.rebuild.conversation_tokens = 23000
 
     # --- tasks -----------------------------------------------------------------
     c.data = ml_collections.ConfigDict()
@@ -184,6 +188,18 @@ def _base() -> ml_collections.ConfigDict:
     c.env.tau2.expert_url = ""
     c.env.tau2.expert_served_model = ""  # "": each expert is served under its own name.
     c.env.tau2.expert_api_key_env = ""
+    # What an expert's reply is (docs/reproduction.md, "τ² conversations"): "advise"
+    # (the tool ask_expert: advice the policy reads, every action the policy's own)
+    # or "act" (the tool call_expert, the reference's: the expert reads the
+    # conversation and the domain's tools and its reply is the agent's action, a
+    # tool call run in tau2 or a message to the user).
+    c.env.tau2.expert_mode = "advise"
+    # Domain tools kept from the policy, comma-separated ("": every tool; the
+    # reference's: "transfer_to_human_agents"). An acting expert still has them.
+    c.env.tau2.drop_tools = ""
+    # False: turns that message the user (no tool call) get no loss, as in the
+    # reference; True: every turn trains.
+    c.env.tau2.train_message_turns = True
     # Natural-language assertions in a task's reward basis: "skip" (left out of the
     # reward, and said so per episode) or "judge" (tau2's judge at judge_url).
     c.env.tau2.nl_assertions = "skip"
@@ -657,6 +673,10 @@ def _qwen3_8b(c):
     #   c.agent.context = "rebuild"
     #   c.rl.sample_unit = "turn"
     #   c.rl.minibatch_size = 16
+    # and its τ² conversations (docs/reproduction.md, "τ² conversations"):
+    #   c.env.tau2.expert_mode = "act"
+    #   c.env.tau2.drop_tools = "transfer_to_human_agents"
+    #   c.env.tau2.train_message_turns = False
     c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
     c.num_steps = 1000
     c.checkpoint.every_steps = 25

@@ -27,6 +27,16 @@ spec and its turns 0 … k − 1:
     cut to `prompt_tokens` by dropping the middle (the first ⌊n/2⌋ and last
     ⌈n/2⌉ ids kept).
 
+    In a conversation (an episode with another party) the prompt is instead the
+    conversation's messages so far (system prompt, the party's opening, the
+    policy's turns, tool results, the party's messages) with whole messages
+    dropped from the middle (`cut_middle_messages`) to fit
+    `conversation_tokens` minus the tokens of the tool schemas (as JSON), then
+    rendered with the tool schemas and cut to `prompt_tokens` as above. With
+    message i of length L_i tokens (rendered alone by the template), T = Σ L_i
+    and budget b: all messages when T ≤ b, else the messages that end within
+    the first ⌊b/2⌋ tokens and those from the one holding token T − ⌈b/2⌉ on.
+
 Token-exact either way: the ids a policy returns are exactly what the engine is
 given, and the loop records them in the trajectory (`Turn.prompt_start`).
 
@@ -37,6 +47,7 @@ ContextPolicy`; "package.module:attr" names one's own.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -50,6 +61,8 @@ __all__ = [
     "RebuildBudgets",
     "RebuildContext",
     "context_policy",
+    "conversation_prompt_messages",
+    "cut_middle_messages",
     "episode_evidence",
     "left_cut",
     "merge_documents",
@@ -70,9 +83,16 @@ class ContextPolicy(Protocol):
     def fresh_prompts(self) -> bool: ...
 
     def prompt(
-        self, spec: Any, tokenizer: Any, turns: Sequence[Any], *, enable_thinking: bool
+        self,
+        spec: Any,
+        tokenizer: Any,
+        turns: Sequence[Any],
+        *,
+        enable_thinking: bool,
+        messages: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
-        """The prompt ids of turn len(turns), given the episode's earlier `turns`."""
+        """The prompt ids of turn len(turns), given the episode's earlier `turns`;
+        in a conversation the loop also passes its chat `messages` so far."""
         ...
 
 
@@ -95,13 +115,19 @@ class HistoryContext:
     fresh_prompts: bool = False
 
     def prompt(
-        self, spec: Any, tokenizer: Any, turns: Sequence[Any], *, enable_thinking: bool
+        self,
+        spec: Any,
+        tokenizer: Any,
+        turns: Sequence[Any],
+        *,
+        enable_thinking: bool,
+        messages: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
         if turns:
             raise ValueError("the history context builds only the first turn's prompt")
         return tokenizer.encode(
             render(
-                initial_messages(spec),
+                initial_messages(spec) if messages is None else messages,
                 tools=spec.tool_schemas(),
                 add_generation_prompt=True,
                 enable_thinking=enable_thinking,
@@ -119,9 +145,18 @@ class RebuildBudgets:
     code_tokens: int = 24000  # programs and outputs: their last tokens
     context_tokens: int = 24000  # documents + programs: their last tokens
     prompt_tokens: int = 24000  # the rendered prompt: middle-truncated to this
+    # A conversation's messages: whole ones dropped from the middle to fit this
+    # many tokens, less the tool schemas' (the reference's 23,000 − tools).
+    conversation_tokens: int = 23000
 
     def __post_init__(self):
-        for name in ("doc_chars", "code_tokens", "context_tokens", "prompt_tokens"):
+        for name in (
+            "doc_chars",
+            "code_tokens",
+            "context_tokens",
+            "prompt_tokens",
+            "conversation_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -186,6 +221,38 @@ def middle_truncate(ids: Sequence[int], budget: int) -> list[int]:
     return list(ids[:head]) + list(ids[len(ids) - (budget - head) :])
 
 
+def cut_middle_messages(lengths: Sequence[int], budget: int) -> list[int]:
+    """The indices of the messages kept when messages of `lengths` tokens must fit
+    `budget` (at least 1; module docstring): all when they fit, else those ending
+    within the first ⌊budget/2⌋ tokens and those from the one holding token
+    T − ⌈budget/2⌉ (0-based, T the total) to the end."""
+    budget = max(budget, 1)
+    total = sum(lengths)
+    if total <= budget:
+        return list(range(len(lengths)))
+    head, tail_start = budget // 2, total - (budget - budget // 2)
+    kept, end = [], 0
+    for i, n in enumerate(lengths):
+        end += n
+        if end <= head or end > tail_start:
+            kept.append(i)
+    return kept
+
+
+def conversation_prompt_messages(
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    budgets: RebuildBudgets = RebuildBudgets(),
+) -> list[dict[str, Any]]:
+    """A conversation's messages, the middle dropped to fit `conversation_tokens`
+    less the tool schemas' tokens (module docstring)."""
+    tools_len = len(tokenizer.encode(json.dumps(list(tools), ensure_ascii=False))) if tools else 0
+    lengths = [len(tokenizer.encode(render([m]))) for m in messages]
+    kept = cut_middle_messages(lengths, budgets.conversation_tokens - tools_len)
+    return [dict(messages[i]) for i in kept]
+
+
 def rebuild_messages(
     question: str,
     documents: Sequence[str],
@@ -223,19 +290,26 @@ class RebuildContext:
     fresh_prompts: bool = True
 
     def prompt(
-        self, spec: Any, tokenizer: Any, turns: Sequence[Any], *, enable_thinking: bool
+        self,
+        spec: Any,
+        tokenizer: Any,
+        turns: Sequence[Any],
+        *,
+        enable_thinking: bool,
+        messages: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
+        tools = spec.tool_schemas()
         if spec.other_party is not None:
-            raise ValueError(
-                "agent.context='rebuild' builds QA prompts; episodes with another party "
-                "(conversations) need agent.context='history'"
-            )
-        documents, code = episode_evidence(turns)
-        messages = rebuild_messages(spec.task.question, documents, code, tokenizer, self.budgets)
+            if messages is None:
+                raise ValueError("a conversation's rebuilt prompt needs its messages")
+            chat = conversation_prompt_messages(messages, tools, tokenizer, self.budgets)
+        else:
+            documents, code = episode_evidence(turns)
+            chat = rebuild_messages(spec.task.question, documents, code, tokenizer, self.budgets)
         ids = tokenizer.encode(
             render(
-                messages,
-                tools=spec.tool_schemas(),
+                chat,
+                tools=tools,
                 add_generation_prompt=True,
                 enable_thinking=enable_thinking,
             )

@@ -13,6 +13,9 @@ an episode is a conversation:
           <|im_end|> removed, `message_text`): party.respond(state, turn) answers
           with the party's next message (`user_message_segment`, mask 0) or ends
           the conversation (a stop signal, a step budget)
+      with a call whose result relays a message (metadata `RELAYED_MESSAGE`,
+          e.g. an expert acting for the agent): the calls' results, then the
+          party's answer to that message, follow (mask 0)
 
 `state` is the episode's own state (`Environment.reset(task)`), shared with
 its tools, so the party can see what the tools did in the turn. A party that
@@ -32,6 +35,9 @@ from orchestra_jax.agent.trajectory import ToolCallRecord
 
 THINK_CLOSE = "</think>"
 IM_END = "<|im_end|>"
+# A tool result's metadata key: the message the tool said to the other party for
+# the policy (`PolicyTurn.relayed`).
+RELAYED_MESSAGE = "message_to_party"
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s")
 
 
@@ -43,15 +49,25 @@ class PolicyTurn:
       content: what the policy wrote, its reasoning and `<|im_end|>` removed.
       tool_calls: the turn's calls, parsed or not; empty when the turn is a
         message to the party.
+      relayed: a message one of the turn's tools said to the party on the
+        policy's behalf (`RELAYED_MESSAGE` in a result's metadata, e.g. an
+        expert that acts for the agent); None when no tool did.
     """
 
     content: str
     tool_calls: Sequence[ToolCallRecord] = ()
+    relayed: str | None = None
 
     @property
     def is_message(self) -> bool:
-        """True when the turn calls no tool: its content is said to the party."""
-        return not self.tool_calls
+        """True when the turn says something to the party: it calls no tool, or a
+        tool relayed a message."""
+        return not self.tool_calls or self.relayed is not None
+
+    @property
+    def message(self) -> str:
+        """What is said to the party: the relayed message, else the turn's content."""
+        return self.content if self.relayed is None else self.relayed
 
 
 @dataclasses.dataclass

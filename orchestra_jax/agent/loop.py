@@ -14,7 +14,9 @@ That is the "history" context (`LoopLimits.context`, agent/context.py). With a
 policy of fresh prompts ("rebuild"), turn k > 0 instead reads a new prompt the
 policy builds from the episode's turns so far, appended to the trajectory
 (mask 0) at `Turn.prompt_start`, and no observation is appended: the
-trajectory holds each turn's prompt and generated tokens end to end.
+trajectory holds each turn's prompt and generated tokens end to end. In a
+conversation the policy rebuilds every prompt, the first too, from the
+conversation's messages so far (`ContextPolicy.prompt(..., messages=)`).
 
 The sequence is built only by appending: what is trained is exactly what was
 sampled, never a re-render of text. A re-render agrees only where Qwen3's
@@ -31,7 +33,9 @@ goes on.
 Conversations: where the episode has another party (`EpisodeSpec.other_party`,
 e.g. a simulated user; `agent/conversation.py`), the prompt is the party's
 opening, a turn without a `<tool_call>` is a message to the party, and the
-party's answer is appended as a user turn (`user_message_segment`, mask 0). The sequence ends right after the last
+party's answer is appended as a user turn (`user_message_segment`, mask 0);
+a turn whose tool relayed a message to the party (an expert acting for the
+agent) gets its tool results, then the party's answer. The sequence ends right after the last
 sampled token (observations are appended only when another turn follows) and
 never exceeds `max_context_tokens`; a prompt longer than that gives a turnless
 "context" episode.
@@ -59,6 +63,7 @@ from orchestra_jax.agent import tool_runner
 from orchestra_jax.agent.batcher import GenerationBatcher
 from orchestra_jax.agent.context import ContextPolicy, HistoryContext, initial_messages
 from orchestra_jax.agent.conversation import (
+    RELAYED_MESSAGE,
     PolicyTurn,
     add_usage,
     check_opening,
@@ -67,7 +72,12 @@ from orchestra_jax.agent.conversation import (
 )
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
 from orchestra_jax.agent.trajectory import Trajectory, Turn
-from orchestra_jax.chat.template import render, tool_response_segment, user_message_segment
+from orchestra_jax.chat.template import (
+    generation_prompt,
+    render,
+    tool_response_segment,
+    user_message_segment,
+)
 from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
 from orchestra_jax.tools.base import ToolContext
@@ -276,17 +286,28 @@ class _Episode:
         self.traj.latency_s += turn.tool_latency_s
         return final_answer
 
-    def _observe(self, turn: Turn, closed: bool, said: str | None = None) -> bool:
-        """Append the turn's observation (masked): the other party's message `said`, or
-        the tool results; False when it would leave no room to answer."""
+    def _observation(self, turn: Turn, said: str | None) -> tuple[str, list[dict[str, Any]]]:
+        """The turn's observation: its segment of text and its chat messages. The
+        tool results (when the turn called tools), then the other party's message
+        `said` (when it spoke)."""
         thinking = self.limits.enable_thinking
-        if said is not None:
-            segment = user_message_segment(said, enable_thinking=thinking)
-            messages = [{"role": "user", "content": said}]
-        else:
-            texts = [r.text for r in turn.tool_results] or [tool_runner.NO_TOOL_CALL_MESSAGE]
-            segment = tool_response_segment(texts, enable_thinking=thinking)
-            messages = [{"role": "tool", "content": text} for text in texts]
+        if said is not None and not turn.tool_calls:
+            return user_message_segment(said, enable_thinking=thinking), [
+                {"role": "user", "content": said}
+            ]
+        texts = [r.text for r in turn.tool_results] or [tool_runner.NO_TOOL_CALL_MESSAGE]
+        segment = tool_response_segment(texts, enable_thinking=thinking)
+        messages: list[dict[str, Any]] = [{"role": "tool", "content": text} for text in texts]
+        if said is not None:  # a tool relayed a message: the party's answer follows
+            segment = segment.removesuffix(generation_prompt(enable_thinking=thinking))
+            segment += user_message_segment(said, enable_thinking=thinking).removeprefix("\n")
+            messages.append({"role": "user", "content": said})
+        return segment, messages
+
+    def _observe(self, turn: Turn, closed: bool, said: str | None = None) -> bool:
+        """Append the turn's observation (masked, `_observation`); False when it would
+        leave no room to answer."""
+        segment, messages = self._observation(turn, said)
         # A turn cut by the token budget has no <|im_end|>: close it (masked, not sampled).
         prefix = "" if closed else IM_END
         ids = ([] if closed else [self.tokenizer.im_end_id]) + self.tokenizer.encode(segment)
@@ -309,7 +330,19 @@ class _Episode:
             return False
         add_usage(self.party_usage, reply)
         self.ctx.messages = conversation_messages(self.spec, list(reply.messages))
-        self._begin(self._prompt(self.ctx.messages))
+        context = self.limits.context
+        if context.fresh_prompts:  # the policy builds every turn's prompt, the first too
+            self._begin(
+                context.prompt(
+                    self.spec,
+                    self.tokenizer,
+                    [],
+                    enable_thinking=self.limits.enable_thinking,
+                    messages=self.ctx.messages,
+                )
+            )
+        else:
+            self._begin(self._prompt(self.ctx.messages))
         if reply.end is not None:
             self._end_conversation(reply.end)
             return False
@@ -325,7 +358,16 @@ class _Episode:
 
     async def _converse(self, turn: Turn) -> tuple[bool, str | None]:
         """Tells the other party about the turn; returns (conversation over, its message)."""
-        said_to_party = PolicyTurn(message_text(turn.text), turn.tool_calls)
+        relayed = next(
+            (
+                r.metadata[RELAYED_MESSAGE]
+                for r in turn.tool_results
+                if isinstance((r.metadata or {}).get(RELAYED_MESSAGE), str)
+            ),
+            None,
+        )
+        turn.message_to_party = not turn.tool_calls
+        said_to_party = PolicyTurn(message_text(turn.text), turn.tool_calls, relayed)
         try:
             reply = await self.party.respond(self.spec.state, said_to_party)
             said = party_message(reply)
@@ -364,6 +406,7 @@ class _Episode:
                     self.tokenizer,
                     self.traj.turns,
                     enable_thinking=self.limits.enable_thinking,
+                    **({} if self.party is None else {"messages": self.ctx.messages}),
                 )
                 if len(ids) >= self.limits.max_context_tokens:
                     self._finish("context")
@@ -407,8 +450,10 @@ class _Episode:
                 break
             if turn_index + 1 == self.limits.max_turns:
                 break  # "max_turns": no observation, nothing would read it
-            if context.fresh_prompts:
-                continue  # the next turn's prompt is rebuilt from this one's results
+            if context.fresh_prompts:  # the next turn's prompt is rebuilt from this one's
+                if self.party is not None:  # results (a conversation: from its messages)
+                    self.ctx.messages.extend(self._observation(turn, said)[1])
+                continue
             if not self._observe(turn, closed, said):
                 self._finish("context")
                 break
@@ -449,11 +494,6 @@ async def run_episodes(
         max_in_flight=limits.max_in_flight_batches,
     )
     context = limits.context
-    if context.fresh_prompts and any(spec.other_party is not None for spec in specs):
-        raise ValueError(
-            f"agent.context={context.name!r} rebuilds every turn's prompt from the task; "
-            "conversations (episodes with another party) need agent.context='history'"
-        )
     prompts: dict[tuple[int, str], list[int]] = {}  # turn 0's, once per (config, task)
     episodes = []
     for spec in specs:

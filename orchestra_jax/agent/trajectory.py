@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
@@ -93,6 +93,9 @@ class Turn:
     # rollout): the version of its first tokens (`Completion.first_weight_version`).
     first_weight_version: int | None = None
     first_call_feature: str | None = None
+    # In a conversation: the turn called no tool, so its text was a message to the
+    # other party (`agent/conversation.py`).
+    message_to_party: bool = False
 
 
 @dataclasses.dataclass
@@ -148,10 +151,17 @@ class Trajectory:
     def loss_mask_without_invalid_turns(self) -> list[int]:
         """`loss_mask` with the sampled tokens of format-invalid turns set to 0.
 
+        This is the reference's format filter: a malformed turn leaves the loss,
+        the episode's other turns still train.
+        """
+        return self.loss_mask_without_turns(lambda turn: not turn.format_valid)
+
+    def loss_mask_without_turns(self, drop: Callable[[Turn], bool]) -> list[int]:
+        """`loss_mask` with the sampled tokens of every turn where `drop(turn)` set to 0.
+
         Turn k's sampled tokens are the next `turns[k].num_generated_tokens`
-        positions of the mask (turns are sampled in order, observations between
-        them are masked). This is the reference's format filter: a malformed
-        turn leaves the loss, the episode's other turns still train.
+        positions of the mask (turns are sampled in order, observations and
+        rebuilt prompts between them are masked).
         """
         sampled = [i for i, m in enumerate(self.loss_mask) if m]
         generated = sum(t.num_generated_tokens for t in self.turns)
@@ -164,7 +174,7 @@ class Trajectory:
         start = 0
         for turn in self.turns:
             end = start + turn.num_generated_tokens
-            if not turn.format_valid:
+            if drop(turn):
                 for i in sampled[start:end]:
                     mask[i] = 0
             start = end

@@ -8,9 +8,12 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      (or the task's initial message history, replayed)
   tools(config, task=…)
                      the domain's tools (`DomainTool`: run in the episode's tau2
-                     environment, tau2's error semantics) and the configuration's
-                     meta-tools (`ask_expert`: experts the policy may consult,
-                     priced per alias as elsewhere)
+                     environment, tau2's error semantics), less `drop_tools`,
+                     and the configuration's meta-tool: the experts, priced per
+                     alias as elsewhere, through `ask_expert` (`expert_mode`
+                     "advise": the expert's reply is advice the policy reads)
+                     or `call_expert` ("act": the expert's reply is the agent's
+                     action, a domain tool call or a message to the user)
   other_party(task)  the user: tau2's user simulator on an OpenAI-compatible
                      endpoint, or a script (`Tau2Conversation`, `tau2_user.py`)
   grade(task, _, state=episode)
@@ -45,7 +48,14 @@ from orchestra_jax.agent.conversation import OtherParty
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
 from orchestra_jax.envs.tau2_setup import import_tau2
-from orchestra_jax.envs.tau2_tools import ASK_EXPERT, EXPERT_PROFILES, AskExpertTool, DomainTool
+from orchestra_jax.envs.tau2_tools import (
+    ASK_EXPERT,
+    EXPERT_PROFILES,
+    EXPERT_TOOLS,
+    AskExpertTool,
+    CallExpertTool,
+    DomainTool,
+)
 from orchestra_jax.envs.tau2_user import ScriptedUser, SimulatedUser, Speaker, Tau2Conversation
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
 from orchestra_jax.tools.base import Tool
@@ -58,6 +68,7 @@ from orchestra_jax.tools.registry import Backends
 SUCCESS_TOLERANCE = 1e-6
 NL_ASSERTION_MODES = ("skip", "judge")
 USER_KINDS = ("simulator", "scripted")
+EXPERT_MODES = tuple(EXPERT_TOOLS)  # "advise", "act" (`tau2_tools.py`)
 # `(tau2 task, tau2 environment of its domain) -> Speaker`: who plays the user.
 SpeakerFactory = Callable[[Any, Any], Speaker]
 
@@ -85,7 +96,10 @@ class Tau2Environment:
       max_steps / max_errors: tau2's budgets of one conversation.
       experts: backend name -> expert client, for the meta-tools.
       expert_profiles: the experts on offer (names are backends of `experts`).
-      meta_tools: the meta-tools every task offers ("ask_expert" or none).
+      meta_tools: ("ask_expert",) to offer the experts, () for none.
+      expert_mode: "advise" (`ask_expert`: the expert's reply is advice) or "act"
+        (`call_expert`: the expert's reply is the agent's action).
+      drop_tools: domain tools kept from the policy (the expert still has them).
       nl_assertions: "skip" or "judge" (see the module docstring).
       judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
       domain: the domain `tasks(split, n)` reads (from `data_dir`).
@@ -106,8 +120,12 @@ class Tau2Environment:
         judge_model: str = "",
         judge_api_key: str = "EMPTY",
         domain: str = "",
+        expert_mode: str = "advise",
+        drop_tools: Sequence[str] = (),
     ):
         self.tau2 = import_tau2(data_dir)
+        if expert_mode not in EXPERT_MODES:
+            raise ValueError(f"expert_mode must be one of {EXPERT_MODES}, got {expert_mode!r}")
         if max_steps < 1 or max_errors < 1:
             raise ValueError(
                 f"max_steps and max_errors must be >= 1, got {max_steps}, {max_errors}"
@@ -127,8 +145,13 @@ class Tau2Environment:
             _point_nl_judge(judge_url, judge_model, judge_api_key)
         self.speaker = speaker
         self.max_steps, self.max_errors = max_steps, max_errors
-        self.expert_profiles = tuple(expert_profiles)
-        self.meta_tools = tuple(meta_tools)
+        self.expert_mode = expert_mode
+        self.expert_tool = EXPERT_TOOLS[expert_mode]  # the meta-tool the experts are under
+        self.expert_profiles = tuple(
+            dataclasses.replace(p, tool=self.expert_tool) for p in expert_profiles
+        )
+        self.meta_tools = (self.expert_tool,) if meta_tools else ()
+        self.drop_tools = frozenset(drop_tools)
         self.nl_assertions = nl_assertions
         self.domain = domain
         self._tasks: dict[str, Any] = {}
@@ -206,22 +229,28 @@ class Tau2Environment:
         seed: int = 0,
         sleep_scale: float = 0.0,
     ) -> dict[str, Tool]:
-        """The task's domain tools, then the configuration's meta-tools."""
+        """The task's domain tools less `drop_tools`, then the configuration's
+        meta-tool (`expert_tool`)."""
         del seed, sleep_scale
         if task is None:
             raise ValueError("τ² tools depend on the task's domain: pass task=")
         domain = self.domain_of(self.task_domain(task))
-        tools: dict[str, Tool] = {t.name: DomainTool(t) for t in domain.tools}
-        others = [name for name in tool_config.tools if name != ASK_EXPERT.name]
+        tools: dict[str, Tool] = {
+            t.name: DomainTool(t) for t in domain.tools if t.name not in self.drop_tools
+        }
+        name = self.expert_tool
+        others = [n for n in tool_config.tools if n != name]
         if others:
             raise ValueError(
-                f"τ² episodes offer the meta-tool {ASK_EXPERT.name!r} only; this tool "
-                f"configuration offers {others} (a configuration of another environment?)"
+                f"τ² episodes (expert_mode {self.expert_mode!r}) offer the meta-tool {name!r} "
+                f"only; this tool configuration offers {others} (a configuration of another "
+                "environment or mode?)"
             )
-        if ASK_EXPERT.name in tool_config.tools:
-            if ASK_EXPERT.name in tools:
-                raise ValueError(f"{ASK_EXPERT.name!r} clashes with a {domain.name} tool")
-            tools[ASK_EXPERT.name] = AskExpertTool(tool_config, Backends(experts=self.experts))
+        if name in tool_config.tools:
+            if name in tools:
+                raise ValueError(f"{name!r} clashes with a {domain.name} tool")
+            kind = CallExpertTool if self.expert_mode == "act" else AskExpertTool
+            tools[name] = kind(tool_config, Backends(experts=self.experts))
         return tools
 
     def reset(self, task: Task) -> Tau2Episode:
@@ -397,6 +426,12 @@ def config_problems(config: Any) -> list[str]:
         errors.append(f"env.tau2.meta_tools: only {ASK_EXPERT.name!r}, got {meta_tools}")
     if meta_tools and not t.expert_url:
         errors.append("env.tau2.meta_tools needs env.tau2.expert_url (the experts' server)")
+    if t.expert_mode not in EXPERT_MODES:
+        errors.append(f"env.tau2.expert_mode must be one of {EXPERT_MODES}, got {t.expert_mode!r}")
+    elif t.expert_mode == "act" and not meta_tools:
+        errors.append(
+            "env.tau2.expert_mode='act' needs experts: set env.tau2.meta_tools=ask_expert"
+        )
     if t.nl_assertions not in NL_ASSERTION_MODES:
         errors.append(f"env.tau2.nl_assertions must be one of {NL_ASSERTION_MODES}")
     elif t.nl_assertions == "judge" and not (t.judge_url and t.judge_model):
@@ -448,4 +483,11 @@ def from_config(config: Any) -> Tau2Environment:
         judge_model=t.judge_model,
         judge_api_key=_key(t.judge_api_key_env),
         domain=t.domain,
+        expert_mode=t.expert_mode,
+        drop_tools=split_names(t.drop_tools),
     )
+
+
+def split_names(text: str) -> tuple[str, ...]:
+    """The names of a comma-separated config field, blanks dropped."""
+    return tuple(s.strip() for s in text.split(",") if s.strip())

@@ -12,6 +12,8 @@ tools, its user and its grader share (`ToolContext.state`):
   steps/errors  tau2's step and tool-error counters, and `termination`, the
                 reason the conversation ended (a tau2 `TerminationReason`
                 value), or None while it goes on
+  expert_acted  an expert took the current policy turn (`call_expert`); the
+                turn's record clears it
 
 Steps are counted as tau2's half-duplex orchestrator counts them: every
 message passed on (a user message, an agent message, a batch of tool results)
@@ -48,6 +50,7 @@ class Tau2Episode:
     errors: int = 0
     termination: str | None = None
     user_state: Any = None
+    expert_acted: bool = False
 
     @property
     def done(self) -> bool:

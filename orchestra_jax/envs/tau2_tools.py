@@ -13,6 +13,22 @@ reads the domain policy, the domain's tools and the conversation so far, and
 replies with the next step it recommends (a tool call, or a message to the
 customer). Its reply is the observation; the policy decides what to do with
 it. Cost = the expert's tokens at the alias's prices.
+
+`call_expert` (`env.tau2.expert_mode="act"`, the same priced aliases) hands the
+turn to the chosen expert: it reads tau2's agent prompt (instructions and
+policy) and the conversation as tau2's agent sees it, as OpenAI chat messages,
+with the domain's tools as OpenAI `tools`, and its reply is the agent's action:
+
+  tool calls (at most `MAX_EXPERT_CALLS`)   run in the episode's tau2
+            environment as the agent's calls (recorded in tau2's message record
+            with the turn); the observation lists each call and its result
+  a message (no tool call)   said to the user for the agent (the result's
+            metadata `RELAYED_MESSAGE`, `agent/conversation.py`); the user's
+            answer follows the observation
+  neither   an error observation; nothing is done
+
+One expert acts per policy turn: a second `call_expert` of the same turn is an
+error (its tokens still charged). Cost and latency as `ask_expert`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +36,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestra_jax.agent.conversation import RELAYED_MESSAGE, message_text
+from orchestra_jax.chat.template import to_json
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.config import ModelProfile
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
@@ -44,8 +62,27 @@ ASK_EXPERT = MetaToolSpec(
     argument_wording="advise on the next step",
     result="reply",
 )
-if ASK_EXPERT.name not in META_TOOLS:
-    META_TOOLS.register(ASK_EXPERT.name, ASK_EXPERT)
+CALL_EXPERT = MetaToolSpec(
+    name="call_expert",
+    alias_prefix="expert",
+    role="act",
+    role_prompt="",  # the expert reads tau2's own agent prompt (`agent_instructions`)
+    description=(
+        "Hand this turn to an expert model. The chosen model reads the policy, the tools "
+        "and the conversation so far and takes the turn for you: its tool calls run, or "
+        "its message is sent to the customer."
+    ),
+    argument_wording="take this turn",
+    result="reply",
+)
+for _spec in (ASK_EXPERT, CALL_EXPERT):
+    if _spec.name not in META_TOOLS:
+        META_TOOLS.register(_spec.name, _spec)
+# `env.tau2.expert_mode` -> the meta-tool the experts are offered through.
+EXPERT_TOOLS = {"advise": ASK_EXPERT.name, "act": CALL_EXPERT.name}
+# The most tool calls of one expert reply that are run (tau2's `generate` in the
+# reference keeps six).
+MAX_EXPERT_CALLS = 6
 
 # The experts on offer, at the prices of the paper's release (USD per million
 # tokens in/out). Latencies are the typical figures written into the tool's
@@ -114,3 +151,108 @@ class AskExpertTool(MetaTool):
             },
         ]
         return messages, self.backends.expert_temperature
+
+
+def expert_view(message: Any) -> dict[str, Any] | None:
+    """A tau2 message as an OpenAI chat message for an acting expert (tau2's agent's
+    view: the user's own tool calls and their results left out), or None."""
+    role = getattr(message, "role", None)
+    if role == "user":
+        return None if message.tool_calls else {"role": "user", "content": message.content or ""}
+    if role == "tool":
+        if message.requestor == "user":
+            return None
+        return {"role": "tool", "tool_call_id": message.id, "content": message.content or ""}
+    if role != "assistant":
+        return None
+    chat: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if message.tool_calls:
+        chat["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": to_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif chat["content"] is None:
+        chat["content"] = ""
+    return chat
+
+
+def reply_calls(reply: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(name, arguments) of an expert reply's OpenAI `tool_calls`, in order; calls
+    without a name or whose arguments are not a JSON object are left out."""
+    calls = []
+    for item in reply.tool_calls:
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            continue
+        arguments = function.get("arguments") or {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                continue
+        if isinstance(arguments, dict):
+            calls.append((function["name"], arguments))
+    return calls
+
+
+class CallExpertTool(MetaTool):
+    """`call_expert(model)`: the chosen expert takes the turn (module docstring)."""
+
+    def __init__(self, tool_config: Any, backends: Any):
+        super().__init__(tool_config, backends, CALL_EXPERT)
+
+    async def __call__(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if not hasattr(ctx.state, "run_tool"):
+            return error_result(f"{self.name}: this episode has no τ² environment", tool=self.name)
+        return await super().__call__(arguments, ctx)
+
+    def expert_request(self, ctx: ToolContext, family: str) -> tuple[list[dict[str, Any]], float]:
+        """tau2's agent prompt and the conversation as tau2's agent sees it."""
+        from orchestra_jax.envs.tau2_user import agent_instructions
+
+        del family
+        episode = ctx.state
+        messages = [{"role": "system", "content": agent_instructions(episode.policy)}]
+        messages += [chat for m in episode.messages if (chat := expert_view(m)) is not None]
+        return messages, self.backends.expert_temperature
+
+    def expert_tools(self, ctx: ToolContext) -> list[dict[str, Any]]:
+        """Every tool of the domain (those withheld from the policy too)."""
+        return list(ctx.state.tool_schemas)
+
+    async def finish(self, reply, ctx, cost, meta, family=""):
+        del family
+        episode, alias = ctx.state, meta["model"]
+        calls, message = reply_calls(reply)[:MAX_EXPERT_CALLS], message_text(reply.text)
+
+        def failed(text: str) -> ToolResult:
+            return ToolResult(
+                text=f"Error: {text}",
+                error=text,
+                cost_usd=cost,
+                latency_s=reply.latency_s,
+                metadata=meta,
+            )
+
+        if episode.expert_acted:
+            return failed(f"{self.name}: an expert already took this turn")
+        if calls:
+            episode.expert_acted = True
+            lines = []
+            for name, arguments in calls:
+                _, result = episode.run_tool(name, arguments)
+                lines.append(f"{name}({to_json(arguments)}) returned: {result.content}")
+            meta["action"] = [{"name": n, "arguments": a} for n, a in calls]
+            text = f"{alias} made tool calls for you:\n" + "\n".join(lines)
+        elif message:
+            episode.expert_acted = True
+            meta["action"] = "message"
+            meta[RELAYED_MESSAGE] = message
+            text = f"{alias} said to the customer for you: {message}"
+        else:
+            return failed(f"{self.name}: {alias} made no tool call and wrote no message")
+        return ToolResult(text=text, cost_usd=cost, latency_s=reply.latency_s, metadata=meta)

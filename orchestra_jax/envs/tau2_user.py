@@ -95,21 +95,25 @@ class Tau2Conversation:
         return reply
 
     async def respond(self, state: Tau2Episode, turn: PolicyTurn) -> PartyReply:
-        """After a turn of tool calls: record them; after a message: the user answers."""
+        """After a turn of tool calls: record them (the domain calls it made, its
+        own or an acting expert's); after a message (the turn's, or one a tool
+        relayed): the user answers."""
         from tau2.data_model.message import AssistantMessage
 
         reply = PartyReply()
-        if not turn.is_message:
+        state.expert_acted = False
+        if turn.tool_calls:
             state.record_agent_calls()
+        if not turn.is_message or state.done:
             reply.end = state.termination
             return reply
-        if not turn.content:
+        if not turn.message:
             state.end("agent_error")  # tau2 refuses an empty agent message
             reply.end = state.termination
             return reply
-        message = AssistantMessage(role="assistant", content=turn.content)
+        message = AssistantMessage(role="assistant", content=turn.message)
         state.messages.append(message)
-        if AGENT_STOP in turn.content:
+        if AGENT_STOP in turn.message:
             state.end("agent_stop")
         state.count_step()
         if not state.done:

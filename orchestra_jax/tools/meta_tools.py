@@ -78,12 +78,14 @@ class MetaTool:
             )
         family = self.backends.families.get(spec.backend, "")
         messages, temperature = self.expert_request(ctx, family)
+        tools = self.expert_tools(ctx)
         try:
             reply = await expert.complete(
                 messages,
                 max_tokens=self.backends.expert_max_tokens,
                 temperature=temperature,
                 ctx=ctx,
+                **({} if tools is None else {"tools": tools}),
             )
         except ExpertError as e:  # retried by the client already: an observation, counted
             return error_result(
@@ -117,6 +119,12 @@ class MetaTool:
     def expert_request(self, ctx: ToolContext, family: str) -> tuple[list[dict[str, Any]], float]:
         """What the expert of `family` reads, and its sampling temperature: the protocol's."""
         return self.protocol.request(self.role, family, ctx, self.backends.expert_temperature)
+
+    def expert_tools(self, ctx: ToolContext) -> list[dict[str, Any]] | None:
+        """Function schemas the expert may call in its reply (OpenAI `tools`); None:
+        a plain chat request."""
+        del ctx
+        return None
 
     async def finish(
         self,

@@ -735,7 +735,7 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
 
 def check_sft(config: Any) -> list[str]:
     """sft.*."""
-    from orchestra_jax.eval.routers import ROUTERS, is_router
+    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
     from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
 
     sft = config.sft
@@ -756,6 +756,16 @@ def check_sft(config: Any) -> list[str]:
         errors.append(
             f"sft.demo_policy must be a router {ROUTERS.names()} or a '+' mixture of them, "
             f"got {sft.demo_policy!r}"
+        )
+    elif (
+        sft.steps
+        and config.env.name == "tau2"
+        and config.env.tau2.expert_mode != "advise"
+        and any(part in CONVERSATION_ROUTERS for part in sft.demo_policy.split("+"))
+    ):
+        errors.append(
+            f"sft.demo_policy={sft.demo_policy!r} relays ask_expert's advice; it needs "
+            "env.tau2.expert_mode='advise'"
         )
     return errors
 
@@ -795,6 +805,15 @@ def check_eval(config: Any) -> list[str]:
             )
     if conversations and split_list(config.eval.baselines) and not config.env.tau2.meta_tools:
         errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
+    elif (
+        conversations
+        and split_list(config.eval.baselines)
+        and (config.env.tau2.expert_mode != "advise")
+    ):
+        errors.append(
+            "eval.baselines: τ² routers relay ask_expert's advice; they need "
+            "env.tau2.expert_mode='advise'"
+        )
     return errors
 
 

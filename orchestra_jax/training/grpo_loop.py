@@ -226,6 +226,7 @@ def score_step(run: Run, trajectories) -> StepExperience:
         advantage=config.rl.advantage,
         advantage_boost=config.rl.advantage_boost,
         drop_no_answer=config.rl.drop_no_answer,
+        train_message_turns=config.env.tau2.train_message_turns,
     )
 
 

@@ -161,6 +161,7 @@ def score_groups(
     advantage: str = "grpo",
     advantage_boost: float = 0.0,
     drop_no_answer: bool = False,
+    train_message_turns: bool = True,
 ) -> StepExperience:
     """Rewards, advantages and filters for graded trajectories (group by group).
 
@@ -176,6 +177,9 @@ def score_groups(
     episode's well-formed turns only, "episode" drops every episode with a
     malformed turn, "off" trains on everything, "penalty" trains on everything
     with the reward of a malformed episode replaced by `format_penalty`.
+    `train_message_turns` False leaves a conversation's message turns (turns
+    that called no tool and spoke to the other party, `Turn.message_to_party`)
+    out of the loss: their sampled tokens get training mask 0.
     """
     if format_filter not in FORMAT_FILTERS:
         raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
@@ -193,13 +197,13 @@ def score_groups(
     keep = np.array(
         grpo.reward_std_filter(rewards, group_size, threshold=filter_reward_std), dtype=bool
     )
-    train_masks = None
     if format_filter == "episode":
         keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
-    elif format_filter == "turn":
-        train_masks = [
-            None if t.format_valid else t.loss_mask_without_invalid_turns() for t in trajectories
-        ]
+    train_masks = training_masks(
+        trajectories,
+        drop_invalid=format_filter == "turn",
+        drop_messages=not train_message_turns,
+    )
     if filter_no_answer:
         keep &= np.asarray(
             grpo.answer_filter([is_valid_answer(t.final_answer) for t in trajectories], group_size),
@@ -218,6 +222,23 @@ def score_groups(
         episode_metrics(trajectories, rewards, keep),
         train_masks,
     )
+
+
+def training_masks(
+    trajectories: Sequence[Trajectory], *, drop_invalid: bool, drop_messages: bool
+) -> list[list[int] | None] | None:
+    """Per episode, the loss mask to train with where it differs from the recorded
+    one: format-invalid turns (`drop_invalid`) and message turns (`drop_messages`)
+    masked; None where no turn is dropped (None for all: none anywhere)."""
+
+    def dropped(turn) -> bool:
+        return (drop_invalid and not turn.format_valid) or (drop_messages and turn.message_to_party)
+
+    masks = [
+        t.loss_mask_without_turns(dropped) if any(dropped(u) for u in t.turns) else None
+        for t in trajectories
+    ]
+    return masks if any(m is not None for m in masks) else None
 
 
 def episode_metrics(
