@@ -589,13 +589,13 @@ class JaxEngine:
             )
         )
         with self._cond:
-            # Rows that straddle a partial swap hold older weights' keys/values: not shared.
+            # Rows that straddle a partial swap hold older weights' keys/values: not
+            # shared, but busy all the same (a new request must not take their slot).
+            occupied = {i: j for i, j in enumerate(self._slots) if j is not None}
             live = {
-                i: j.written_ids()
-                for i, j in enumerate(self._slots)
-                if j is not None and j.first_weight_version is None
+                i: j.written_ids() for i, j in occupied.items() if j.first_weight_version is None
             }
-            plans = self.planner.plan(prompts, live, busy=live.keys())
+            plans = self.planner.plan(prompts, live, busy=occupied.keys())
         job_of = dict(zip(map(id, plans), rows))
         self._prefill_cached(state, [p for p in plans if p.source is not None], job_of)
         self._prefill(state, [p for p in plans if p.source is None and p.leader is None], job_of)
