@@ -250,7 +250,7 @@ class RolloutProducer:
                     raise AsyncWaitTimeout(
                         f"learner waited {waited:.0f} s for step {step}'s rollouts "
                         f"(rl.async_wait_timeout_s={timeout_s:g}); {self.describe()}"
-                    )
+                    ) from None
 
     def result(
         self, future: concurrent.futures.Future, what: str, timeout_s: float | None = None
