@@ -185,7 +185,8 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
     configurations and seeds, so the result is deterministic in `config.seed`.
     With the "best" filter every task is played `sft.demo_best_of` times and the
     held-out reward's utility (the task's own cost and latency preferences)
-    picks the episode kept.
+    picks the episode kept. On several hosts each plays its share of a round and
+    the hosts exchange the episodes, so every host keeps the same demonstrations.
     """
     tasks = grpo_loop.train_task_iterator(config)
     best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
