@@ -188,7 +188,7 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
     picks the episode kept. On several hosts each plays its share of a round and
     the hosts exchange the episodes, so every host keeps the same demonstrations.
     """
-    tasks = grpo_loop.train_task_iterator(config)
+    tasks = grpo_loop.train_task_iterator(config, whole_steps=True)  # split below
     best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
     utility = functools.partial(
         heldout_rewards,
