@@ -30,10 +30,11 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _listener(event: str, duration: float, **_: object) -> None:
+def _listener(event: str, duration_secs: float, **kwargs: str | int) -> None:
+    del kwargs
     sink = getattr(_local, "sink", None)
     if sink is not None and event in COMPILE_EVENTS:
-        sink(duration)
+        sink(duration_secs)
 
 
 def _register() -> None:
