@@ -19,13 +19,15 @@ def measured_run(tmp_path_factory):
 
 def test_the_same_policy_evaluated_twice_measures_the_same_latency(measured_run):
     """The first evaluation compiles most of the engine's shapes (seconds on a CPU),
-    the second few: compiles are not serving time, so both measure the same latency
-    (within the noise of timing a few tiny decode calls)."""
+    the second few: compiles are not serving time, so both measure the same latency,
+    up to the noise of timing tiny decode calls on a loaded machine (measured on 2
+    shared cores: up to 0.6 s apart; with compiles counted the first measured 10.7 s
+    to the second's 5.0 s)."""
     config, run = measured_run
     evaluator = experiment.build_evaluator(config, run.env, run.tokenizer)
     first = experiment.evaluate(evaluator, "first", run.engine)
     second = experiment.evaluate(evaluator, "second", run.engine)
-    assert first["mean_latency_s"] == pytest.approx(second["mean_latency_s"], abs=0.25), (
+    assert first["mean_latency_s"] == pytest.approx(second["mean_latency_s"], abs=1.0), (
         first["mean_latency_s"],
         second["mean_latency_s"],
     )
