@@ -51,10 +51,12 @@ def evaluate_policies(config, policies):
     """Evaluates each of `policies` (see the module docstring) on the config's held-out
     test under `eval.protocol`; writes the summaries and the report into the workdir;
     returns the summaries."""
+    import jax
+
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.parallel.multihost import is_primary
-    from orchestra_jax.training import builders, experiment, grpo_loop
+    from orchestra_jax.training import builders, experiment, grpo_loop, host_rollouts
 
     tokenizer = builders.build_tokenizer(config)
     judge = builders.build_judge(config, grpo_loop.judge_cache_path(config))
@@ -79,6 +81,9 @@ def evaluate_policies(config, policies):
                 config.model.preset, config.model.hf_path = "", policy[3:]
             mesh = builders.build_mesh(config)
             model, model_config = builders.build_model(config, mesh, tokenizer)
+            if jax.process_count() > 1 and config.rollout.engine == "jax":
+                # Each host plays its share of the test on its own copy of the policy.
+                model, _ = host_rollouts.host_local_engine_model(model, mesh.shape["tensor"])
             engine = builders.build_engine(config, model, model_config)
             extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
         else:

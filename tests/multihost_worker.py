@@ -4,12 +4,46 @@
         python tests/multihost_worker.py OUT_DIR
 
 Writes the tiny model's HF export (every host gathers, process 0 writes) to
-OUT_DIR/export, and OUT_DIR/host_<i>.json with what this host saw.
+OUT_DIR/export, and OUT_DIR/host_<i>.json with what this host saw; then runs
+`warm_start_and_evaluate` (the `micro` variant's warm start and held-out
+evaluations, each host playing its share) in OUT_DIR/run, where process 0
+writes the warm-start parameters (params.npz) beside the evaluations' files.
 """
 
 import json
 import os
 import sys
+
+
+def warm_start_and_evaluate(workdir):
+    """The `micro` variant's warm start (router demonstrations, a few SFT steps) and
+    held-out evaluations of the warm-start policy and a baseline router; returns
+    (the learner's parameters as NumPy arrays, the evaluations' summaries)."""
+    import jax
+    import numpy as np
+
+    from experiments.configs import grpo_hle
+    from orchestra_jax.parallel import multihost
+    from orchestra_jax.training import experiment, grpo_loop
+
+    config = grpo_hle.get_config("micro")
+    config.workdir = str(workdir)
+    config.sft.steps = 2
+    config.sft.num_demos = 8
+    config.sft.batch_size = 8
+    config.eval.num_tasks = 5  # an uneven split: 3 tasks on host 0, 2 on host 1
+    run = grpo_loop.setup_run(config)
+    experiment.run_warm_start(config, run)
+    params = [multihost.gather_to_host(x) for x in jax.tree.leaves(run.learner.params)]
+    evaluator = experiment.build_evaluator(config, run.env, run.tokenizer)
+    summaries = {"warm_start": experiment.evaluate(evaluator, "warm_start", run.engine)}
+    router = experiment.baseline_router(config, "random", run.tokenizer, evaluator.tool_configs)
+    summaries["random"] = experiment.evaluate(evaluator, "random", router)
+    router.close()
+    run.engine.close()
+    if multihost.is_primary():
+        np.savez(os.path.join(workdir, "params.npz"), *params)
+    return params, summaries
 
 
 def main(out):
@@ -49,6 +83,9 @@ def main(out):
             },
             f,
         )
+    _, summaries = warm_start_and_evaluate(os.path.join(out, "run"))
+    with open(os.path.join(out, f"summaries_{host}.json"), "w") as f:
+        json.dump(summaries, f)
 
 
 if __name__ == "__main__":

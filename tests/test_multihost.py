@@ -111,7 +111,11 @@ def test_two_hosts_killed_and_resumed_equal_one_host(tmp_path):
 @pytest.mark.slow
 def test_collectives_on_two_hosts(tmp_path):
     """HF export gathered by both hosts and written by process 0 alone (equal to one
-    process's export), objects exchanged in process order, batches checked across hosts."""
+    process's export), objects exchanged in process order, batches checked across hosts;
+    in the same launch, the warm start (each host playing its share of the
+    demonstrations) and the held-out evaluations (each host its share of the tasks):
+    parameters equal one host's to float tolerance, evaluation summaries equal one
+    host's, and process 0 alone writes the evaluation files."""
     from flax import nnx
 
     from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
@@ -151,6 +155,25 @@ def test_collectives_on_two_hosts(tmp_path):
     got = jax.tree.leaves(nnx.state(exported, nnx.Param))
     for a, b in zip(want, got):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+    from tests.multihost_worker import warm_start_and_evaluate
+
+    one_params, one = warm_start_and_evaluate(tmp_path / "one_host")
+    two = [json.loads((tmp_path / f"summaries_{i}.json").read_text()) for i in range(2)]
+    assert two[0] == two[1]  # every host holds the whole test's summary
+    one = json.loads(json.dumps(one))  # as the hosts wrote theirs
+    for policy in ("warm_start", "random"):
+        assert two[0][policy]["num_episodes"] == 5
+        assert two[0][policy] == one[policy], policy
+    with np.load(tmp_path / "run" / "params.npz") as saved:
+        two_params = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    assert len(two_params) == len(one_params) > 0
+    for a, b in zip(one_params, two_params):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    written = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert "eval_warm_start.json" in written and "eval_random.json" in written
+    lines = (tmp_path / "run" / "trajectories" / "eval_random.jsonl").read_text().splitlines()
+    assert len(lines) == 5  # written once, by process 0
 
 
 @pytest.mark.slow

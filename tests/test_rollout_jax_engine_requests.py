@@ -339,6 +339,38 @@ def test_a_partial_weight_update_lands_mid_request_and_is_recorded(model, monkey
     assert after.output_ids == reference_greedy(other, PROMPT, 40)[0]
 
 
+def test_a_request_admitted_beside_a_straddling_row_leaves_it_its_slot(model, monkeypatch):
+    """After a partial update lands, a new request is admitted while the straddling
+    row decodes on: it takes another slot, and both complete (a request that lost its
+    slot would never complete: asynchronous GRPO waited on it forever)."""
+    engine = JaxEngine(
+        model, JaxEngineConfig(max_batch_size=2, max_seq_len=MAX_LEN, steps_per_call=2)
+    )
+    gate = DecodeGate(engine, monkeypatch, allow=2)
+    other = swapped(model, -1.3)
+    late = GenerateRequest([5, 6], SamplingParams(temperature=0.0, max_new_tokens=4))
+
+    async def go():
+        first = asyncio.ensure_future(engine.generate([LONG]))
+        await wait_until(lambda: gate.calls > 2, what="5 tokens generated")
+        swap = asyncio.ensure_future(engine.update_weights(other, version=5, partial=True))
+        await wait_until(lambda: bool(engine._swaps), what="the update queued")
+        second = asyncio.ensure_future(engine.generate([late]))  # admitted after the swap
+        await wait_until(lambda: len(engine._queue) == 1, what="the late request queued")
+        gate.open()
+        await swap
+        return await asyncio.wait_for(asyncio.gather(first, second), timeout=60)
+
+    try:
+        [straddled], [after] = asyncio.run(go())
+    finally:
+        engine.close()
+    assert (straddled.first_weight_version, straddled.weight_version) == (0, 5)
+    assert straddled.finish_reason == "length" and len(straddled.output_ids) == 40
+    assert (after.first_weight_version, after.weight_version) == (None, 5)
+    assert after.output_ids == reference_greedy(other, [5, 6], 4)[0]
+
+
 def test_partial_and_abort_in_flight_exclude_each_other(model):
     engine = JaxEngine(model, JaxEngineConfig(max_batch_size=2, max_seq_len=MAX_LEN))
     try:

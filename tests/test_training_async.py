@@ -73,7 +73,7 @@ def test_producer_stays_within_the_bound_and_hands_over_in_order(k):
     producer.start(0, 6, tasks_from([]))
     try:
         for step in range(6):
-            item = producer.get()
+            item = producer.get(step)
             assert isinstance(item, StepRollouts) and item.step == step
             assert step - item.started_version <= k
             producer.publish(None, step + 1).result()
@@ -92,7 +92,7 @@ def test_a_dead_producer_hands_over_its_failure_and_restarts():
     try:
         got = []
         while len(got) < 4:
-            item = producer.get()
+            item = producer.get(len(got))
             if isinstance(item, RolloutFailure):
                 assert item.step == 2 and "died" in str(item.error)
                 producer.wait_stopped()
@@ -265,9 +265,20 @@ def test_bad_async_and_minibatch_fields_are_named_at_start_up(tmp_path):
     with pytest.raises(ConfigError) as error:
         micro_config(
             tmp_path,
-            **{"rl.max_staleness": -1, "rl.stale_groups": "keep", "rl.num_minibatches": 0},
+            **{
+                "rl.max_staleness": -1,
+                "rl.stale_groups": "keep",
+                "rl.num_minibatches": 0,
+                "rl.async_wait_timeout_s": 0.0,
+            },
         )
-    for field in ("rl.max_staleness", "rl.stale_groups", "rl.num_minibatches"):
+    fields = (
+        "rl.max_staleness",
+        "rl.stale_groups",
+        "rl.num_minibatches",
+        "rl.async_wait_timeout_s",
+    )
+    for field in fields:
         assert field in str(error.value)
 
 
@@ -287,3 +298,93 @@ def test_a_turn_that_straddles_an_update_counts_its_oldest_version():
 def test_partial_rollouts_need_the_jax_engine(tmp_path):
     with pytest.raises(ConfigError, match="rl.partial_rollouts"):
         micro_config(tmp_path, **{"rl.max_staleness": 1, "rollout.engine": "sglang"})
+
+
+class Stalls(Steps):
+    """A fake `play` whose step `stall_at` never finishes."""
+
+    def __init__(self, engine, stall_at):
+        super().__init__(engine)
+        self.stall_at = stall_at
+
+    async def __call__(self, tasks, step, positions):
+        if step == self.stall_at:
+            await asyncio.Event().wait()
+        return await super().__call__(tasks, step, positions)
+
+
+def test_the_watchdog_names_who_waits_for_whom():
+    engine = ScriptedEngine([])
+    # The learner never publishes: step 2 waits for version 1 (k = 1).
+    producer = RolloutProducer(Steps(engine), engine, engine_version=0, max_staleness=1)
+    producer.start(0, 4, tasks_from([]))
+    try:
+        assert producer.get(0, timeout_s=5).step == 0
+        assert producer.get(1, timeout_s=5).step == 1
+        with pytest.raises(async_loop.AsyncWaitTimeout) as error:
+            producer.get(2, timeout_s=0.3)
+        assert str(error.value).startswith("learner waited 0 s for step 2's rollouts")
+        assert (
+            "producer is waiting for engine version ≥ 1 to start step 2, engine holds 0; "
+            "no weight update in flight"
+        ) in str(error.value)
+    finally:
+        producer.stop()
+    # An episode that never ends: the learner waits on the step being played.
+    producer = RolloutProducer(Stalls(engine, 1), engine, engine_version=0, max_staleness=1)
+    producer.start(0, 3, tasks_from([]))
+    try:
+        assert producer.get(0, timeout_s=5).step == 0
+        producer.publish(None, 1).result()
+        with pytest.raises(async_loop.AsyncWaitTimeout, match="producer is playing step 1 on"):
+            producer.get(1, timeout_s=0.3)
+    finally:
+        producer.stop()
+
+
+def test_a_stuck_weight_update_stops_the_run_with_the_watchdogs_error(tmp_path):
+    run = scripted_run(tmp_path, num_steps=3, **{"rl.async_wait_timeout_s": 1.0})
+
+    class Stuck(ScriptedEngine):
+        """Never finishes loading version 2."""
+
+        async def update_weights(self, params, *, version, **kwargs):
+            if version == 2:
+                await asyncio.Event().wait()
+            await super().update_weights(params, version=version, **kwargs)
+
+    run.engine = Stuck(lambda ids, req: ([17, 18], [-1.0, -1.0]))
+    with pytest.raises(async_loop.AsyncWaitTimeout) as error:
+        grpo_loop.grpo_train(run)
+    message = str(error.value)
+    assert "rl.async_wait_timeout_s=1" in message, message
+    assert "weight updates to versions [2] sent, not yet applied" in message, message
+    assert [m["step"] for m in metrics_lines(tmp_path)] == [1, 2], message
+
+
+def test_a_cold_start_with_nothing_to_train_runs_to_its_end(tmp_path):
+    """Every reward 0 (RL's usual cold start): every group is filtered and no step
+    updates, yet each step is a version, so the producer is never held back. The JAX
+    engine takes the updates mid-decode (partial rollouts); the watchdog's bound turns
+    a hang into a failure (the engine's lost-slot hang itself is pinned down in
+    test_rollout_jax_engine_requests.py)."""
+    config = micro_config(
+        tmp_path,
+        **{
+            "rl.max_staleness": 1,
+            "num_steps": 3,
+            "rollout.max_batch_size": 2,  # turns wait for slots: admissions beside updates
+            "rl.async_wait_timeout_s": 120.0,  # a hang fails the test
+            "log.tensorboard": False,
+        },
+    )
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = lambda features, correct, preference: np.zeros(len(features), np.float32)
+    try:
+        grpo_loop.grpo_train(run)
+    finally:
+        run.engine.close()
+    lines = metrics_lines(tmp_path)
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert all(m["learner/skipped_no_signal"] == 1.0 for m in lines)
+    assert run.engine.weight_version == 3

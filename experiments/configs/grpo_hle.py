@@ -334,6 +334,10 @@ def _base() -> ml_collections.ConfigDict:
     # "regenerate" plays it again on the current weights, "drop" leaves it out.
     c.rl.stale_groups = "regenerate"
     c.rl.rollout_restarts = 3  # A failed rollout producer is restarted this often in a row.
+    # The longest the learner waits on the rollout producer (a step's rollouts, a weight
+    # update reaching the engine) before the run stops with an error naming who waits
+    # for whom: a bound on a deadlock, above any step's longest rollouts.
+    c.rl.async_wait_timeout_s = 3600.0
     # With rollout.engine="jax": weight updates land between decode chunks, turns in
     # flight continue on the new weights and record both versions (partial rollouts).
     c.rl.partial_rollouts = True

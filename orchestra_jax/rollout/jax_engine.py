@@ -75,6 +75,11 @@ stay those of the old ones) and their Completion records both versions
 (`first_weight_version`, `weight_version`), as AReaL's and verl's partial
 rollouts do. Sharded parameters work as they are: the jitted functions follow the
 state's shardings.
+
+Latency: a Completion's `latency_s` is the wall time from submission to
+completion less the seconds the scheduler spent compiling meanwhile
+(`compile_clock.py`), so a shape's first call, which compiles, does not count as
+serving time: the same policy played first or second measures the same latency.
 """
 
 from __future__ import annotations
@@ -94,7 +99,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from orchestra_jax.rollout import sampling
+from orchestra_jax.rollout import compile_clock, sampling
 from orchestra_jax.rollout.decode_steps import DecodeSteps
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.prefix_cache import Admission, PrefixCachePlanner, common_prefix
@@ -199,6 +204,7 @@ class _Job:
     first_weight_version: int | None = None  # set when a partial swap lands mid-request
     cached_tokens: int = 0
     checked: int = 0  # tokens already checked for stop strings
+    compile_s_at_submit: float = 0.0  # the engine's compile seconds when submitted
 
     @property
     def prompt(self) -> list[int]:
@@ -303,6 +309,8 @@ class JaxEngine:
         )
         self._set_rows = jax.jit(lambda c, row, value: c.at[row].set(value), donate_argnums=(0,))
         self.compile_counts = self._steps.compile_counts
+        # Seconds the scheduler thread has spent compiling (rollout/compile_clock.py).
+        self.compile_s = 0.0
 
     # -- RolloutEngine ------------------------------------------------------------------------
 
@@ -347,9 +355,9 @@ class JaxEngine:
                 seed = r.sampling.seed
                 if seed is None:
                     seed = int(self._seed_rng.integers(0, 2**63))
-                jobs.append(
-                    _Job(r, loop.create_future(), loop, now, seed, self._stop_ids(r), on_progress)
-                )
+                job = _Job(r, loop.create_future(), loop, now, seed, self._stop_ids(r), on_progress)
+                job.compile_s_at_submit = self.compile_s
+                jobs.append(job)
             self._queue.push(next(self._groups), jobs)
             self._ensure_worker()
             self._cond.notify()
@@ -465,7 +473,14 @@ class JaxEngine:
     def _live(self) -> list[_Job]:
         return [s for s in self._slots if s is not None]
 
+    def _charge_compile(self, seconds: float) -> None:
+        self.compile_s += seconds
+
     def _run(self) -> None:
+        with compile_clock.charging(self._charge_compile):
+            self._schedule()
+
+    def _schedule(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and not self._work_ready():
@@ -589,13 +604,13 @@ class JaxEngine:
             )
         )
         with self._cond:
-            # Rows that straddle a partial swap hold older weights' keys/values: not shared.
+            # Rows that straddle a partial swap hold older weights' keys/values: not
+            # shared, but busy all the same (a new request must not take their slot).
+            occupied = {i: j for i, j in enumerate(self._slots) if j is not None}
             live = {
-                i: j.written_ids()
-                for i, j in enumerate(self._slots)
-                if j is not None and j.first_weight_version is None
+                i: j.written_ids() for i, j in occupied.items() if j.first_weight_version is None
             }
-            plans = self.planner.plan(prompts, live, busy=live.keys())
+            plans = self.planner.plan(prompts, live, busy=occupied.keys())
         job_of = dict(zip(map(id, plans), rows))
         self._prefill_cached(state, [p for p in plans if p.source is not None], job_of)
         self._prefill(state, [p for p in plans if p.source is None and p.leader is None], job_of)
@@ -874,7 +889,7 @@ class JaxEngine:
             reason,
             len(job.prompt),
             len(job.tokens),
-            time.perf_counter() - job.submitted,
+            self._latency(job),
             job.cached_tokens,
             weight_version=job.weight_version,
             first_weight_version=job.first_weight_version,
@@ -885,6 +900,11 @@ class JaxEngine:
             prompt_logprobs=scores,
             prompt_top_logprobs=tops,
         )
+
+    def _latency(self, job: _Job) -> float:
+        """Seconds since `job` was submitted, less the engine's compiles meanwhile."""
+        compiling = self.compile_s - job.compile_s_at_submit
+        return max(0.0, time.perf_counter() - job.submitted - compiling)
 
     def _complete(self, job: _Job, reason: str, matched=None) -> None:
         job.finished = True

@@ -4,6 +4,14 @@ The rollouts of the next steps are played while the learner trains the current
 one, at most k policy versions behind. Version v is the policy after v learner
 steps; step s is trained by version s.
 
+Versions count steps, not updates: a step with nothing to train (every group
+filtered, as in a cold start whose rewards are all 0) publishes its unchanged
+weights as the next version. The bound is then a function of the step counter
+alone: each learner step, trained or not, releases exactly one more step of the
+producer, so the producer never waits for an update that is not coming, and
+"versions behind" is an upper bound on the updates behind (a skipped step moves
+no weight, so rollouts from before it are as on-policy as after it).
+
     rollout producer (a thread, its own event loop)   learner (the calling thread)
     for s = start, start + 1, …:                        for s = start, start + 1, …:
       wait until the engine holds version ≥ s − k         take step s's rollouts (in order)
@@ -39,6 +47,14 @@ steps; step s is trained by version s.
   async/learner_idle_s (waiting for rollouts), async/rollout_idle_s (the producer
   waiting on the bound), async/rollout_s; the learner's learner/tis_weight_mean,
   _min, _max and learner/tis_capped_frac.
+- A watchdog bounds every wait of the learner on the producer (a step's rollouts,
+  a weight update reaching the engine, regenerated groups) by
+  `rl.async_wait_timeout_s`: past it the run stops with `AsyncWaitTimeout`,
+  whose message names what the learner waited for and where the producer and the
+  engine are (e.g. "learner waited 600 s for step 3's rollouts; producer is
+  waiting for engine version ≥ 2 to start step 3, engine holds 1; no weight
+  update in flight"). The producer's own wait on the bound is not limited: it
+  lasts as long as a learner step does.
 - A producer that fails (an engine or tool error escaping an episode) hands over
   the failure in the place of its step; the learner restarts it from that step
   (the data iterator's state before it), so its episodes are played again, at most
@@ -104,6 +120,11 @@ class RolloutFailure:
 
     step: int
     error: BaseException
+
+
+class AsyncWaitTimeout(RuntimeError):
+    """The learner waited on the rollout producer past `rl.async_wait_timeout_s`; the
+    message names what the learner waited for and what the producer and engine were at."""
 
 
 def turn_versions_behind(trajectory: Trajectory, learner_version: int, fallback: int) -> list[int]:
@@ -180,6 +201,12 @@ class RolloutProducer:
         self._publish_lock = self._call(self._new_lock()).result()
         self._job: concurrent.futures.Future | None = None
         self._failed = False
+        # What the producer is at, for the watchdog's messages (written on its loop,
+        # read on the learner's thread): the (step, version) it waits for before
+        # starting a step, the steps being played, the versions sent but not applied.
+        self._waiting: tuple[int, int] | None = None
+        self._playing: set[int] = set()
+        self._queued: list[int] = []
         self._idle_lock = threading.Lock()
         self._idle_s = 0.0
 
@@ -205,16 +232,69 @@ class RolloutProducer:
         self._failed = False
         self._job = self._call(self._produce(first_step, num_steps, next_tasks))
 
-    def get(self) -> StepRollouts | RolloutFailure:
-        """The next step's rollouts (blocks); a failure if the producer died."""
+    def get(self, step: int, timeout_s: float | None = None) -> StepRollouts | RolloutFailure:
+        """Step `step`'s rollouts, the next to be handed over (blocks); a failure if the
+        producer died. Waiting past `timeout_s` raises `AsyncWaitTimeout`."""
+        start = time.perf_counter()
+        poll = 1.0 if timeout_s is None else min(1.0, timeout_s / 4)
         while True:
             try:
-                return self._out.get(timeout=1.0)
+                return self._out.get(timeout=poll)
             except queue.Empty:
                 job = self._job
                 if job is not None and job.done() and self._out.empty():
                     error = job.exception() or RuntimeError("the rollout producer stopped")
                     return RolloutFailure(-1, error)
+                waited = time.perf_counter() - start
+                if timeout_s is not None and waited > timeout_s:
+                    raise AsyncWaitTimeout(
+                        f"learner waited {waited:.0f} s for step {step}'s rollouts "
+                        f"(rl.async_wait_timeout_s={timeout_s:g}); {self.describe()}"
+                    ) from None
+
+    def result(
+        self, future: concurrent.futures.Future, what: str, timeout_s: float | None = None
+    ) -> Any:
+        """`future`'s result (a call queued on the producer's loop); waiting past
+        `timeout_s` raises `AsyncWaitTimeout` saying the learner waited for `what`."""
+        start = time.perf_counter()
+        try:
+            return future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            waited = time.perf_counter() - start
+            raise AsyncWaitTimeout(
+                f"learner waited {waited:.0f} s for {what} "
+                f"(rl.async_wait_timeout_s={timeout_s:g}); {self.describe()}"
+            ) from None
+
+    def describe(self) -> str:
+        """Where the producer and the engine are, in words (the watchdog's message)."""
+        job, waiting, playing = self._job, self._waiting, sorted(self._playing)
+        if job is None or job.done():
+            parts = ["producer is stopped"]
+        elif waiting is not None:
+            step, version = waiting
+            parts = [
+                f"producer is waiting for engine version ≥ {version} to start step {step}, "
+                f"engine holds {self._applied}"
+            ]
+        elif playing:
+            steps = ", ".join(str(s) for s in playing)
+            parts = [
+                f"producer is playing step{'s' * (len(playing) > 1)} {steps} "
+                f"on engine version {self._applied}"
+            ]
+        else:
+            parts = [f"producer is handing over steps (engine holds {self._applied})"]
+        queued = list(self._queued)
+        if queued:
+            parts.append(f"weight updates to versions {queued} sent, not yet applied")
+        else:
+            parts.append("no weight update in flight")
+        running = getattr(self._engine, "running", None)
+        if callable(running):
+            parts.append(f"{running()} requests admitted or waiting in the engine")
+        return "; ".join(parts)
 
     def wait_stopped(self) -> None:
         """Waits until the current job (after a failure: cancelling its steps) has ended."""
@@ -223,15 +303,24 @@ class RolloutProducer:
 
     def publish(self, params: Any, version: int) -> concurrent.futures.Future:
         """Queues the engine's update to `params` as `version` (in order of calls)."""
+        self._queued.append(version)
         return self._call(self._publish(params, version))
 
-    def play_now(self, tasks: Sequence[Any], step: int, positions: Sequence[int]) -> list:
+    def play_now(
+        self,
+        tasks: Sequence[Any],
+        step: int,
+        positions: Sequence[int],
+        timeout_s: float | None = None,
+    ) -> list:
         """Plays `tasks` (at `positions` of step `step`) on the engine's current weights."""
-        return self._call(self._play(tasks, step, positions)).result()
+        future = self._call(self._play(tasks, step, positions))
+        return self.result(future, f"step {step}'s regenerated groups", timeout_s)
 
-    def wait_version(self, version: int) -> None:
+    def wait_version(self, version: int, timeout_s: float | None = None) -> None:
         """Blocks until the engine holds `version` or a later one."""
-        self._call(self._wait_version(version)).result()
+        future = self._call(self._wait_version(version))
+        self.result(future, f"the engine to hold version ≥ {version}", timeout_s)
 
     def take_idle_seconds(self) -> float:
         """Seconds the producer waited on the staleness bound since the last call."""
@@ -239,16 +328,23 @@ class RolloutProducer:
             idle, self._idle_s = self._idle_s, 0.0
         return idle
 
-    def stop(self) -> None:
-        """Cancels the steps in flight, finishes queued weight updates, ends the thread."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Cancels the steps in flight, finishes queued weight updates, ends the thread.
+        A weight update still unfinished after `timeout_s` is left behind on the
+        (daemon) thread, said so in the log, so that a stuck engine cannot hide the
+        error that stops the run."""
         if self._job is not None:
             self._job.cancel()
             self.wait_stopped()
         if self._thread.is_alive():
-            self._call(self._drain()).result()
-            aclose = getattr(self._engine, "aclose", None)  # an HTTP client's session
-            if aclose is not None:
-                self._call(aclose()).result()
+            try:
+                self._call(self._drain()).result(timeout=timeout_s)
+                aclose = getattr(self._engine, "aclose", None)  # an HTTP client's session
+                if aclose is not None:
+                    self._call(aclose()).result(timeout=timeout_s)
+            except concurrent.futures.TimeoutError:
+                log.error("rollout producer left running: %s", self.describe())
+                return
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
         self._loop.close()
@@ -267,6 +363,8 @@ class RolloutProducer:
                 await self._engine.update_weights(params, version=version)
             async with self._changed:
                 self._applied = version
+                if version in self._queued:
+                    self._queued.remove(version)
                 self._changed.notify_all()
 
     async def _wait_version(self, version: int) -> None:
@@ -277,10 +375,13 @@ class RolloutProducer:
         order: asyncio.Queue = asyncio.Queue()
         forward = asyncio.create_task(self._forward(order))
         running: list[asyncio.Task] = []
+        self._waiting = None
         try:
             for step in range(first, num_steps):
                 start = time.perf_counter()
+                self._waiting = (step, step - self.max_staleness)
                 await self._wait_version(step - self.max_staleness)
+                self._waiting = None
                 with self._idle_lock:
                     self._idle_s += time.perf_counter() - start
                 if self._failed:
@@ -296,12 +397,17 @@ class RolloutProducer:
             await order.put(None)
             await forward
         finally:
+            self._waiting = None
             for task in [*running, forward]:
                 task.cancel()
 
     async def _timed_play(self, tasks, step: int) -> tuple[list[Trajectory], float]:
         start = time.perf_counter()
-        trajectories = await self._play(tasks, step, list(range(len(tasks))))
+        self._playing.add(step)
+        try:
+            trajectories = await self._play(tasks, step, list(range(len(tasks))))
+        finally:
+            self._playing.discard(step)
         return trajectories, time.perf_counter() - start
 
     async def _forward(self, order: asyncio.Queue) -> None:
@@ -344,6 +450,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
     config = run.config
     check_async(config)
     k = config.rl.max_staleness
+    bound = config.rl.async_wait_timeout_s  # the watchdog: the learner's longest wait
     iterator = grpo_loop.train_task_iterator(config)
     start = grpo_loop.restore(run, iterator)
     writer = MetricsWriter(
@@ -374,7 +481,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
     )
     # The engine plays on its own copy of the weights while the learner's step donates
     # (frees) the buffers it updates, which the model and an in-process engine may share.
-    producer.publish(_engine_copy(run), start).result()
+    producer.result(producer.publish(_engine_copy(run), start), f"weights version {start}", bound)
     resume_state = iterator.get_state()  # before the next step to train
     producer.start(start, config.num_steps, next_tasks)
     timer, restarts, publishing = Timer(), 0, None
@@ -382,7 +489,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
     try:
         while step < config.num_steps:
             waited = time.perf_counter()
-            item = producer.get()
+            item = producer.get(step, bound)
             learner_idle = time.perf_counter() - waited
             if isinstance(item, RolloutFailure):
                 restarts += 1
@@ -432,11 +539,12 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
                 experience = StepExperience([], empty, empty, np.zeros(0, bool), {})
                 learner_metrics = {"learner/skipped_no_signal": 1.0}
             with timer("weight_sync"):
-                if publishing is not None:
-                    publishing.result()  # a failed weight update stops the run here
+                if publishing is not None:  # a failed weight update stops the run here
+                    producer.result(publishing, f"weights version {step}", bound)
                 publishing = producer.publish(_engine_copy(run), step + 1)
             if evaluate is not None and config.eval.every_steps:
-                publishing.result()  # evaluations see version step + 1
+                # evaluations see version step + 1
+                producer.result(publishing, f"weights version {step + 1}", bound)
             grpo_loop.end_step(
                 run,
                 step,
@@ -452,10 +560,10 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
             step += 1
             if progress is not None:
                 progress(step, experience.metrics)
-        if publishing is not None:
-            publishing.result()  # the engine ends on the final weights
+        if publishing is not None:  # the engine ends on the final weights
+            producer.result(publishing, f"weights version {step}", bound)
     finally:
-        producer.stop()
+        producer.stop(bound)
         run.checkpointer.wait_until_finished()
         writer.close()
     return config.num_steps
@@ -495,8 +603,9 @@ def _fresh_groups(
     if dropping:
         kept = [g for g, s in zip(groups, stale) if not s]
         return [t for g in kept for t in g], metrics
-    producer.wait_version(step)  # regenerated by the policy being trained
-    again = producer.play_now([item.tasks[i] for i in positions], step, positions)
+    bound = config.rl.async_wait_timeout_s
+    producer.wait_version(step, bound)  # regenerated by the policy being trained
+    again = producer.play_now([item.tasks[i] for i in positions], step, positions, bound)
     for j, i in enumerate(positions):
         groups[i] = again[j * group_size : (j + 1) * group_size]
     return [t for g in groups for t in g], metrics

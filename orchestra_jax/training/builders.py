@@ -632,6 +632,7 @@ def check_rl(config: Any) -> list[str]:
         "rl.micro_batch_size",
         "rl.num_minibatches",
         "rl.num_epochs",
+        "rl.async_wait_timeout_s",
     )
     errors += _positive(
         config,

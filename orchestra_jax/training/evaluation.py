@@ -17,7 +17,11 @@ episode; the group-relative training reward is not):
     R = correct · max(0, 1 − P_cost · cost / cost_scale − P_latency · latency / latency_scale)
 
 An `Evaluator` holds the test (tasks, their configurations, the episodes' seed
-and sampling, the judge) and plays it with any engine; it writes
+and sampling, the judge) and plays it with any engine. On several hosts each
+host plays its share of the tasks (host h of H those at places h, h + H, …,
+seeded by their places) and the hosts exchange the graded episodes
+(`parallel/multihost.py`), so every host holds the same summary; process 0
+writes
 `<workdir>/eval_<policy>.json` (see `eval.summary.summarize`; plus pass^k per
 domain, what the other party of conversations spent, apart, and the read
 report of each data source, e.g. how many HLE image questions were skipped)
@@ -32,9 +36,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
-from orchestra_jax.agent.trajectory import write_jsonl
+from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
+from orchestra_jax.data.pipeline import global_positions
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.pass_k import pass_k_by_domain
@@ -45,6 +51,7 @@ from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges
+from orchestra_jax.training.host_rollouts import gather_step
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 from orchestra_jax.training.seeds import Stream
 
@@ -174,6 +181,24 @@ class Evaluator:
         self.episodes, self.seed, self.workdir = episodes, seed, workdir
         self.cost_scale, self.latency_scale = cost_scale, latency_scale
 
+    async def play(self, engine: RolloutEngine) -> list[Trajectory]:
+        """Every episode of the test, graded, in task order, on every host.
+
+        On several hosts each plays its share: host h of H the tasks at places h,
+        h + H, … of the test (seeded by their places, so they are the episodes one
+        host would play), and the hosts exchange the trajectories (a collective:
+        every host evaluates the same policies in the same order)."""
+        places = global_positions(jax.process_index(), jax.process_count(), len(self.tasks))
+        mine = [self.tasks[i] for i in places]
+        trajectories: list[Trajectory] = []
+        if mine:
+            how = dataclasses.replace(self.episodes, engine=engine, group_size=self.trials)
+            configs = [self.tool_configs[t.id] for t in mine]
+            trajectories = await run_graded_episodes(
+                mine, configs, how, seed=self.seed, task_indices=places
+            )
+        return gather_step(trajectories, self.trials)
+
     async def evaluate(
         self,
         name: str,
@@ -185,9 +210,7 @@ class Evaluator:
         """Runs `engine` on the test, writes and returns its summary (into `workdir`,
         default the evaluator's); `extra` fields are added to the summary."""
         workdir = workdir or self.workdir
-        configs = [self.tool_configs[t.id] for t in self.tasks]
-        how = dataclasses.replace(self.episodes, engine=engine, group_size=self.trials)
-        trajectories = await run_graded_episodes(self.tasks, configs, how, seed=self.seed)
+        trajectories = await self.play(engine)
         rewards = heldout_rewards(
             trajectories, cost_scale=self.cost_scale, latency_scale=self.latency_scale
         )

@@ -23,8 +23,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import ChatTokenizer
+from orchestra_jax.data.pipeline import global_positions
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
@@ -38,6 +41,7 @@ from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import ExperimentConfig, split_list
 from orchestra_jax.training.eval_protocols import eval_protocol
 from orchestra_jax.training.evaluation import TOOL_TABLES, Evaluator, heldout_rewards
+from orchestra_jax.training.host_rollouts import gather_step
 from orchestra_jax.training.metrics import plot_metrics
 from orchestra_jax.training.rollouts import Episodes
 from orchestra_jax.training.run_sync import run_sync
@@ -199,9 +203,10 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
     configurations and seeds, so the result is deterministic in `config.seed`.
     With the "best" filter every task is played `sft.demo_best_of` times and the
     held-out reward's utility (the task's own cost and latency preferences)
-    picks the episode kept.
+    picks the episode kept. On several hosts each plays its share of a round and
+    the hosts exchange the episodes, so every host keeps the same demonstrations.
     """
-    tasks = grpo_loop.train_task_iterator(config)
+    tasks = grpo_loop.train_task_iterator(config, whole_steps=True)  # split below
     best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
     utility = functools.partial(
         heldout_rewards,
@@ -214,14 +219,19 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
         while len(demo_tasks) < want:
             demo_tasks.extend(next(tasks))
         demo_tasks = demo_tasks[:want]
+        # On several hosts each plays its share of the round (the tasks at places
+        # h, h + H, …, seeded by their places) and the hosts exchange the episodes.
+        places = global_positions(jax.process_index(), jax.process_count(), want)
         configs = [
-            run.sampler.sample(t, seeds.demo_tool_config_seed(config.seed, round_index * want + i))
-            for i, t in enumerate(demo_tasks)
+            run.sampler.sample(
+                demo_tasks[i], seeds.demo_tool_config_seed(config.seed, round_index * want + i)
+            )
+            for i in places
         ]
-        demos = run_sync(
+        mine = run_sync(
             warm_start.router_demonstrations(
                 config.sft.demo_policy,
-                demo_tasks,
+                [demo_tasks[i] for i in places],
                 configs,
                 env=run.env,
                 tokenizer=run.tokenizer,
@@ -229,8 +239,12 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
                 seed=seeds.demo_episode_seed(config.seed, round_index),
                 group_size=best_of,
                 judge=run.judge,
+                task_indices=places,
             )
+            if places
+            else _no_episodes()
         )
+        demos = gather_step(mine, best_of)
         played += len(demos)
         kept.extend(
             warm_start.keep_demonstrations(
@@ -254,6 +268,10 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
         )
     log.info("warm start: %d demonstrations kept of %d played", min(len(kept), want), played)
     return kept[:want]
+
+
+async def _no_episodes() -> list[Trajectory]:
+    return []
 
 
 def warm_start_dir(config: ExperimentConfig) -> str:

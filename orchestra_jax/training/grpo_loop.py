@@ -138,12 +138,16 @@ def setup_run(config: ExperimentConfig) -> Run:
     )
 
 
-def train_task_iterator(config: ExperimentConfig):
+def train_task_iterator(config: ExperimentConfig, *, whole_steps: bool = False):
+    """The training task stream, a step's tasks at a time: this host's share of each
+    step, or with `whole_steps` every task of each step (the same on every host)."""
     sources, _ = builders.build_task_sources(config, "train")
+    shard = {"shard_index": 0, "shard_count": 1} if whole_steps else {}
     return task_iterator(
         sources,
         tasks_per_step=config.rl.tasks_per_step,
         seed=config.seed,
+        **shard,
         stratify_by=config.data.stratify_by or None,
         stratum_weights=config_checks.stratum_weights(config),
     )

@@ -48,12 +48,14 @@ async def router_demonstrations(
     seed: int,
     group_size: int = 1,
     judge: Judge | None = None,
+    task_indices: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """`group_size` demonstration episodes per task, task by task, played by `router`
-    (each with its own plan: a router's plan depends on the episode's group index),
-    graded by `env` (with `judge` for "judge" tasks).
+    (each with its own plan: a router's plan depends on the task and the episode's
+    group index), graded by `env` (with `judge` for "judge" tasks).
 
-    `seed` seeds the plans, the tools and the episodes; routers decode greedily.
+    `seed` seeds the plans, the tools and the episodes (episode seeds by the tasks'
+    places `task_indices`, default 0, 1, …); routers decode greedily.
     """
     engine = RouterEngine(
         router, tokenizer, {t.id: c for t, c in zip(tasks, tool_configs)}, seed=seed
@@ -68,7 +70,7 @@ async def router_demonstrations(
         tools_seed=seed,
         judge=judge,
     )
-    return await run_graded_episodes(tasks, tool_configs, how, seed=seed)
+    return await run_graded_episodes(tasks, tool_configs, how, seed=seed, task_indices=task_indices)
 
 
 DEMO_FILTERS = ("none", "correct", "best")
