@@ -52,7 +52,9 @@ def evaluate_policies(config, policies):
 
     tokenizer = builders.build_tokenizer(config)
     env = builders.build_env(config)
-    judge = builders.build_judge(config, grpo_loop.judge_cache_path(config))
+    judge = builders.build_judge(
+        config, grpo_loop.judge_cache_path(config), also_read=grpo_loop.judge_cache_files(config)
+    )
     evaluator = experiment.build_evaluator(config, env, tokenizer, judge)
     summaries = {}
     for policy in policies:
@@ -79,6 +81,8 @@ def evaluate_policies(config, policies):
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
         engine.close()
+        if judge is not None:
+            judge.flush()
     if is_primary():  # on several hosts, process 0 alone writes the report
         md, png = write_report(grpo_loop.workdir_of(config))
         logging.info("report: %s, %s", md, png)

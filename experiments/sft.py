@@ -13,7 +13,6 @@ The loss covers the assistant's tokens only. The result goes to
 
 import json
 import logging
-import os
 
 from absl import flags
 from ml_collections import config_flags
@@ -60,6 +59,7 @@ def read_conversations(path, tokenizer, enable_thinking):
 def main(argv):
     del argv
     flags_util.init_distributed(_CONFIG.value)
+    from orchestra_jax.io import paths
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
     from orchestra_jax.rl.learner import Learner
     from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
@@ -87,7 +87,7 @@ def main(argv):
         run = grpo_loop.setup_run(config)
         experiment.run_warm_start(config, run)
         model, model_config = run.model, run.model_config
-    out = os.path.join(workdir, "sft_hf")
+    out = paths.join(workdir, "sft_hf")
     save_hf_checkpoint(model, model_config, out)
     logging.info("wrote %s", out)
 

@@ -21,9 +21,11 @@ import inspect
 import json
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
+from orchestra_jax.io.jsonl_log import JsonlLog
+from orchestra_jax.io.paths import as_path
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.outcome import GradableTask, exact_match, is_correct, is_valid_answer
 from orchestra_jax.tools.pricing import token_cost
@@ -99,26 +101,44 @@ def parse_verdict(text: str) -> bool | None:
 class JudgeCache(dict):
     """Verdicts keyed by a hash of (judge settings, question, reference, prediction).
 
-    With a `path`, verdicts are appended to a JSON-lines file as they are added
-    and read back on construction, so a resumed run does not pay twice.
+    With a `path` (local or `gs://`, `io/paths.py`), verdicts are kept in a
+    JSON-lines file (`io.jsonl_log.JsonlLog`) and read back on construction,
+    with those of the files in `also_read` (other hosts' caches), so a resumed
+    run does not pay twice. Locally each verdict is appended at once; on an
+    object store the file is uploaded whole at most every `flush_interval_s`
+    seconds and on `flush()` (the GRPO loop flushes after every step).
     """
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        *,
+        also_read: Iterable[str | os.PathLike] = (),
+        flush_interval_s: float = 30.0,
+    ):
         super().__init__()
-        self.path = os.fspath(path) if path is not None else None
-        if self.path and os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        row = json.loads(line)
-                        super().__setitem__(row["key"], bool(row["correct"]))
+        self.flush_interval_s = flush_interval_s
+        self._log = JsonlLog(path) if path is not None else None
+        self.path = None if self._log is None else os.fspath(self._log.path)
+        rows = [] if self._log is None else list(self._log.records)
+        for other in also_read:
+            other = as_path(other)
+            if os.fspath(other) != self.path and other.exists():
+                rows.extend(JsonlLog.read(other))
+        for row in rows:
+            super().__setitem__(row["key"], bool(row["correct"]))
 
     def __setitem__(self, key: str, correct: bool) -> None:
         super().__setitem__(key, bool(correct))
-        if self.path:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "correct": bool(correct)}) + "\n")
+        if self._log is not None:
+            self._log.append({"key": key, "correct": bool(correct)})
+            if self._log.seconds_since_flush() >= self.flush_interval_s:
+                self._log.flush()
+
+    def flush(self) -> None:
+        """Writes verdicts not yet in the file (object stores; locally they are)."""
+        if self._log is not None:
+            self._log.flush()
 
 
 class LLMJudge:
@@ -196,6 +216,12 @@ class LLMJudge:
             latency_s=reply.latency_s,
             parse_failed=parsed is None,
         )
+
+    def flush(self) -> None:
+        """Writes the cache's new verdicts to its file (see `JudgeCache`)."""
+        flush = getattr(self.cache, "flush", None)
+        if flush is not None:
+            flush()
 
     def stats(self) -> dict[str, float]:
         """Grading overhead for metrics: calls, cache hits, parse failures, dollars."""
