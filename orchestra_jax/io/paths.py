@@ -13,7 +13,9 @@ that), URIs stay as they are (`os.path.abspath` would make `gs://b/x` the local
 folder `<cwd>/gs:/b/x`). Joining, `exists`, `read_text`, `write_text`,
 `iterdir`, `mkdir` are epath's own.
 
-Object stores have no rename and no append: an object is uploaded whole and
+Object stores have no folders, only object names: `mkdir` does nothing there,
+and a "folder" exists (and lists) while an object's name starts with it.
+They have no rename and no append either: an object is uploaded whole and
 replaces the previous one atomically (a reader sees the old or the new
 object, never part of one). `write_text_atomic` writes a file readers never
 see half-written on both kinds; append-only logs are `jsonl_log.JsonlLog`.
@@ -111,6 +113,8 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
 
 def _check_remote_setup(path: epath.Path) -> None:
     half = [name for name in EMULATOR_VARIABLES if os.environ.get(name)]
+    if not half:
+        _check_credentials(path)
     if half and len(half) < len(EMULATOR_VARIABLES):
         missing = sorted(set(EMULATOR_VARIABLES) - set(half))
         raise WorkdirError(
@@ -127,6 +131,29 @@ def _check_remote_setup(path: epath.Path) -> None:
             "GOOGLE_AUTH_TOKEN_FOR_TESTING is not: tensorstore would look for Google "
             "credentials. Set it to any value"
         )
+
+
+def _check_credentials(path: epath.Path) -> None:
+    """Google Cloud credentials must be found before any request (gcsfs would retry
+    anonymous requests for a minute); the check is google-auth's own lookup."""
+    try:
+        import google.auth  # pylint: disable=g-import-not-at-top
+        import google.auth.exceptions  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+        raise WorkdirError(
+            f"workdir {path}: a gs:// workdir needs gcsfs and google-auth ({e}); "
+            "pip install gcsfs (orchestra_jax installs it)"
+        ) from e
+    try:
+        google.auth.default()
+    except google.auth.exceptions.DefaultCredentialsError as e:
+        raise WorkdirError(
+            f"workdir {path}: no Google Cloud credentials found ({e}). Run "
+            "`gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a "
+            "service account key file, or run on a VM whose service account may write to the "
+            "bucket; to use a storage emulator instead set STORAGE_EMULATOR_HOST, "
+            "TENSORSTORE_GCS_HTTP_URL and GOOGLE_AUTH_TOKEN_FOR_TESTING (launch/README.md)"
+        ) from None
 
 
 def _reason(path: epath.Path, error: Exception) -> str:
