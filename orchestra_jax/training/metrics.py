@@ -28,6 +28,7 @@ import math
 import numbers
 import os
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -122,7 +123,12 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
             self._tb_staging = StagedFolder(self.workdir / TENSORBOARD_DIR)
-            self._tb = SummaryWriter(logdir=os.fspath(self._tb_staging.local))
+            # A suffix of its own: two writers started in the same second (a quick
+            # resume) would otherwise name the same event file and one would replace the other.
+            self._tb = SummaryWriter(
+                logdir=os.fspath(self._tb_staging.local),
+                filename_suffix=f".{uuid.uuid4().hex[:8]}",
+            )
         if console:
             from rich.console import Console  # pylint: disable=g-import-not-at-top
 
