@@ -96,6 +96,11 @@ def test_staged_folder_uploads_new_and_changed_files(root):
     assert (target / "events.2").read_bytes() == b"x"
 
 
+def test_an_invalid_bucket_name_is_a_clear_error():
+    with pytest.raises(paths.WorkdirError, match="'ab' is not a valid bucket name"):
+        paths.check_writable("gs://ab/run")
+
+
 def test_half_an_emulator_setup_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
     monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL", raising=False)

@@ -113,7 +113,10 @@ class _Expert:
 
 
 def test_judge_cache_in_the_bucket(workdir):
-    path, other = paths.join(workdir, "judge_cache.jsonl"), paths.join(workdir, "judge_cache.host1.jsonl")
+    path, other = (
+        paths.join(workdir, "judge_cache.jsonl"),
+        paths.join(workdir, "judge_cache.host1.jsonl"),
+    )
     cache = judge_lib.JudgeCache(path)
     judge = judge_lib.LLMJudge(_Expert(), cache)
     assert asyncio.run(judge("q", "a", "a-ref")).correct
@@ -155,7 +158,9 @@ def test_trajectories_report_and_hf_folders_in_the_bucket(workdir):
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     weights = paths.join(workdir, "weights")
     for version in (1, 2, 3):
-        save_hf_checkpoint(model, config, paths.join(weights, f"v{version}"), max_shard_size=200_000)
+        save_hf_checkpoint(
+            model, config, paths.join(weights, f"v{version}"), max_shard_size=200_000
+        )
     assert sorted(p.name for p in prune_versions(weights, keep=2)) == ["v1"]
     assert sorted(p.name for p in paths.as_path(weights).iterdir()) == ["v2", "v3"]
     loaded, loaded_config = load_hf_checkpoint(paths.join(weights, "v3"))

@@ -62,7 +62,7 @@ class JsonlLog:
             paths.write_text_atomic(self.path, self._text())
         if not self.remote:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file = open(self.path, "a", encoding="utf-8")
 
     @staticmethod
     def read(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -102,7 +102,7 @@ class JsonlLog:
             paths.write_text_atomic(self.path, self._text())
             self._dirty = False
             if self._file is not None:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                self._file = open(self.path, "a", encoding="utf-8")
         return dropped
 
     def close(self) -> None:

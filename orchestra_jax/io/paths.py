@@ -35,6 +35,7 @@ storage-control API, which no emulator serves, what kind each bucket is).
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 from etils import epath
@@ -42,6 +43,9 @@ from etils import epath
 REMOTE_SCHEMES = ("gs://", "s3://", "az://", "hf://")
 
 EMULATOR_VARIABLES = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")
+
+# Google Cloud Storage's bucket names (tensorstore refuses others, late, in a writer thread).
+_GCS_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 
 
 class WorkdirError(RuntimeError):
@@ -106,12 +110,18 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
             f"workdir {path}: {e}. A gs:// workdir needs gcsfs (pip install gcsfs; "
             "orchestra_jax installs it)"
         ) from e
-    except Exception as e:  # noqa: BLE001: any client error becomes one clear message
+    except Exception as e:  # any client error becomes one clear message
         raise WorkdirError(f"workdir {path} cannot be written: {_reason(path, e)}") from e
     return path
 
 
 def _check_remote_setup(path: epath.Path) -> None:
+    bucket = os.fspath(path).split("://", 1)[1].split("/", 1)[0]
+    if os.fspath(path).startswith("gs://") and not _GCS_BUCKET.fullmatch(bucket):
+        raise WorkdirError(
+            f"workdir {path}: {bucket!r} is not a valid bucket name (3-63 characters: "
+            "lowercase letters, digits, '-', '_', '.'; starting and ending with a letter or digit)"
+        )
     half = [name for name in EMULATOR_VARIABLES if os.environ.get(name)]
     if not half:
         _check_credentials(path)

@@ -11,10 +11,12 @@ Folders are local or `gs://` URIs (`orchestra_jax/io/paths.py`).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import struct
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import ml_dtypes
 import numpy as np
@@ -55,7 +57,8 @@ class TensorRef:
         out = np.empty(self.shape, self.dtype)
         if self.end - self.start != out.nbytes:
             raise ValueError(f"{self.file}: byte range does not match shape {self.shape}")
-        with self.file.open("rb") as f:
+        with self.file.open("rb") as opened:
+            f = cast("io.BufferedIOBase", opened)  # binary: local files and gcsfs's alike
             f.seek(self.start)
             if f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
                 raise ValueError(f"{self.file}: truncated tensor data")
