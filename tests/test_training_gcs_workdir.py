@@ -1,7 +1,8 @@
 """A gs:// workdir (fake-gcs-server, tests/gcs_emulator.py): checkpoints, warm-start
 parameters, metrics with their resume, TensorBoard events, the judge cache,
-trajectories, the evaluation report and HF folders land in the bucket and are read
-back from it, with nothing written under the current directory."""
+trajectories and their viewer page, the evaluation report and HF folders land in
+the bucket and are read back from it, with nothing written under the current
+directory."""
 
 import asyncio
 import json
@@ -15,6 +16,7 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.agent.trajectory import Trajectory, read_jsonl, write_jsonl
+from orchestra_jax.agent.view import write_viewer
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.io import paths
 from orchestra_jax.models import safetensors_stream as st
@@ -146,6 +148,8 @@ def test_trajectories_report_and_hf_folders_in_the_bucket(workdir):
     path = paths.join(workdir, "trajectories", "step_000001.jsonl")
     write_jsonl(path, [traj, traj])
     assert [t.task_id for t in read_jsonl(path)] == ["t1", "t1"]
+    page = write_viewer(workdir)
+    assert os.fspath(page) == paths.join(workdir, "viewer.html") and "t1" in page.read_text()
 
     summary = {"policy": "p", "accuracy": 0.5, "mean_cost_usd": 0.01, "mean_latency_s": 1.0,
                "heldout_reward": 0.4, "preference_score": 0.3, "num_tasks": 2}  # fmt: skip

@@ -96,8 +96,8 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
     """Creates `workdir`, writes and deletes a probe file in it; a failure raises
     `WorkdirError` naming what is missing (credentials, gcsfs, emulator variables)."""
     path = as_path(workdir)
-    if is_remote(path):
-        _check_remote_setup(path)
+    if os.fspath(path).startswith("gs://"):
+        _check_gcs_setup(path)
     probe = path / f".write_probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -115,9 +115,9 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
     return path
 
 
-def _check_remote_setup(path: epath.Path) -> None:
-    bucket = os.fspath(path).split("://", 1)[1].split("/", 1)[0]
-    if os.fspath(path).startswith("gs://") and not _GCS_BUCKET.fullmatch(bucket):
+def _check_gcs_setup(path: epath.Path) -> None:
+    bucket = os.fspath(path)[len("gs://") :].split("/", 1)[0]
+    if not _GCS_BUCKET.fullmatch(bucket):
         raise WorkdirError(
             f"workdir {path}: {bucket!r} is not a valid bucket name (3-63 characters: "
             "lowercase letters, digits, '-', '_', '.'; starting and ending with a letter or digit)"
