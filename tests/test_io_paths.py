@@ -4,6 +4,9 @@ the append-only JSON-lines log, the staged folder, and clear start-up errors."""
 
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -123,3 +126,32 @@ def test_missing_credentials_are_a_clear_error(monkeypatch, tmp_path):
 def test_a_missing_bucket_names_the_emulator(gcs_emulator):
     with pytest.raises(paths.WorkdirError, match="does the bucket exist"):
         paths.check_writable("gs://no-such-bucket/run")
+
+
+def test_the_entry_point_reports_a_bad_workdir_in_one_line(tmp_path):
+    """`python -m experiments.grpo_hle` with a gs:// workdir it cannot use: an
+    `error:` line naming the problem, exit status 1, no traceback."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    for name in (*paths.EMULATOR_VARIABLES, "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.grpo_hle",
+            "--config=experiments/configs/grpo_hle.py:micro",
+            "--config.workdir=gs://ab/runs/micro",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: workdir gs://ab/runs/micro: 'ab' is not a valid bucket name (3-63 characters: "
+        "lowercase letters, digits, '-', '_', '.'; starting and ending with a letter or digit)"
+    )

@@ -148,9 +148,11 @@ class MetricsWriter:
         if self._tb is not None:
             for name, value in flat.items():
                 self._tb.add_scalar(name, value, global_step=step)
-        # Locally the line is on disk already; on an object store this uploads the
-        # file (and the staged event files): a SIGKILL loses at most this step.
-        self.flush()
+        if self._log.remote:
+            # Locally the line is on disk already (and tensorboardX flushes on its own);
+            # on an object store this uploads the file and the staged event files, so a
+            # SIGKILL loses at most this step.
+            self.flush()
         if self._console is not None:
             self._console.print(
                 self.progress_line(step, flat), highlight=False, markup=False, soft_wrap=True
