@@ -26,6 +26,7 @@ from orchestra_jax.models.hf_checkpoint import (
 )
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rewards import judge as judge_lib
+from orchestra_jax.rollout.server import load_model
 from orchestra_jax.training.checkpointing import Checkpointer, restore_params, save_params
 from orchestra_jax.training.metrics import MetricsWriter, read_metrics
 
@@ -147,6 +148,8 @@ def test_trajectories_report_and_hf_folders_in_the_bucket(workdir):
         )
     assert sorted(p.name for p in prune_versions(weights, keep=2)) == ["v1"]
     assert sorted(p.name for p in paths.as_path(weights).iterdir()) == ["v2", "v3"]
+    # The rollout server's weight loader (/update_weights_from_disk) reads it too.
+    assert isinstance(load_model(paths.join(weights, "v3"), like=config), Qwen3ForCausalLM)
     loaded, loaded_config = load_hf_checkpoint(paths.join(weights, "v3"))
     assert loaded_config.to_hf_dict() == config.to_hf_dict()
     assert len(st.index_checkpoint(paths.join(weights, "v3"))) > 0
