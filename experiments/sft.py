@@ -16,7 +16,6 @@ untrained model written as if trained). The result goes to
 import json
 import logging
 import math
-import os
 import sys
 
 from absl import flags
@@ -84,6 +83,7 @@ def no_steps_error(config, demos_path: str) -> str | None:
 def main(argv):
     del argv
     flags_util.init_distributed(_CONFIG.value)
+    from orchestra_jax.io import paths
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
     from orchestra_jax.rl.learner import Learner
     from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
@@ -114,7 +114,7 @@ def main(argv):
         run = grpo_loop.setup_run(config)
         experiment.run_warm_start(config, run)
         model, model_config = run.model, run.model_config
-    out = os.path.join(workdir, "sft_hf")
+    out = paths.join(workdir, "sft_hf")
     save_hf_checkpoint(model, model_config, out)
     logging.info("wrote %s", out)
 

@@ -36,7 +36,8 @@ Environment:
   SGLANG_WEIGHTS_DIR   with SGLANG_URLS: a folder the workers write and the servers read
   DRY_RUN=1            print the gcloud commands instead of running them
 
-Example (Qwen3-8B on a v5p-32 slice: 16 chips, 4 workers; checkpoints on GCS; see
+Example (Qwen3-8B on a v5p-32 slice: 16 chips, 4 workers; the whole workdir on GCS, as
+launch/README.md "Workdirs on Google Cloud Storage" says; see
 docs/scaling.md and `python -m launch.plan` for the mesh):
   TPU_NAME=orch-v5p-32 TPU_ZONE=us-east5-a launch/tpu_pod.sh -- \
       --config=experiments/configs/grpo_hle.py:qwen3_8b --config.model.hf_path=/mnt/ckpt/Qwen3-8B \

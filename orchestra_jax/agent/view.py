@@ -13,25 +13,29 @@ calls, results, costs, reward, and the whole sequence with trained tokens
 (loss mask 1) and masked tokens told apart. With `--tokenizer` the sequence is
 the decoded token ids, span by span of equal mask; without, the stored turn
 texts stand in for them and the prompt is shown only by its length.
+RUN_DIR and the page may be local or `gs://` (`orchestra_jax/io/paths.py`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import pathlib
+import os
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from etils import epath
+
 from orchestra_jax.agent.trajectory import Trajectory, read_jsonl
 from orchestra_jax.agent.view_page import PAGE_TEMPLATE
+from orchestra_jax.io import paths
 
 _STEP = re.compile(r"step_(\d+)")
 
 
-def trajectory_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
+def trajectory_files(run_dir: epath.Path) -> list[epath.Path]:
     """The JSONL files of a run (see the module docstring for the layout)."""
     if run_dir.is_file():
         return [run_dir]
@@ -49,9 +53,9 @@ def trajectory_files(run_dir: pathlib.Path) -> list[pathlib.Path]:
     return files
 
 
-def file_step(path: pathlib.Path) -> int | None:
+def file_step(path: os.PathLike) -> int | None:
     """The training step in a `step_<n>.jsonl` name; None for other files (e.g. eval_<policy>)."""
-    match = _STEP.search(path.name)
+    match = _STEP.search(os.path.basename(os.fspath(path)))
     return int(match.group(1)) if match else None
 
 
@@ -150,13 +154,13 @@ def build_page(episodes: Sequence[dict[str, Any]], title: str) -> str:
 
 
 def write_viewer(
-    run_dir: str | pathlib.Path,
+    run_dir: str | os.PathLike,
     *,
     tokenizer: Any | None = None,
-    out: str | pathlib.Path | None = None,
-) -> pathlib.Path:
+    out: str | os.PathLike | None = None,
+) -> epath.Path:
     """Read the run's trajectories and write the page; returns its path."""
-    run_dir = pathlib.Path(run_dir)
+    run_dir = paths.as_path(run_dir)
     episodes = []
     for path in trajectory_files(run_dir):
         step = file_step(path)
@@ -164,7 +168,7 @@ def write_viewer(
         episodes.extend(episode_view(t, step, source, tokenizer) for t in read_jsonl(path))
     if out is None:
         out = (run_dir.parent if run_dir.is_file() else run_dir) / "viewer.html"
-    out = pathlib.Path(out)
+    out = paths.as_path(out)
     out.write_text(build_page(episodes, f"trajectories of {run_dir}"), encoding="utf-8")
     return out
 

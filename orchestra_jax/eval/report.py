@@ -13,19 +13,17 @@ most as expensive, and strictly better in one.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from orchestra_jax.io import paths
+
 
 def load_summaries(folder: str) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(folder, "eval_*.json"))):
-        with open(path) as f:
-            out.append(json.load(f))
-    return out
+    """Every `eval_*.json` in `folder` (local or `gs://`), in name order."""
+    files = sorted(paths.as_path(folder).glob("eval_*.json"), key=lambda p: p.name)
+    return [json.loads(p.read_text()) for p in files]
 
 
 def dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -224,7 +222,8 @@ def pareto_plot(summaries: Sequence[dict[str, Any]], out_png: str) -> str:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_png)
+    with paths.as_path(out_png).open("wb") as f:
+        fig.savefig(f, format="png")
     plt.close(fig)
     return out_png
 
@@ -234,7 +233,6 @@ def write_report(folder: str) -> tuple[str, str]:
     summaries = load_summaries(folder)
     if not summaries:
         raise FileNotFoundError(f"no eval_*.json in {folder}")
-    md = os.path.join(folder, "eval_report.md")
-    with open(md, "w") as f:
-        f.write(markdown_table(summaries))
-    return md, pareto_plot(summaries, os.path.join(folder, "eval_pareto.png"))
+    md = paths.join(folder, "eval_report.md")
+    paths.write_text_atomic(md, markdown_table(summaries))
+    return md, pareto_plot(summaries, paths.join(folder, "eval_pareto.png"))

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
 from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from flax import nnx
 
+from orchestra_jax.io import paths
 from orchestra_jax.models import safetensors_stream as st
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
@@ -61,7 +62,7 @@ def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None
     compute dtype; other `runtime` keywords (scan_layers, remat) go to the config.
     With a `mesh`, each parameter is placed directly with its partition rule.
     """
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     if "param_dtype" in runtime:
         raise TypeError("pass the parameter dtype as `dtype`, not `param_dtype`")
     runtime = {**runtime, "dtype": compute_dtype or dtype, "param_dtype": dtype}
@@ -117,8 +118,9 @@ def save_hf_checkpoint(
     *,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
     dtype=None,
-) -> list[pathlib.Path]:
-    """Write config.json and safetensors (sharded + index past `max_shard_size` bytes).
+) -> list[epath.Path]:
+    """Write config.json and safetensors (sharded + index past `max_shard_size` bytes)
+    into `path`, a local folder or a `gs://` URI (`orchestra_jax/io/paths.py`).
 
     Tensors are written in `dtype` (default: the parameters' dtype,
     `config.param_dtype`; weight syncs to a rollout server pass the compute
@@ -131,7 +133,7 @@ def save_hf_checkpoint(
     """
     from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     state = nnx.state(model, nnx.Param)
     flat = dict(nnx.to_flat_state(state))
     dtype = jnp.dtype(config.param_dtype if dtype is None else dtype)
@@ -164,20 +166,18 @@ def save_hf_checkpoint(
     return files
 
 
-def prune_versions(folder, keep: int = 2) -> list[pathlib.Path]:
-    """Deletes all but the newest `keep` weight versions `v<N>` under `folder`
-    (weight syncs write one per step); returns the folders removed."""
-    import shutil  # pylint: disable=g-import-not-at-top
-
+def prune_versions(folder, keep: int = 2) -> list[epath.Path]:
+    """Deletes all but the newest `keep` weight versions `v<N>` under `folder` (local
+    or `gs://`; weight syncs write one per step); returns the folders removed."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
-    folder = pathlib.Path(folder)
+    folder = paths.as_path(folder)
     versions = sorted(
         (int(p.name[1:]), p) for p in folder.glob("v*") if p.is_dir() and p.name[1:].isdigit()
     )
     removed = [p for _, p in versions[:-keep]]
     for p in removed:
-        shutil.rmtree(p, ignore_errors=True)
+        paths.rmtree(p)
     return removed
 
 

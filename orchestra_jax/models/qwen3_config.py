@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -159,10 +159,13 @@ class Qwen3Config:
         return cls(**{**_PRESETS[name], **overrides})
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any] | str | pathlib.Path, **runtime) -> Qwen3Config:
-        """From a `config.json` dict, file, or checkpoint folder; `runtime` sets dtype etc."""
+    def from_hf(cls, config: Mapping[str, Any] | str | os.PathLike, **runtime) -> Qwen3Config:
+        """From a `config.json` dict, file, or checkpoint folder (local or `gs://`);
+        `runtime` sets dtype etc."""
         if not isinstance(config, Mapping):
-            path = pathlib.Path(config)
+            from orchestra_jax.io import paths  # pylint: disable=g-import-not-at-top
+
+            path = paths.as_path(config)
             if path.is_dir():
                 path = path / "config.json"
             loaded: Mapping[str, Any] = json.loads(path.read_text())

@@ -5,18 +5,24 @@ File format: 8-byte little-endian header length N, N bytes of JSON
 then the raw little-endian tensor bytes (offsets relative to the data start).
 The `safetensors` package's `save_file` needs every tensor in memory at once and
 `safe_open(..., "numpy")` cannot return bfloat16, hence this small reader/writer.
+Folders are local or `gs://` URIs (`orchestra_jax/io/paths.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
-import pathlib
+import os
 import struct
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import ml_dtypes
 import numpy as np
+from etils import epath
+
+from orchestra_jax.io import paths
 
 _DTYPES = {
     "F64": np.dtype(np.float64),
@@ -40,7 +46,7 @@ SINGLE_NAME = "model.safetensors"
 class TensorRef:
     """Where one tensor lives: file, dtype, shape and absolute byte range."""
 
-    file: pathlib.Path
+    file: epath.Path
     dtype: np.dtype
     shape: tuple[int, ...]
     start: int
@@ -51,15 +57,16 @@ class TensorRef:
         out = np.empty(self.shape, self.dtype)
         if self.end - self.start != out.nbytes:
             raise ValueError(f"{self.file}: byte range does not match shape {self.shape}")
-        with open(self.file, "rb") as f:
+        with self.file.open("rb") as opened:
+            f = cast("io.BufferedIOBase", opened)  # binary: local files and gcsfs's alike
             f.seek(self.start)
             if f.readinto(out.reshape(-1).view(np.uint8).data) != out.nbytes:
                 raise ValueError(f"{self.file}: truncated tensor data")
         return out
 
 
-def _read_header(file: pathlib.Path) -> dict[str, TensorRef]:
-    with open(file, "rb") as f:
+def _read_header(file: epath.Path) -> dict[str, TensorRef]:
+    with file.open("rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
     header.pop("__metadata__", None)
@@ -74,9 +81,9 @@ def _read_header(file: pathlib.Path) -> dict[str, TensorRef]:
     return refs
 
 
-def index_checkpoint(folder: str | pathlib.Path) -> dict[str, TensorRef]:
+def index_checkpoint(folder: str | os.PathLike) -> dict[str, TensorRef]:
     """Every tensor of a checkpoint folder: model.safetensors, or shards listed by the index."""
-    folder = pathlib.Path(folder)
+    folder = paths.as_path(folder)
     if (folder / INDEX_NAME).exists():
         weight_map = json.loads((folder / INDEX_NAME).read_text())["weight_map"]
         files = sorted(set(weight_map.values()))
@@ -104,7 +111,7 @@ class TensorSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
-def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, str]) -> None:
+def write_file(file: epath.Path, specs: list[TensorSpec], metadata: dict[str, str]) -> None:
     """Write one safetensors file, producing and writing one tensor at a time."""
     header: dict = {"__metadata__": metadata}
     offset = 0
@@ -117,7 +124,7 @@ def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, 
         offset += spec.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # keep tensor data 8-byte aligned, as the format advises.
-    with open(file, "wb") as f:
+    with file.open("wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for spec in specs:
@@ -129,10 +136,10 @@ def write_file(file: pathlib.Path, specs: list[TensorSpec], metadata: dict[str, 
 
 
 def write_checkpoint(
-    folder: str | pathlib.Path, specs: Iterable[TensorSpec], max_shard_size: int
-) -> list[pathlib.Path]:
+    folder: str | os.PathLike, specs: Iterable[TensorSpec], max_shard_size: int
+) -> list[epath.Path]:
     """Write model.safetensors, or shards + index when specs exceed max_shard_size bytes."""
-    folder = pathlib.Path(folder)
+    folder = paths.as_path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shards: list[list[TensorSpec]] = [[]]
     size = 0

@@ -26,9 +26,11 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
+from orchestra_jax.io.jsonl_log import JsonlLog
+from orchestra_jax.io.paths import as_path
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.outcome import (
     GradableTask,
@@ -123,78 +125,61 @@ def parse_verdict(text: str) -> bool | None:
 class JudgeCache(dict):
     """Verdicts keyed by a hash of (judge settings, question, reference, prediction).
 
-    With a `path`, verdicts are appended to a JSON-lines file as they are added
-    and read back on construction, so a resumed run does not pay twice. Every
-    verdict is written as one whole line, so a run killed while writing leaves
-    at most its last line torn (no line end): that line is logged as a warning
-    and cut off the file. Any other line that is not a verdict is a
+    With a `path` (local or `gs://`, `io/paths.py`), verdicts are kept in a
+    JSON-lines file (`io.jsonl_log.JsonlLog`) and read back on construction,
+    with those of the files in `also_read` (other hosts' caches), so a resumed
+    run does not pay twice. Locally each verdict is appended at once; on an
+    object store the file is uploaded whole at most every `flush_interval_s`
+    seconds and on `flush()` (the GRPO loop flushes after every step). A run
+    killed while writing leaves at most its last line torn: that line is logged
+    as a warning and dropped. Any other line that is not a verdict is a
     `JudgeCacheError` naming the file and line: the file is then not what this
-    class wrote (edited, damaged or written by another program), and a wrong
-    cached verdict would silently change rewards, so the run stops for a person
-    to look rather than guess.
+    class wrote, and a wrong cached verdict would silently change rewards, so
+    the run stops for a person to look rather than guess.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        *,
+        also_read: Iterable[str | os.PathLike] = (),
+        flush_interval_s: float = 30.0,
+    ):
         super().__init__()
-        self.path = os.fspath(path) if path is not None else None
-        if self.path and os.path.exists(self.path):
-            self._load(self.path)
-
-    def _load(self, path: str) -> None:
-        with open(path, "rb") as f:
-            data = f.read()
-        lines = data.split(b"\n")  # the last item is b"" when the file ends with a line end
-        for number, line in enumerate(lines[:-1], start=1):
-            if line.strip():
-                key, correct = _verdict_row(line, path, number)
-                super().__setitem__(key, correct)
-        tail = lines[-1]
-        if not tail.strip():
-            return
-        try:
-            key, correct = _verdict_row(tail, path, len(lines))
-        except JudgeCacheError:
-            log.warning(
-                "%s: line %d was cut off by a stopped run (%d bytes, no line end); "
-                "dropped it (that verdict will be asked again)",
-                path,
-                len(lines),
-                len(tail),
-            )
-            with open(path, "r+b") as f:
-                f.truncate(len(data) - len(tail))
-            return
-        super().__setitem__(key, correct)
-        with open(path, "ab") as f:  # a whole verdict without its line end: end it
-            f.write(b"\n")
+        self.flush_interval_s = flush_interval_s
+        verdicts = {"check": _verdict_problem, "what": "judge verdict", "error": JudgeCacheError}
+        self._log = JsonlLog(path, **verdicts) if path is not None else None
+        self.path = None if self._log is None else os.fspath(self._log.path)
+        rows = [] if self._log is None else list(self._log.records)
+        for other in also_read:
+            other = as_path(other)
+            if os.fspath(other) != self.path and other.exists():
+                rows.extend(JsonlLog.read(other, **verdicts))
+        for row in rows:
+            super().__setitem__(row["key"], row["correct"])
 
     def __setitem__(self, key: str, correct: bool) -> None:
         super().__setitem__(key, bool(correct))
-        if self.path:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "correct": bool(correct)}) + "\n")
+        if self._log is not None:
+            self._log.append({"key": key, "correct": bool(correct)})
+            if self._log.seconds_since_flush() >= self.flush_interval_s:
+                self._log.flush()
+
+    def flush(self) -> None:
+        """Writes verdicts not yet in the file (object stores; locally they are)."""
+        if self._log is not None:
+            self._log.flush()
 
 
 class JudgeCacheError(ValueError):
     """A judge cache file holds a line that is not a verdict."""
 
 
-def _verdict_row(line: bytes, path: str, number: int) -> tuple[str, bool]:
-    try:
-        row = json.loads(line)
-        key, correct = row["key"], row["correct"]
-    except (ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError, JSONDecodeError
-        raise JudgeCacheError(
-            f"{path}, line {number}: not a judge verdict ({type(e).__name__}: {e}): "
-            f"{line[:80]!r}. Delete that line (its verdict is asked again) or the file."
-        ) from None
-    if not isinstance(key, str) or not isinstance(correct, bool):
-        raise JudgeCacheError(
-            f"{path}, line {number}: not a judge verdict (key must be a string and "
-            f"correct a boolean): {line[:80]!r}. Delete that line or the file."
-        )
-    return key, correct
+def _verdict_problem(row: dict) -> str | None:
+    """What keeps a cache row from being a verdict, or None."""
+    if not isinstance(row.get("key"), str) or not isinstance(row.get("correct"), bool):
+        return "key must be a string and correct a boolean"
+    return None
 
 
 class LLMJudge:
@@ -275,6 +260,12 @@ class LLMJudge:
             latency_s=reply.latency_s,
             parse_failed=parsed is None,
         )
+
+    def flush(self) -> None:
+        """Writes the cache's new verdicts to its file (see `JudgeCache`)."""
+        flush = getattr(self.cache, "flush", None)
+        if flush is not None:
+            flush()
 
     def stats(self) -> dict[str, float]:
         """Grading overhead for metrics: calls, cache hits, parse failures, dollars."""

@@ -36,7 +36,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -531,18 +530,18 @@ def serve_in_thread(
 
 
 def load_model(name_or_path: str, *, seed: int = 0, like=None):
-    """A Qwen3 model from an HF folder, or a preset name with random weights (seeded).
+    """A Qwen3 model from an HF folder (local or `gs://`), or a preset name with random
+    weights (seeded).
 
     `like` (a Qwen3Config) makes a loaded checkpoint use the same runtime settings
     (dtypes, scan_layers), so its state fits an engine built from that config.
     """
-    import pathlib
-
     from flax import nnx
 
+    from orchestra_jax.io import paths
     from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
-    if pathlib.Path(name_or_path).is_dir():
+    if paths.as_path(name_or_path).is_dir():
         from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 
         # Parameter dtype and layer layout decide the state's tree; match the engine's.
@@ -571,7 +570,9 @@ def _build_from_args(args) -> RolloutServer:
     )
 
     def weight_loader(path: str):
-        if not os.path.isdir(path):
+        from orchestra_jax.io import paths
+
+        if not paths.as_path(path).is_dir():
             raise FileNotFoundError(f"no checkpoint folder at {path}")
         return load_model(path, like=model.config)
 

@@ -21,7 +21,9 @@ Weight sync: `update_weights(model, version=v)` writes HF safetensors into
 `POST /update_weights_from_disk {"model_path", "weight_version", "abort_all_requests"}`;
 the server waits for (or aborts) its requests in flight and flushes its own
 cache, so no extra `/flush_cache` follows. The folder must be readable by the
-servers (shared disk).
+servers: a shared disk, or a `gs://` URI (`orchestra_jax/io/paths.py`) for
+servers that load from GCS (`rollout/server.py` does, through the same path
+layer; SGLang itself loads local folders only).
 
 Seeds: `sampling_seed` is sent with every seeded request, but SGLang applies it
 only when launched with `--enable-deterministic-inference` (as
@@ -294,17 +296,18 @@ class SGLangClient:
             raise ValueError(
                 "SGLangClient needs weights_dir (a folder the servers can read) to sync weights"
             )
+        from orchestra_jax.io import paths
         from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
         from orchestra_jax.parallel.multihost import barrier, is_primary
 
         model, config = _as_model(model_state, self.model_config)
-        path = os.path.join(self.weights_dir, f"v{int(version)}")
+        path = paths.join(self.weights_dir, f"v{int(version)}")
         # In the compute dtype; on several hosts all gather, process 0 writes and
         # points the (shared) servers at it, the others wait for it.
         await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
         if is_primary():
             await self.update_weights_from_disk(
-                os.path.abspath(path), version=version, abort_in_flight=abort_in_flight
+                os.fspath(paths.as_path(path)), version=version, abort_in_flight=abort_in_flight
             )
             prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
         barrier(f"orchestra_jax_weights_v{int(version)}")

@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -502,10 +503,13 @@ def _plain(value: Any) -> dict[str, Any]:
     return to_dict() if to_dict is not None else dict(value)
 
 
-def build_judge(config: Any, cache_path: str | None = None) -> LLMJudge | None:
+def build_judge(
+    config: Any, cache_path: str | None = None, *, also_read: Sequence[str] = ()
+) -> LLMJudge | None:
     """The LLM judge of `reward.judge` (None when `reward.judge.base_url` is empty):
     an `OpenAIChatExpert` on that endpoint, the prompt style `reward.judge.prompt`,
-    verdicts cached in `cache_path` (JSON lines). Its endpoint must answer now
+    verdicts cached in `cache_path` (JSON lines, local or `gs://`; the files in
+    `also_read`, other hosts' caches, are read too). Its endpoint must answer now
     (ConfigError naming it otherwise)."""
     j = config.reward.judge
     if not j.base_url:
@@ -526,7 +530,7 @@ def build_judge(config: Any, cache_path: str | None = None) -> LLMJudge | None:
     )
     return LLMJudge(
         client,
-        JudgeCache(cache_path),
+        JudgeCache(cache_path, also_read=also_read),
         price_in=j.price_in,
         price_out=j.price_out,
         max_tokens=j.max_tokens,

@@ -10,9 +10,12 @@ items of one `ocp.args.Composite`:
     data        the data iterator's `get_state()` (JSON)
     config      the run's config (JSON; an ml_collections ConfigDict is converted)
 
-The step is the step folder's name. Saves are asynchronous: `save` returns
+`directory` is a local folder or a `gs://` URI (`orchestra_jax/io/paths.py`):
+Orbax lays out folders through `epath` and writes arrays through tensorstore,
+whose GCS driver writes to the bucket directly. The step is the step folder's name. Saves are asynchronous: `save` returns
 once arrays are copied off the devices and writing goes on in the background;
-Orbax writes to a temporary folder and renames it when complete, so a run
+Orbax writes to a temporary folder and renames it when complete (on GCS, which
+cannot rename, it writes a `commit_success.txt` last instead), so a run
 killed mid-save leaves the previous checkpoint as the latest one.
 `max_to_keep` keeps the newest N steps.
 
@@ -34,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from orchestra_jax.io import paths
 
 _ARRAY_ITEMS = ("params", "opt_state", "rng")
 _JSON_ITEMS = ("data", "config")
@@ -66,7 +71,7 @@ class Checkpointer:
             raise ValueError(f"max_to_keep must be >= 1 or None (keep all), got {max_to_keep}")
         if save_interval_steps < 0:
             raise ValueError(f"save_interval_steps must be >= 0, got {save_interval_steps}")
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = os.fspath(paths.as_path(directory))
         self.save_interval_steps = save_interval_steps
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
@@ -187,13 +192,13 @@ def save_params(directory: str | os.PathLike, params: Any) -> None:
     """Writes one parameter tree to `directory` (synchronously; e.g. the warm-start
     policy, which a resumed run needs again as its KL reference)."""
     with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(os.path.abspath(os.fspath(directory)), params, force=True)
+        checkpointer.save(paths.as_path(directory), params, force=True)
 
 
 def restore_params(directory: str | os.PathLike, like: Any) -> Any:
     """Reads a tree written by `save_params` into `like`'s structure and shardings."""
     with ocp.StandardCheckpointer() as checkpointer:
-        return checkpointer.restore(os.path.abspath(os.fspath(directory)), _abstract(like))
+        return checkpointer.restore(paths.as_path(directory), _abstract(like))
 
 
 def _abstract(tree: Any) -> Any:

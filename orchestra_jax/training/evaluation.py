@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +44,7 @@ from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.pass_k import pass_k_by_domain
 from orchestra_jax.eval.summary import summarize
+from orchestra_jax.io import paths
 from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.efficiency import utility_rewards
@@ -238,8 +238,7 @@ class Evaluator:
             **(extra or {}),
         }
         if is_primary():  # on several hosts, process 0 alone writes
-            os.makedirs(workdir, exist_ok=True)
-            write_jsonl(os.path.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
-            with open(os.path.join(workdir, f"eval_{name}.json"), "w") as f:
-                json.dump(summary, f, indent=2, sort_keys=True)
+            write_jsonl(paths.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+            text = json.dumps(summary, indent=2, sort_keys=True)
+            paths.write_text_atomic(paths.join(workdir, f"eval_{name}.json"), text)
         return summary

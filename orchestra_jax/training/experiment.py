@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
+from orchestra_jax.io import paths
 from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.judge import Judge, MatchFirst
 from orchestra_jax.rollout.engine import RolloutEngine
@@ -275,13 +275,13 @@ async def _no_episodes() -> list[Trajectory]:
 
 
 def warm_start_dir(config: ExperimentConfig) -> str:
-    return os.path.join(grpo_loop.workdir_of(config), "warm_start_params")
+    return paths.join(grpo_loop.workdir_of(config), "warm_start_params")
 
 
 def restore_reference(config: ExperimentConfig, run: grpo_loop.Run) -> None:
     """On resume after a warm start: the KL reference is the saved warm-start policy."""
     path = warm_start_dir(config)
-    if not os.path.isdir(path):
+    if not paths.as_path(path).is_dir():
         raise FileNotFoundError(
             f"{path} is missing: a run with a warm start and rl.kl_coef > 0 cannot resume "
             "without its KL reference (the warm-start policy)"
@@ -293,10 +293,11 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     """Runs every stage of the module docstring; returns the evaluation summaries."""
     workdir = grpo_loop.workdir_of(config)
     primary = is_primary()  # on several hosts, process 0 alone writes files
+    paths.check_writable(workdir)  # a gs:// workdir without credentials fails here, clearly
     if primary:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        paths.write_text_atomic(
+            paths.join(workdir, "config.json"), config.to_json_best_effort(indent=2, sort_keys=True)
+        )
     run = grpo_loop.setup_run(config)
     evaluator = build_evaluator(config, run.env, run.tokenizer, run.judge)
     summaries = {}
@@ -321,7 +322,7 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
             f"step_{step:06d}",
             run.engine,
             extra={"steps": step},
-            workdir=os.path.join(workdir, "eval_steps"),
+            workdir=paths.join(workdir, "eval_steps"),
         )
         return {f"eval/{k}": summary[k] for k in EVAL_METRICS if summary.get(k) is not None}
 
@@ -340,11 +341,13 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
                 log.info("evaluation report: %s, %s", md, png)
         except Exception:  # eval_*.json are written; the run's end must not be lost to a report
             log.exception("writing the evaluation report failed (eval_*.json are in %s)", workdir)
-    metrics_file = os.path.join(workdir, "metrics.jsonl")
-    if primary and os.path.exists(metrics_file):
-        plot_metrics(metrics_file, os.path.join(workdir, "curves.png"), list(CURVES))
+    metrics_file = paths.join(workdir, "metrics.jsonl")
+    if primary and paths.as_path(metrics_file).exists():
+        plot_metrics(metrics_file, paths.join(workdir, "curves.png"), list(CURVES))
+    if run.judge is not None:
+        run.judge.flush()
     run.engine.close()
     if primary:
-        with open(os.path.join(workdir, "summary.json"), "w") as f:
-            json.dump(summaries, f, indent=2, sort_keys=True)
+        text = json.dumps(summaries, indent=2, sort_keys=True)
+        paths.write_text_atomic(paths.join(workdir, "summary.json"), text)
     return summaries

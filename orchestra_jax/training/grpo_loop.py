@@ -29,6 +29,7 @@ from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.envs.environment import Environment
+from orchestra_jax.io import paths
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel import multihost
@@ -80,20 +81,34 @@ class Run:
 
 
 def workdir_of(config: ExperimentConfig) -> str:
+    """The run's folder: `config.workdir` (a local path or a `gs://` URI, see
+    `orchestra_jax/io/paths.py`), by default `runs/<variant>`."""
     return config.workdir or os.path.join("runs", config.variant or "run")
 
 
-def judge_cache_path(config: ExperimentConfig) -> str:
-    """Where the LLM judge's verdicts are kept across restarts."""
-    return os.path.join(workdir_of(config), "judge_cache.jsonl")
+def judge_cache_path(config: ExperimentConfig, process: int | None = None) -> str:
+    """Where this process's LLM judge verdicts are kept across restarts: one file per
+    host (`judge_cache.jsonl` on process 0, `judge_cache.host<i>.jsonl` on the others),
+    since an object store cannot take appends from several writers."""
+    process = jax.process_index() if process is None else process
+    name = "judge_cache.jsonl" if process == 0 else f"judge_cache.host{process}.jsonl"
+    return paths.join(workdir_of(config), name)
+
+
+def judge_cache_files(config: ExperimentConfig) -> list[str]:
+    """Every host's judge cache file in the workdir (each host reads them all)."""
+    return [os.fspath(p) for p in paths.as_path(workdir_of(config)).glob("judge_cache*.jsonl")]
 
 
 def setup_run(config: ExperimentConfig) -> Run:
     """Builds every part of a run from its config."""
     workdir = workdir_of(config)
+    paths.check_writable(workdir)  # a gs:// workdir without credentials fails here, clearly
     # The environment and the judge first: an endpoint that is down fails in seconds.
     env = builders.build_env(config)
-    judge = builders.build_judge(config, judge_cache_path(config))
+    judge = builders.build_judge(
+        config, judge_cache_path(config), also_read=judge_cache_files(config)
+    )
     tokenizer = builders.build_tokenizer(config)
     mesh = builders.build_mesh(config)
     model, model_config = builders.build_model(config, mesh, tokenizer)
@@ -115,7 +130,7 @@ def setup_run(config: ExperimentConfig) -> Run:
     engine = builders.build_engine(config, engine_model, model_config)
     batching = builders.build_batching(config, learner.row_multiple())
     checkpointer = Checkpointer(
-        os.path.join(workdir, "checkpoints"),
+        paths.join(workdir, "checkpoints"),
         max_to_keep=config.checkpoint.keep,
         save_interval_steps=config.checkpoint.every_steps,  # 0: the final step only
     )
@@ -277,7 +292,7 @@ def end_step(
     traj_every = config.log.trajectories_every
     if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
         write_jsonl(
-            os.path.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
+            paths.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
             experience.trajectories,
         )
     with timer("checkpoint"):
@@ -295,6 +310,8 @@ def end_step(
     if evaluate is not None and every and (step + 1) % every == 0 and step + 1 < config.num_steps:
         with timer("eval"):
             eval_metrics = evaluate(step + 1)
+    if run.judge is not None:
+        run.judge.flush()  # its cache's new verdicts (on an object store: one upload)
     latencies = [sum(turn.tool_latency_s for turn in t.turns) for t in experience.trajectories]
     writer.write(
         step + 1,

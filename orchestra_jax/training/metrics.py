@@ -1,11 +1,16 @@
 """Per-step metrics: `<workdir>/metrics.jsonl`, TensorBoard events, a console line.
 
-`metrics.jsonl` holds one JSON object per step, `{"step": s, "time": unix, …}`.
-It is appended to, so a resumed run keeps its history: `MetricsWriter(...,
-resume_step=s)` first drops lines with step > s (written after the checkpoint
-being resumed from), so every step appears once. TensorBoard events go to
-`<workdir>/tensorboard/`; TensorBoard itself shows the latest value written
-for a step, so re-written steps after a resume display correctly.
+The workdir is a local folder or a `gs://` URI (`orchestra_jax/io/paths.py`).
+`metrics.jsonl` holds one JSON object per step, `{"step": s, "time": unix, …}`,
+an `io.jsonl_log.JsonlLog`: appended to locally, the whole file uploaded after
+each step on an object store. A resumed run keeps its history:
+`MetricsWriter(..., resume_step=s)` first drops lines with step > s (written
+after the checkpoint being resumed from), so every step appears once.
+TensorBoard events go to `<workdir>/tensorboard/`; on an object store
+tensorboardX writes them into a local staging folder whose event files are
+uploaded after each step (`io.staging.StagedFolder`). TensorBoard itself shows
+the latest value written for a step, so re-written steps after a resume
+display correctly.
 
 On a multi-host job only process 0 writes: the others' writers are built with
 `enabled=False` and write nothing (no file, no events, no console line).
@@ -22,10 +27,16 @@ import json
 import math
 import numbers
 import os
-import pathlib
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from etils import epath
+
+from orchestra_jax.io import paths
+from orchestra_jax.io.jsonl_log import JsonlLog
+from orchestra_jax.io.staging import StagedFolder
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -50,24 +61,18 @@ def flatten_scalars(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
 def truncate_jsonl(path: str | os.PathLike, max_step: int) -> int:
     """Drops lines of `path` whose `step` > `max_step` (and unreadable lines:
     a half-written last line from a killed run). Returns how many were dropped."""
-    path = pathlib.Path(path)
-    if not path.exists():
+    if not paths.as_path(path).exists():
         return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            step = json.loads(line)["step"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            dropped += 1
-            continue
-        if step > max_step:
-            dropped += 1
-        else:
-            kept.append(line)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)  # atomic: a crash here leaves the old or the new file
-    return dropped
+    log = JsonlLog(path, keep=lambda record: _step_at_most(record, max_step))
+    log.close()
+    return log.dropped
+
+
+def _step_at_most(record: Any, max_step: int) -> bool:
+    try:
+        return record["step"] <= max_step
+    except (KeyError, TypeError):
+        return False
 
 
 def format_eta(seconds: float) -> str:
@@ -101,25 +106,29 @@ class MetricsWriter:
         if total_steps < 1:
             raise ValueError(f"total_steps must be >= 1, got {total_steps}")
         self.enabled = enabled
-        self.workdir = pathlib.Path(workdir)
+        self.workdir = paths.as_path(workdir)
         self.path = self.workdir / METRICS_FILE
         self.total_steps = total_steps
         self.console_keys = tuple(console_keys)
         self._start_time = time.monotonic()
         self._first_step: int | None = None
-        self._file = self._tb = self._console = None
+        self._log: JsonlLog | None = None
+        self._tb = self._console = self._tb_staging = None
         if not enabled:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None:
-            truncate_jsonl(self.path, resume_step)
-        self._file = self.path.open("a", encoding="utf-8")
-        self._tb = None
+        keep = None if resume_step is None else (lambda r: _step_at_most(r, resume_step))
+        self._log = JsonlLog(self.path, keep=keep)
         if use_tensorboard:
             from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-            self._tb = SummaryWriter(logdir=str(self.workdir / TENSORBOARD_DIR))
-        self._console = None
+            self._tb_staging = StagedFolder(self.workdir / TENSORBOARD_DIR)
+            # A suffix of its own: two writers started in the same second (a quick
+            # resume) would otherwise name the same event file and one would replace the other.
+            self._tb = SummaryWriter(
+                logdir=os.fspath(self._tb_staging.local),
+                filename_suffix=f".{uuid.uuid4().hex[:8]}",
+            )
         if console:
             from rich.console import Console  # pylint: disable=g-import-not-at-top
 
@@ -131,16 +140,19 @@ class MetricsWriter:
         reserved = {"step", "time"} & flat.keys()
         if reserved:
             raise ValueError(f"metric names {sorted(reserved)} are reserved for the record itself")
-        if self._file is None:  # disabled: not process 0
+        if self._log is None:  # disabled: not process 0
             return flat
         # Strict JSON has no NaN/Infinity: non-finite values are written as null.
         finite = {k: (v if math.isfinite(v) else None) for k, v in flat.items()}
-        record = {"step": int(step), "time": time.time(), **finite}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()  # one line per step survives a SIGKILL
+        self._log.append({"step": int(step), "time": time.time(), **finite})
         if self._tb is not None:
             for name, value in flat.items():
                 self._tb.add_scalar(name, value, global_step=step)
+        if self._log.remote:
+            # Locally the line is on disk already (and tensorboardX flushes on its own);
+            # on an object store this uploads the file and the staged event files, so a
+            # SIGKILL loses at most this step.
+            self.flush()
         if self._console is not None:
             self._console.print(
                 self.progress_line(step, flat), highlight=False, markup=False, soft_wrap=True
@@ -163,26 +175,28 @@ class MetricsWriter:
 
     def truncate_after(self, step: int) -> int:
         """Drops already-written records with step > `step` (resume decided late)."""
-        if self._file is None:
+        if self._log is None:
             return 0
-        self._file.close()
-        dropped = truncate_jsonl(self.path, step)
-        self._file = self.path.open("a", encoding="utf-8")
-        return dropped
+        return self._log.truncate(lambda r: _step_at_most(r, step))
 
     def flush(self) -> None:
-        if self._file is None:
+        if self._log is None:
             return
-        self._file.flush()
         if self._tb is not None:
             self._tb.flush()
+        self._log.flush()
+        if self._tb_staging is not None:
+            self._tb_staging.upload()
 
     def close(self) -> None:
-        if self._file is None:
+        if self._log is None:
             return
-        self._file.close()
         if self._tb is not None:
             self._tb.close()
+        self._log.close()
+        if self._tb_staging is not None:
+            self._tb_staging.close()
+        self._log = None
 
     def __enter__(self) -> MetricsWriter:
         return self
@@ -194,7 +208,7 @@ class MetricsWriter:
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """All records of a metrics.jsonl, skipping a torn last line."""
     records = []
-    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
+    for line in paths.as_path(path).read_text(encoding="utf-8").splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
@@ -204,7 +218,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 def plot_metrics(
     metrics_jsonl: str | os.PathLike, out_png: str | os.PathLike, keys: Sequence[str]
-) -> pathlib.Path:
+) -> epath.Path:
     """One curve per key (value against step), stacked vertically, saved as PNG."""
     import matplotlib  # pylint: disable=g-import-not-at-top
 
@@ -226,8 +240,9 @@ def plot_metrics(
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    out_png = pathlib.Path(out_png)
+    out_png = paths.as_path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=100)
+    with out_png.open("wb") as f:
+        fig.savefig(f, dpi=100, format="png")
     plt.close(fig)
     return out_png

@@ -1,0 +1,1 @@
+"""Where a run's files live: local folders or object stores (`gs://`), one path layer."""
