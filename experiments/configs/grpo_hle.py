@@ -558,6 +558,9 @@ def _live_tiny(c):
     c.agent.tool_timeout_s = 120.0
     c.agent.max_turns = 3  # Room for a router's search, reasoning and answer.
     c.agent.max_context_tokens = 2048  # A FRAMES question, two documents, three turns.
+    # agent.context="rebuild": a turn's rebuilt prompt and its reply fit that context.
+    c.agent.rebuild.context_tokens = 1024
+    c.agent.rebuild.prompt_tokens = 1536
     c.rollout.max_seq_len = 2048
     c.rl.seq_buckets = (256, 512, 768, 1024, 1536, 2048)
     c.data.stratify_by = ""  # One domain (frames): nothing to stratify.
