@@ -661,7 +661,7 @@ def _qwen3_8b_shape(c):
     c.rollout.engine = "sglang"
     c.rollout.urls = "http://127.0.0.1:30000"
     c.rollout.weights_dir = "/tmp/orchestra_jax_weights"
-    c.agent.enable_thinking = True
+    c.agent.enable_thinking = True  # Qwen3's template default, as the release renders it.
     c.rl.micro_batch_size = 1  # One 32k-token sample per device per micro-batch.
     c.num_steps = 1000
     # A ToolScale mixture (the paper's τ² training data) beside the QA sources:
@@ -701,7 +701,9 @@ def _qwen3_8b(c):
     c.rl.kl_coef = 1e-4  # KL loss to the frozen start (sh kl_loss_coef, use_kl_loss),
     c.rl.kl_type = "mse"  # as ½(logp − ref)² (sh kl_loss_type).
     c.rl.loss_agg = "token-mean"  # Loss mean over tokens (yaml actor.loss_agg_mode).
-    c.rl.tis_cap = 0.0  # π_old recomputed by the actor, no rollout correction (sh, trainer).
+    # π_old the actor's log-probs (recipe/algo/grpo_ray_trainer_quick3.py compute_log_prob),
+    # uncorrected; no entropy bonus (sh ENTROPY=0); AdamW betas 0.9, 0.999 as the learner's.
+    c.rl.tis_cap = 0.0
     c.rl.adv_clip = 3.0  # Advantages clipped to ±3 (gen run_llm_loop).
     c.rl.filter_reward_std = 0.1  # Groups whose reward std is ≤ 0.1 give no sample (gen).
     c.rl.format_filter = "turn"  # Malformed turns give no sample (gen).
@@ -715,6 +717,7 @@ def _qwen3_8b(c):
     c.rollout.max_seq_len = 24000 + 8768
     c.rl.seq_buckets = (4096, 8192, 16384, 32768)  # The last holds 24000 + 8768.
     c.checkpoint.every_steps = 1  # sh trainer.save_freq.
+    # num_steps: 10 epochs of one's tasks / 16 (sh trainer.total_epochs); 1000 here.
     return c
 
 
