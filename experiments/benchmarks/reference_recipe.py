@@ -16,8 +16,8 @@ alternately (history step 1, rebuild step 1, history step 2, ...); the first ste
 each, which compiles, is left out of the medians. Per setting: tokens per episode
 (its token ids: the growing sequence, or its turns' prompts and replies end to end)
 and generated tokens per episode, the learner's samples, tokens (the samples' own)
-and padded tokens (rows x length) per step, updates per step, and the step's, the
-rollouts' and the learner's seconds. Writes
+and padded tokens (rows x length) per step, updates per step, the learner's compiled steps so far,
+and the step's, the rollouts' and the learner's seconds. Writes
 `experiments/benchmarks/results/reference_recipe.json`.
 """
 
@@ -141,6 +141,7 @@ def one_step(run, iterator, step: int) -> dict:
         "learner_tokens": sum(len(s.token_ids) for s in samples),
         "learner_padded_tokens": int(rows * length),
         "updates": learner.get("learner/updates", 0.0),
+        "learner_compiles": sum(f._cache_size() for f in run.learner._compiled.values()),
     }
 
 
