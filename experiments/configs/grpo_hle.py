@@ -318,8 +318,10 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.num_minibatches = 1
     c.rl.num_epochs = 1
     # Samples per PPO update, over all hosts (0: rl.num_minibatches sets them): N
-    # samples make ceil(N / minibatch_size) updates an epoch, the old log-probs the
-    # learner's before the first (the reference: 16). Needs a constant schedule.
+    # samples make ceil(N / minibatch_size) updates an epoch, of minibatch_size samples
+    # in order and the remainder last (its loss scaled by remainder / minibatch_size),
+    # the old log-probs the learner's before the first (the reference: 16). Needs a
+    # constant schedule.
     c.rl.minibatch_size = 0
     # What one learner sample is (rl/samples.py SAMPLE_UNITS, or "package.module:attr"):
     # "episode", a whole episode, its loss over every generated token; "turn", one
