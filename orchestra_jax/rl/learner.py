@@ -1,8 +1,10 @@
 """The learner: a jit-compiled, mesh-sharded optimizer step with exact micro-batching.
 
-    params, opt_state = train_step(params, opt_state, ref_params, batch)
+    params, opt_state = train_step(params, opt_state, ref_params, batch, loss_scale)
 
-1. The loss denominator (rl/aggregation.py) is computed once over the full batch.
+1. The loss denominator (rl/aggregation.py) is computed once over the full batch,
+   divided by `loss_scale` (1, or a remainder mini-batch's share of
+   `minibatch_size`: see `minibatch_updates`).
 2. The batch [B, T] is split into B / micro_batch_size micro-batches; a
    `lax.scan` adds their losses and gradients. Each micro loss is already divided
    by the full-batch denominator, so the sum equals the full-batch loss exactly.
