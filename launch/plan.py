@@ -97,6 +97,9 @@ def step_shape(config, mesh_sizes, device_kind):
     micro = config.rl.micro_batch_size
     seq_len = max(config.rl.seq_buckets)
     generated = config.agent.max_turns * config.agent.max_new_tokens_per_turn
+    if config.rl.sample_unit == "turn":  # a sample per turn: one turn's tokens are trained
+        rows *= config.agent.max_turns
+        generated = config.agent.max_new_tokens_per_turn
     loss_tokens = 8
     while loss_tokens < generated and loss_tokens < seq_len:
         loss_tokens *= 2
@@ -130,6 +133,10 @@ def plan(config, mesh_sizes, device_kind, preset: str = ""):
     memory = plan_memory(mc, mesh_sizes, learner, shape, device=device_kind)
     if config.rl.share_prompts:
         memory.notes.append("rl.share_prompts: planned as whole episodes (an upper bound)")
+    if config.rl.sample_unit == "turn":
+        memory.notes.append(
+            "rl.sample_unit=turn: every episode planned at agent.max_turns samples (an upper bound)"
+        )
     if config.rollout.engine != "jax":
         memory.notes.append(f"rollouts on {config.rollout.engine} servers, not on these devices")
     mesh_text = " ".join(f"{a}={s}" for a, s in mesh_sizes.items())

@@ -40,7 +40,7 @@ args=(
   --tp-size "${TP_SIZE:-1}"
   --dp-size "${DP_SIZE:-1}"
   --mem-fraction-static "${MEM_FRACTION:-0.8}"
-  --context-length "${CONTEXT_LENGTH:-33344}"  # qwen3_8b: 24,576 prompt + 8,768 response
+  --context-length "${CONTEXT_LENGTH:-33344}"  # qwen3_8b_project: 24,576 prompt + 8,768 response (qwen3_8b: 24,000 + 8,768)
   --attention-backend "${ATTENTION_BACKEND:-fa3}"
   --random-seed "${SEED:-0}"
 )

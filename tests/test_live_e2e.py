@@ -2,12 +2,14 @@
 (`python -m orchestra_jax.rollout.server`, a random tiny Qwen3) plays every expert
 and the judge; `live_tiny` runs two GRPO steps and its evaluations on FRAMES rows
 from ../shared, with a BM25 index built from the shipped corpus; then HLE rows are
-evaluated with the baseline routers. Recording proxies in front of the server see
-every request. Skipped, saying why, without ../shared/reference/frames.jsonl.
+evaluated with the baseline routers; and `live_tiny` trains a GRPO step with the
+reference's rebuilt prompts and turn samples. Recording proxies in front of the
+server see every request. Skipped, saying why, without ../shared/reference/frames.jsonl.
 """
 
 import collections
 import json
+import math
 import os
 import re
 
@@ -19,8 +21,9 @@ from experiments.evaluate import evaluate_policies
 from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.data.splits import load_split
 from orchestra_jax.rewards.outcome import normalize_answer
+from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.tools import build_index, pricing
-from orchestra_jax.training import builders, experiment, seeds
+from orchestra_jax.training import builders, experiment, grpo_loop, seeds
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
 from tests.live_helpers import (
@@ -29,6 +32,7 @@ from tests.live_helpers import (
     start_server,
     wait_until_serving,
 )
+from tests.test_training_e2e import NoiseReward
 
 pytestmark = pytest.mark.slow
 
@@ -239,3 +243,40 @@ def test_hle_rows_evaluate_with_categories_and_skipped_images(stack):
     report = open(tmp / "hle_eval" / "eval_report.md").read()
     assert "Per category" in report and "| Biology | Math |" in report
     assert "| hle |" in report and (tmp / "hle_eval" / "eval_pareto.png").exists()
+
+
+def test_live_tiny_trains_turn_samples_of_rebuilt_prompts(stack):
+    """The reference's context and samples on the live path: each turn's prompt is
+    rebuilt from the task (never the policy's own turns), each turn is a sample, and
+    mini-batches of 2 samples make ⌈N / 2⌉ updates. A seeded random reward gives
+    every group a ranking (a random policy answers nothing right)."""
+    config = stack["config"](stack["tmp"] / "rebuild")
+    config.agent.context = "rebuild"
+    config.rl.sample_unit = "turn"
+    config.rl.minibatch_size = 2
+    config.rl.share_prompts = False  # rows are samples
+    config.rl.warmup_steps = 0  # the number of updates varies from step to step
+    config.num_steps = 1
+    validate(config)
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = NoiseReward()
+    try:
+        grpo_loop.grpo_train(run)
+    finally:
+        run.engine.close()
+    [line] = [json.loads(x) for x in open(os.path.join(config.workdir, "metrics.jsonl"))]
+    [trajs] = trajectories_by_file(config.workdir).values()
+    samples = turn_samples([t for t in trajs if t.advantage])  # live_tiny keeps every group
+    assert line["learner/samples"] == len(samples) > 0
+    assert line["learner/updates"] == math.ceil(len(samples) / 2)
+    assert line["learner/skipped"] == 0
+    rebuilt = [t for t in trajs if len(t.turns) > 1]
+    assert rebuilt, "no episode reached a second turn"
+    for traj in rebuilt:
+        first, second = traj.turns[:2]
+        assert second.prompt_start == first.prompt_tokens + first.num_generated_tokens
+        prompt = run.tokenizer.decode(
+            traj.token_ids[second.prompt_start : second.prompt_start + second.prompt_tokens]
+        )
+        assert prompt.count("Problem: ") == 1 and "Choose an approriate tool." in prompt
+        assert first.text not in prompt  # never its own turns

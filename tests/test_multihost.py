@@ -36,9 +36,7 @@ ROOT = WORKER.parents[1]
 STEPS = 2
 
 
-def _run(
-    workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns=False, cwd=ROOT
-):
+def _run(workdir, *, hosts, kill_after=None, max_staleness=0, steps=STEPS, turns=False, cwd=ROOT):
     worker = [sys.executable, str(WORKER), str(workdir), str(steps)]
     worker += [] if kill_after is None else [str(kill_after), "saved"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}

@@ -1,13 +1,15 @@
 """Sample units: turn samples' tokens, masks and advantages; ⌈N / minibatch_size⌉
-updates a step with π_old the learner's."""
+updates a step with π_old the learner's, mini-batches of minibatch_size samples in
+order with the remainder last, placeholder rows that change nothing."""
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
 from orchestra_jax.agent.context import RebuildContext
-from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
+from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_minibatches
 from orchestra_jax.rl.learner import Learner, LearnerConfig
 from orchestra_jax.rl.samples import SAMPLE_UNITS, episode_samples, samples_of, turn_samples
 from tests.test_agent_context import rebuild_episode
@@ -123,3 +125,56 @@ def test_old_logprobs_are_the_learners_before_the_first_update():
     np.testing.assert_allclose([metrics["ratio_min"], metrics["ratio_max"]], 1.0, atol=1e-5)
     with pytest.raises(ValueError, match="not both"):
         LearnerConfig(minibatch_size=16, num_minibatches=2)
+
+
+def placed(samples, sizes, rows):
+    batch = build_train_batch(samples, config=BatchingConfig(seq_buckets=(16,)))
+    return place_minibatches(batch, sizes, rows)
+
+
+def test_minibatches_hold_minibatch_size_samples_in_order_then_the_remainder():
+    learner = Learner(new_model(), LearnerConfig(kl_coef=0.0, minibatch_size=3))
+    assert [learner.minibatch_sizes(n) for n in (1, 3, 7, 9)] == [[1], [3], [3, 3, 1], [3, 3, 3]]
+    assert [learner.minibatch_rows(n) for n in (1, 2, 3, 7)] == [1, 2, 4, 4]
+    assert Learner(new_model(), LearnerConfig(kl_coef=0.0)).minibatch_sizes(7) is None
+    samples = pieces(7)
+    batch = placed(samples, [3, 3, 1], 4)
+    assert batch.shape[0] == 12
+    for i, members in enumerate([[0, 1, 2], [3, 4, 5], [6]]):
+        rows = np.asarray(batch.input_ids)[i::3]
+        for j, k in enumerate(members):
+            ids = samples[k].token_ids[:-1]
+            assert rows[j, : len(ids)].tolist() == ids
+        empty = slice(len(members), None)  # placeholders: nothing to train on
+        assert not np.asarray(batch.loss_mask)[i::3][empty].any()
+        assert not np.asarray(batch.segment_ids)[i::3][empty].any()
+        assert (np.asarray(batch.loss_index)[i::3][empty] == -1).all()
+    with pytest.raises(ValueError, match="fit 2 rows"):
+        place_minibatches(build_train_batch(samples), [3, 3, 1], 2)
+
+
+def test_placeholder_rows_change_no_update_and_the_remainder_is_scaled():
+    """The same mini-batch padded to 4 or to 16 rows gives the same loss, gradient and
+    parameters; a remainder of one sample in mini-batches of 3 moves by a third of its
+    gradient."""
+    samples = pieces(3, seed=2)
+    params, metrics = {}, {}
+    for rows in (4, 16):
+        config = LearnerConfig(learning_rate=1e-3, kl_coef=0.0, minibatch_size=3)
+        learner = Learner(new_model(), config)
+        metrics[rows] = learner.train_step(
+            placed(samples, [3], rows), num_minibatches=1, minibatch_sizes=[3]
+        )
+        params[rows] = jax.device_get(learner.params)
+    for name in ("loss", "grad_norm", "num_loss_tokens"):
+        np.testing.assert_allclose(metrics[4][name], metrics[16][name], rtol=1e-5)
+    jax.tree.map(  # Adam's first step is ±lr where |g| >> eps: compare at 1 % of lr
+        lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), params[4], params[16]
+    )
+    norms = {}
+    for size in (1, 3):
+        learner = Learner(new_model(), LearnerConfig(kl_coef=0.0, minibatch_size=size))
+        norms[size] = learner.train_step(
+            placed(samples[:1], [1], 4), num_minibatches=1, minibatch_sizes=[1]
+        )["grad_norm"]
+    np.testing.assert_allclose(norms[3], norms[1] / 3, rtol=1e-5)

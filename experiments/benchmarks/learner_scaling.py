@@ -81,7 +81,11 @@ def planned_bytes(learner, batch) -> dict:
 
     step = learner._build_step("grpo", 1)
     placed = jax.tree.map(np.asarray, batch)
-    stats = step.lower(learner.params, learner.opt_state, None, placed).compile().memory_analysis()
+    stats = (
+        step.lower(learner.params, learner.opt_state, None, placed, np.float32(1.0))
+        .compile()
+        .memory_analysis()
+    )
     total = (
         stats.argument_size_in_bytes
         + stats.output_size_in_bytes

@@ -16,10 +16,18 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               ../shared/tau2-bench beside the clone.
   qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts,
               live experts, search and judge as qwen3_8b.
-  qwen3_8b    Qwen3-8B as in the paper (G=8, 16 tasks per step, lr 1e-6,
-              dual clip 10, KL 1e-4 as ½Δ², 30 turns), TPU pods / GPU clusters;
-              the paper's experts (models_paper.yaml), a search index, the judge;
-              its env.tau2 section is ready for a ToolScale mixture (see there).
+  qwen3_8b    Qwen3-8B trained with the reference release's recipe, every
+              setting as its training scripts set it: rebuilt prompts, turn
+              samples, mini-batches of 16, its reward, advantage boost and
+              no-answer filter, its experts, the paper's evaluation (G=8, 16
+              tasks per step, lr 1e-6, clip 0.2/0.28, dual clip 10, KL 1e-4 as
+              ½Δ², 30 turns, 24k-token prompts, 8768-token responses); TPU pods /
+              GPU clusters, the paper's experts (models_paper.yaml), a search
+              index, the judge; ready for a ToolScale mixture (see there).
+  qwen3_8b_project  Qwen3-8B with the same hyperparameters and the project's own
+              choices (docs/reproduction.md, "Each difference at a glance"): one
+              growing sequence per episode, the preference reward, the project's
+              experts, the held-out evaluation.
 
 Every field is validated at start-up by `orchestra_jax.training.config_checks`.
 Override any field on the command line: `--config.rl.lr=3e-6`.
@@ -33,7 +41,15 @@ from orchestra_jax.rl import grpo
 from orchestra_jax.tools import pricing
 from orchestra_jax.training import warm_start
 
-VARIANTS = ("demo", "micro", "live_tiny", "tau2_demo", "qwen3_0p6b", "qwen3_8b")
+VARIANTS = (
+    "demo",
+    "micro",
+    "live_tiny",
+    "tau2_demo",
+    "qwen3_0p6b",
+    "qwen3_8b",
+    "qwen3_8b_project",
+)
 CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
 # The model catalogues (orchestra_jax/tools/catalogue.py) shipped beside this file.
@@ -318,8 +334,10 @@ def _base() -> ml_collections.ConfigDict:
     c.rl.num_minibatches = 1
     c.rl.num_epochs = 1
     # Samples per PPO update, over all hosts (0: rl.num_minibatches sets them): N
-    # samples make ceil(N / minibatch_size) updates an epoch, the old log-probs the
-    # learner's before the first (the reference: 16). Needs a constant schedule.
+    # samples make ceil(N / minibatch_size) updates an epoch, of minibatch_size samples
+    # in order and the remainder last (its loss scaled by remainder / minibatch_size),
+    # the old log-probs the learner's before the first (the reference: 16). Needs a
+    # constant schedule.
     c.rl.minibatch_size = 0
     # What one learner sample is (rl/samples.py SAMPLE_UNITS, or "package.module:attr"):
     # "episode", a whole episode, its loss over every generated token; "turn", one
@@ -562,6 +580,9 @@ def _live_tiny(c):
     c.agent.tool_timeout_s = 120.0
     c.agent.max_turns = 3  # Room for a router's search, reasoning and answer.
     c.agent.max_context_tokens = 2048  # A FRAMES question, two documents, three turns.
+    # agent.context="rebuild": a turn's rebuilt prompt and its reply fit that context.
+    c.agent.rebuild.context_tokens = 1024
+    c.agent.rebuild.prompt_tokens = 1536
     c.rollout.max_seq_len = 2048
     c.rl.seq_buckets = (256, 512, 768, 1024, 1536, 2048)
     c.data.stratify_by = ""  # One domain (frames): nothing to stratify.
@@ -649,10 +670,9 @@ def _qwen3_0p6b(c):
     return c
 
 
-def _qwen3_8b(c):
-    """The paper's settings (G=8, 16 tasks a step, lr 1e-6, clip 0.2/0.28, dual clip 10,
-    KL 1e-4 as ½Δ², 30 turns, 24k-token prompts and 8768-token responses), with the
-    paper's live experts, search and judge (`_live`)."""
+def _qwen3_8b_shape(c):
+    """Qwen3-8B on TPU pods / GPU clusters behind an SGLang rollout server, the paper's
+    live experts, search and judge (`_live`), 16 tasks x G=8 a step."""
     c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-8B"
     c.tokenizer = "/path/to/Qwen3-8B"
@@ -663,33 +683,86 @@ def _qwen3_8b(c):
     c.rollout.engine = "sglang"
     c.rollout.urls = "http://127.0.0.1:30000"
     c.rollout.weights_dir = "/tmp/orchestra_jax_weights"
-    c.rollout.max_seq_len = 24576 + 8768
-    c.agent.max_turns = 30
-    c.agent.max_context_tokens = 24576 + 8768
-    c.agent.max_new_tokens_per_turn = 8768
-    c.agent.enable_thinking = True
-    c.rl.group_size = 8
-    c.rl.tasks_per_step = 16
-    c.rl.lr = 1e-6
-    c.rl.micro_batch_size = 1  # One 32k-token episode per device per micro-batch.
-    # The reference's context and samples (docs/reproduction.md, "Context and sample
-    # unit"), to be switched on with the rest of its recipe:
-    #   c.agent.context = "rebuild"
-    #   c.rl.sample_unit = "turn"
-    #   c.rl.minibatch_size = 16
-    # and its τ² conversations (docs/reproduction.md, "τ² conversations"):
-    #   c.env.tau2.expert_mode = "act"
-    #   c.env.tau2.drop_tools = "transfer_to_human_agents"
-    #   c.env.tau2.train_message_turns = False
-    c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
+    c.agent.enable_thinking = True  # Qwen3's template default, as the release renders it.
+    c.rl.micro_batch_size = 1  # One 32k-token sample per device per micro-batch.
     c.num_steps = 1000
-    c.checkpoint.every_steps = 25
-    c.eval.every_steps = 50
     # A ToolScale mixture (the paper's τ² training data) beside the QA sources:
     #   --config.env.name=routed --config.env.members=qa,tau2
     #   --config.data.sources=<QA sources>,toolscale:1 --config.data.paths.toolscale=<file>
     # τ² episodes then talk to tau2's user simulator (env.tau2.user_*: gpt-5 at
     # OpenAI by default) within tau2's step budget (env.tau2.max_steps).
+    return c
+
+
+def _qwen3_8b(c):
+    """The reference release's training recipe (docs/reproduction.md). Files are the
+    release's, under training/: sh = train_orchestrator.sh, yaml =
+    verl/trainer/config/ppo_trainer.yaml, gen = lead_agent/llm_agent/generation_quick3.py."""
+    c = _qwen3_8b_shape(c)
+    c.agent.context = "rebuild"  # Each turn's prompt rebuilt from the task (gen run_llm_loop).
+    c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
+    c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
+    c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).
+    c.reward.type = "toolorchestra_reference"  # The preference reward as gen computes it.
+    c.rl.advantage_boost = 0.1  # sh correct_sample_advantage_boost_value.
+    c.rl.drop_no_answer = True  # Rollouts without a valid answer give no sample (gen).
+    c.tools.experts = "reference"  # Experts as sub-agents, by model family (gen call_tool).
+    c.tools.search_top_k = 30  # Documents per search (sh data.topk_doc).
+    # τ² conversations of a ToolScale mixture (docs/reproduction.md, "τ² conversations"):
+    c.env.tau2.expert_mode = "act"  # call_expert's reply is the agent's action (gen call_tool).
+    c.env.tau2.drop_tools = "transfer_to_human_agents"  # (rollout/tau2 llm_utils generate).
+    c.env.tau2.train_message_turns = False  # Turns without a tool call give no sample (gen).
+    c.eval.protocol = "paper"  # The paper's evaluation (evaluation/eval_hle.py, tau2-bench).
+    c.eval.every_steps = 0  # No evaluation during training (sh trainer.test_freq=1000000).
+    c.rl.group_size = 8  # Rollouts per task (sh ROLLOUT, rollout.n_agent).
+    c.rl.tasks_per_step = 16  # Tasks per step (sh TRAIN_BATCH_SIZE).
+    c.rl.lr = 1e-6  # sh LR; constant, no warm-up (yaml optim.warmup_style, lr_warmup_steps).
+    c.rl.schedule = "constant"
+    c.rl.warmup_steps = 0
+    c.rl.weight_decay = 0.01  # AdamW's decoupled weight decay (yaml actor.optim).
+    c.rl.grad_clip = 1.0  # Global gradient-norm clip (yaml actor.grad_clip).
+    c.rl.clip_low = 0.2  # PPO ratio clip 1 − 0.2 (sh clip_ratio_low).
+    c.rl.clip_high = 0.28  # and 1 + 0.28 (sh clip_ratio_high).
+    c.rl.dual_clip = 10.0  # Dual-clip bound c for negative advantages (sh clip_ratio_c).
+    c.rl.kl_coef = 1e-4  # KL loss to the frozen start (sh kl_loss_coef, use_kl_loss),
+    c.rl.kl_type = "mse"  # as ½(logp − ref)² (sh kl_loss_type).
+    c.rl.loss_agg = "token-mean"  # Loss mean over tokens (yaml actor.loss_agg_mode).
+    # π_old the actor's log-probs (recipe/algo/grpo_ray_trainer_quick3.py compute_log_prob),
+    # uncorrected; no entropy bonus (sh ENTROPY=0); AdamW betas 0.9, 0.999 as the learner's.
+    c.rl.tis_cap = 0.0
+    c.rl.adv_clip = 3.0  # Advantages clipped to ±3 (gen run_llm_loop).
+    c.rl.filter_reward_std = 0.1  # Groups whose reward std is ≤ 0.1 give no sample (gen).
+    c.rl.format_filter = "turn"  # Malformed turns give no sample (gen).
+    c.rollout.temperature = 1.0  # Sampling temperature (sh TEMP), also the loss's.
+    c.rollout.top_p = 1.0  # No nucleus cut (yaml rollout.top_p).
+    c.rollout.top_k = -1  # No top-k cut (yaml rollout.top_k).
+    c.agent.max_turns = 30  # sh +max_turns.
+    c.agent.rebuild.prompt_tokens = 24000  # Prompt middle-cut to this (sh max_prompt_length).
+    c.agent.max_new_tokens_per_turn = 8768  # Tokens per turn (sh max_response_length).
+    c.agent.max_context_tokens = 24000 + 8768  # One turn's prompt and response.
+    c.rollout.max_seq_len = 24000 + 8768
+    c.rl.seq_buckets = (4096, 8192, 16384, 32768)  # The last holds 24000 + 8768.
+    c.checkpoint.every_steps = 1  # sh trainer.save_freq.
+    # num_steps: 10 epochs of one's tasks / 16 (sh trainer.total_epochs); 1000 here.
+    return c
+
+
+def _qwen3_8b_project(c):
+    """Qwen3-8B with the paper's hyperparameters (G=8, 16 tasks a step, lr 1e-6, clip
+    0.2/0.28, dual clip 10, KL 1e-4 as ½Δ², 30 turns, 24k-token prompts and 8768-token
+    responses) and the project's own choices: one growing sequence per episode, its
+    preference reward, its experts, the held-out evaluation."""
+    c = _qwen3_8b_shape(c)
+    c.rollout.max_seq_len = 24576 + 8768
+    c.agent.max_turns = 30
+    c.agent.max_context_tokens = 24576 + 8768
+    c.agent.max_new_tokens_per_turn = 8768
+    c.rl.group_size = 8
+    c.rl.tasks_per_step = 16
+    c.rl.lr = 1e-6
+    c.rl.seq_buckets = (4096, 8192, 16384, 33344)  # The last holds 24576 + 8768.
+    c.checkpoint.every_steps = 25
+    c.eval.every_steps = 50
     return c
 
 
@@ -702,6 +775,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
         "tau2_demo": _tau2_demo,
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,
+        "qwen3_8b_project": _qwen3_8b_project,
     }
     if variant not in builders:
         raise ValueError(f"unknown config variant {variant!r}; choose one of {', '.join(VARIANTS)}")

@@ -161,8 +161,7 @@ def _read_records(
             records.append(record)
         elif number == len(lines):  # no line end after it: cut by a stopped writer
             log.warning(
-                "%s: line %d was cut off by a stopped run (%d characters, no line end); "
-                "dropped it",
+                "%s: line %d was cut off by a stopped run (%d characters, no line end); dropped it",
                 path,
                 number,
                 len(line),

@@ -204,3 +204,37 @@ def loss_positions(loss_mask: np.ndarray, *, full: bool = False) -> np.ndarray:
         where = np.flatnonzero(loss_mask[r] > 0)
         out[r, : len(where)] = where
     return out
+
+
+def place_minibatches(
+    batch: TrainBatch, sizes: Sequence[int], rows_per_minibatch: int
+) -> TrainBatch:
+    """`batch`'s first Σ sizes rows (one sample each, in order) laid out as
+    len(sizes) = n strided mini-batches of `rows_per_minibatch` = R rows: mini-batch
+    i (rows i, n + i, 2n + i, …) holds samples s_i … s_i + sizes[i] − 1, s_i =
+    Σ_{j<i} sizes[j], then R − sizes[i] placeholder rows (segment id 0, loss mask 0,
+    no loss position), which add nothing to any loss, denominator or gradient.
+    Every mini-batch has R rows, whatever it holds: one compiled shape."""
+    n, total = len(sizes), int(sum(sizes))
+    if not n or min(sizes) < 1 or max(sizes) > rows_per_minibatch:
+        raise ValueError(
+            f"mini-batch sizes {list(sizes)} must be >= 1 and fit {rows_per_minibatch} rows"
+        )
+    if total > batch.shape[0]:
+        raise ValueError(f"{total} samples, but the batch has {batch.shape[0]} rows")
+    source = np.full(n * rows_per_minibatch, -1, np.int64)  # -1: a placeholder row
+    start = 0
+    for i, size in enumerate(sizes):
+        source[i + n * np.arange(size)] = np.arange(start, start + size)
+        start += size
+    real = source >= 0
+
+    def place(x: Any, fill: int | float) -> np.ndarray:
+        x = np.asarray(x)
+        out = np.full((n * rows_per_minibatch, *x.shape[1:]), fill, x.dtype)
+        out[real] = x[source[real]]
+        return out
+
+    fields = {f.name: place(getattr(batch, f.name), 0) for f in dataclasses.fields(batch)}
+    fields["loss_index"] = place(batch.loss_index, -1)
+    return TrainBatch(**fields)

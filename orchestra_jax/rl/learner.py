@@ -1,8 +1,10 @@
 """The learner: a jit-compiled, mesh-sharded optimizer step with exact micro-batching.
 
-    params, opt_state = train_step(params, opt_state, ref_params, batch)
+    params, opt_state = train_step(params, opt_state, ref_params, batch, loss_scale)
 
-1. The loss denominator (rl/aggregation.py) is computed once over the full batch.
+1. The loss denominator (rl/aggregation.py) is computed once over the full batch,
+   divided by `loss_scale` (1, or a remainder mini-batch's share of
+   `minibatch_size`: see `minibatch_updates`).
 2. The batch [B, T] is split into B / micro_batch_size micro-batches; a
    `lax.scan` adds their losses and gradients. Each micro loss is already divided
    by the full-batch denominator, so the sum equals the full-batch loss exactly.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -39,7 +42,7 @@ from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, s
 from orchestra_jax.parallel.multihost import global_batch
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import check_aggregation, loss_denominator
-from orchestra_jax.rl.batching import TrainBatch
+from orchestra_jax.rl.batching import TrainBatch, bucket_rows
 from orchestra_jax.rl.objectives import (
     OBJECTIVES,
     combine_stats,
@@ -92,9 +95,11 @@ class LearnerConfig:
     # times: num_minibatches · num_epochs updates per rollout batch (1 · 1: one update).
     num_minibatches: int = 1
     num_epochs: int = 1
-    # Samples per mini-batch instead (None: num_minibatches): a batch of N samples
-    # makes ⌈N / minibatch_size⌉ updates an epoch, π_old always the learner's
-    # log-probs before the first (the reference's PPO mini-batches of 16 samples).
+    # Samples per mini-batch instead (None: num_minibatches): N samples make
+    # ⌈N / minibatch_size⌉ updates an epoch, of minibatch_size samples each in order
+    # and the remainder last, its loss scaled by remainder / minibatch_size; π_old
+    # always the learner's log-probs before the first (the reference's PPO
+    # mini-batches of 16 samples; `minibatch_sizes`, `batching.place_minibatches`).
     minibatch_size: int | None = None
     loss: str = "ppo_clip"  # rl/grpo.py POLICY_LOSSES
     clip_low: float = 0.2
@@ -361,28 +366,61 @@ class Learner:
         size = self.config.minibatch_size
         return self.config.num_minibatches if size is None else max(1, -(-num_samples // size))
 
+    def minibatch_sizes(self, num_samples: int) -> list[int] | None:
+        """Samples in each mini-batch of a batch of `num_samples` with `minibatch_size`
+        m: m, m, …, then the remainder N mod m (when not 0); None without it."""
+        size = self.config.minibatch_size
+        if size is None:
+            return None
+        full, rest = divmod(num_samples, size)
+        return [size] * full + ([rest] if rest else [])
+
+    def minibatch_rows(self, num_samples: int) -> int:
+        """Rows of each mini-batch with `minibatch_size` m: min(m, N) rounded up to a
+        whole number of micro-batches and batch shards (`batching.bucket_rows`), so
+        every batch of at least m samples trains mini-batches of one shape."""
+        if self.config.minibatch_size is None:
+            raise ValueError("minibatch_rows needs minibatch_size")
+        unit = math.lcm(self.config.micro_batch_size or 1, self.num_batch_shards)
+        return bucket_rows(min(self.config.minibatch_size, max(num_samples, 1)), unit)
+
     @property
     def updates_per_batch(self) -> int:
         """Optimizer updates `train_step` makes on one rollout batch (with
         `minibatch_size`, those of a batch that is one mini-batch)."""
         return self.config.num_minibatches * self.config.num_epochs
 
-    def train_step(self, batch: Batch, *, num_minibatches: int | None = None) -> dict[str, float]:
+    def train_step(
+        self,
+        batch: Batch,
+        *,
+        num_minibatches: int | None = None,
+        minibatch_sizes: Sequence[int] | None = None,
+    ) -> dict[str, float]:
         """GRPO on `batch`: one update, or `num_epochs` passes over `num_minibatches`
         mini-batches (default: the config's; see `minibatch_updates`); metrics as
         floats (blocks until done), "updates" the number of updates made."""
         n = num_minibatches or self.config.num_minibatches
         if n * self.config.num_epochs == 1 and self.config.minibatch_size is None:
             return {**self._run("grpo", batch), "updates": 1.0}
-        return self.minibatch_updates(batch, num_minibatches=n)
+        return self.minibatch_updates(batch, num_minibatches=n, minibatch_sizes=minibatch_sizes)
 
     def minibatch_updates(
-        self, batch: Batch, *, num_minibatches: int | None = None
+        self,
+        batch: Batch,
+        *,
+        num_minibatches: int | None = None,
+        minibatch_sizes: Sequence[int] | None = None,
     ) -> dict[str, float]:
         """num_epochs × n PPO updates on one rollout batch (n = `num_minibatches`,
         default the config's).
 
         Mini-batch i holds rows i, n + i, 2n + i, … , the same in every epoch.
+        `minibatch_sizes` (with `minibatch_size` m; a batch laid out by
+        `batching.place_minibatches`, the rows past a mini-batch's samples
+        placeholders with no loss token) scales mini-batch i's loss, and so its
+        gradient, by sizes[i] / m: the reference divides each mini-batch's loss by
+        its fixed size m, whatever the samples it holds (`dp_actor.update_policy`).
         π_old, the policy the PPO ratio ρ = π / π_old is taken against, is fixed
         for the whole batch: with `tis_cap` or `minibatch_size`, the learner's own
         log-probs before the first update (computed here), with `tis_cap` the
@@ -403,10 +441,16 @@ class Learner:
         recompute = self.config.tis_cap is not None or self.config.minibatch_size is not None
         if recompute:  # host copies, sliced and placed as the batch is
             proximal = np.asarray(jax.device_get(self.proximal_logprobs(batch)))
+        if minibatch_sizes is not None and len(minibatch_sizes) != n:
+            raise ValueError(f"{len(minibatch_sizes)} mini-batch sizes for {n} mini-batches")
+        size = self.config.minibatch_size
+        scales = [1.0] * n
+        if minibatch_sizes is not None and size is not None:
+            scales = [k / size for k in minibatch_sizes]
         minis = [_strided_rows(batch, i, n) for i in range(n)]
         prox = [None if proximal is None else proximal[i::n] for i in range(n)]
         per_update = [
-            self._run("grpo", minis[i], proximal=prox[i])
+            self._run("grpo", minis[i], proximal=prox[i], loss_scale=scales[i])
             for _ in range(self.config.num_epochs)
             for i in range(n)
         ]
@@ -466,7 +510,9 @@ class Learner:
                 f"(build batches with row_multiple={self.row_multiple(rows)})"
             )
 
-    def _run(self, objective: str, batch: Batch, proximal: Any = None) -> dict[str, float]:
+    def _run(
+        self, objective: str, batch: Batch, proximal: Any = None, loss_scale: float = 1.0
+    ) -> dict[str, float]:
         rows = batch.shape[0]
         micro = self.config.micro_batch_size or rows
         self._check_rows(rows, micro)
@@ -477,7 +523,8 @@ class Learner:
             )
         batch = global_batch(batch, batch_sharding(self.mesh))  # the same on every host
         ref_params = self.ref_params if objective == "grpo" else None
-        args = (self.params, self.opt_state, ref_params, batch)
+        scale = jax.device_put(np.float32(loss_scale), self._replicated)
+        args = (self.params, self.opt_state, ref_params, batch, scale)
         if proximal is not None:
             args += (global_batch(proximal, batch_sharding(self.mesh)),)
         with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
@@ -510,13 +557,16 @@ class Learner:
                 return objective(model, ref, micro, denominator, config, proximal_logprobs=proximal)
             return objective(model, ref, micro, denominator, config)
 
-        def step(params, opt_state, ref_params, batch, proximal=None):
+        def step(params, opt_state, ref_params, batch, loss_scale, proximal=None):
             rows = loss_rows(batch)
-            denominator = loss_denominator(
-                rows.loss_mask,
-                config.agg,
-                segment_ids=rows.segment_ids,
-                norm_length=config.norm_length,
+            denominator = (
+                loss_denominator(
+                    rows.loss_mask,
+                    config.agg,
+                    segment_ids=rows.segment_ids,
+                    norm_length=config.norm_length,
+                )
+                / loss_scale
             )
             micros = jax.lax.with_sharding_constraint(
                 _split_micro_batches(batch, num_micro), micro_sharding
@@ -559,6 +609,7 @@ class Learner:
         batch_sh = batch_sharding(self.mesh)
         ref_sh = self._param_shardings if use_ref else None
         in_shardings = (self._param_shardings, self._opt_shardings, ref_sh, batch_sh)
+        in_shardings += (self._replicated,)  # the loss scale
         return jax.jit(
             step,
             in_shardings=in_shardings + ((batch_sh,) if with_proximal else ()),

@@ -35,7 +35,7 @@ from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel import multihost
 from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
-from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
+from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_minibatches
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
@@ -251,18 +251,27 @@ def score_step(run: Run, trajectories) -> StepExperience:
 
 def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     """The learner's updates on the kept episodes' samples (`rl.sample_unit`; skipped,
-    and said so, when there are none): ⌈N / rl.minibatch_size⌉ mini-batches of the N
-    samples, or rl.num_minibatches."""
+    and said so, when there are none): with rl.minibatch_size m, mini-batches of m
+    samples in order, the remainder last (`Learner.minibatch_sizes`); otherwise
+    rl.num_minibatches strided mini-batches."""
     samples = samples_of(run.config.rl.sample_unit, experience.kept)
     if not samples:
         return {"learner/skipped_no_signal": 1.0}
-    n = run.learner.minibatches_for(len(samples))
-    batching = dataclasses.replace(
-        run.batching, row_multiple=run.learner.row_multiple(num_minibatches=n)
-    )
-    build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
-    batch = build(samples, config=batching)
-    metrics = run.learner.train_step(batch, num_minibatches=n)
+    sizes = run.learner.minibatch_sizes(len(samples))
+    if sizes is not None:  # m, m, …, the remainder: each mini-batch its samples in order
+        batch = build_train_batch(
+            samples, config=dataclasses.replace(run.batching, row_multiple=1, pack=False)
+        )
+        batch = place_minibatches(batch, sizes, run.learner.minibatch_rows(len(samples)))
+        metrics = run.learner.train_step(batch, num_minibatches=len(sizes), minibatch_sizes=sizes)
+    else:
+        n = run.learner.minibatches_for(len(samples))
+        batching = dataclasses.replace(
+            run.batching, row_multiple=run.learner.row_multiple(num_minibatches=n)
+        )
+        build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
+        batch = build(samples, config=batching)
+        metrics = run.learner.train_step(batch, num_minibatches=n)
     out = {f"learner/{k}": v for k, v in metrics.items()}
     out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
     out["learner/samples"] = float(len(samples))
