@@ -86,7 +86,8 @@ def main(argv=None):
     for name, (build, micro) in sides.items():
         model, _ = builders.build_model(config, mesh, tokenizer)
         learner_config = dataclasses.replace(
-            builders.build_learner_config(config), micro_batch_size=micro
+            builders.build_learner_config(config, total_steps=config.num_steps),
+            micro_batch_size=micro,
         )
         learner = Learner(model, learner_config, mesh=mesh)
         batch = build(
