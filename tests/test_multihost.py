@@ -229,8 +229,12 @@ def test_turn_samples_on_two_hosts_equal_one_host(tmp_path):
     assert multi.returncode == 0, multi.stdout[-3000:]
     want = _params(tmp_path / "single")
     got = _params(tmp_path / "multi", like=want)
+    # Two hosts sum a mini-batch's gradient in another order than one host. Adam divides
+    # each gradient by its own running scale, so an element whose gradient is near zero
+    # can turn a rounding difference into a few percent of one step (lr = 2e-4 here); the
+    # bound is 5 % of a step per element, far below what a wrong sample or update makes.
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
     one, two = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
     assert [m["step"] for m in two] == list(range(1, STEPS + 1))
     for a, b in zip(one, two):
