@@ -107,6 +107,25 @@ def initial_messages(spec: Any) -> list[dict[str, str]]:
     ]
 
 
+def render_prompt(
+    spec: Any,
+    tokenizer: Any,
+    *,
+    enable_thinking: bool,
+    messages: Sequence[dict[str, Any]] | None = None,
+) -> list[int]:
+    """The prompt ids: `messages` (default: the initial messages) with the episode's
+    tool schemas, ready to answer."""
+    return tokenizer.encode(
+        render(
+            initial_messages(spec) if messages is None else list(messages),
+            tools=spec.tool_schemas(),
+            add_generation_prompt=True,
+            enable_thinking=enable_thinking,
+        )
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class HistoryContext:
     """One growing sequence: turn 0's prompt is the system prompt and the question."""
@@ -125,14 +144,7 @@ class HistoryContext:
     ) -> list[int]:
         if turns:
             raise ValueError("the history context builds only the first turn's prompt")
-        return tokenizer.encode(
-            render(
-                initial_messages(spec) if messages is None else messages,
-                tools=spec.tool_schemas(),
-                add_generation_prompt=True,
-                enable_thinking=enable_thinking,
-            )
-        )
+        return render_prompt(spec, tokenizer, enable_thinking=enable_thinking, messages=messages)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,14 +318,7 @@ class RebuildContext:
         else:
             documents, code = episode_evidence(turns)
             chat = rebuild_messages(spec.task.question, documents, code, tokenizer, self.budgets)
-        ids = tokenizer.encode(
-            render(
-                chat,
-                tools=tools,
-                add_generation_prompt=True,
-                enable_thinking=enable_thinking,
-            )
-        )
+        ids = render_prompt(spec, tokenizer, enable_thinking=enable_thinking, messages=chat)
         return middle_truncate(ids, self.budgets.prompt_tokens)
 
 

@@ -61,7 +61,12 @@ from typing import Any, cast
 
 from orchestra_jax.agent import tool_runner
 from orchestra_jax.agent.batcher import GenerationBatcher
-from orchestra_jax.agent.context import ContextPolicy, HistoryContext, initial_messages
+from orchestra_jax.agent.context import (
+    ContextPolicy,
+    HistoryContext,
+    initial_messages,
+    render_prompt,
+)
 from orchestra_jax.agent.conversation import (
     RELAYED_MESSAGE,
     PolicyTurn,
@@ -74,7 +79,6 @@ from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_spe
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.chat.template import (
     generation_prompt,
-    render,
     tool_response_segment,
     user_message_segment,
 )
@@ -140,25 +144,6 @@ class LoopLimits:
             raise ValueError(
                 f"max_concurrent_episodes must be >= 0, got {self.max_concurrent_episodes}"
             )
-
-
-def render_prompt(
-    spec: EpisodeSpec,
-    tokenizer: Any,
-    *,
-    enable_thinking: bool,
-    messages: list[dict[str, Any]] | None = None,
-) -> list[int]:
-    """The prompt ids: `messages` (default: the initial messages) with the episode's
-    tool schemas, ready to answer."""
-    return tokenizer.encode(
-        render(
-            initial_messages(spec) if messages is None else messages,
-            tools=spec.tool_schemas(),
-            add_generation_prompt=True,
-            enable_thinking=enable_thinking,
-        )
-    )
 
 
 def conversation_messages(spec: EpisodeSpec, opening: list[dict[str, Any]]) -> list[dict[str, Any]]:
