@@ -58,16 +58,6 @@ def flatten_scalars(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
     return flat
 
 
-def truncate_jsonl(path: str | os.PathLike, max_step: int) -> int:
-    """Drops lines of `path` whose `step` > `max_step` (and unreadable lines:
-    a half-written last line from a killed run). Returns how many were dropped."""
-    if not paths.as_path(path).exists():
-        return 0
-    log = JsonlLog(path, keep=lambda record: _step_at_most(record, max_step))
-    log.close()
-    return log.dropped
-
-
 def _step_at_most(record: Any, max_step: int) -> bool:
     try:
         return record["step"] <= max_step
