@@ -6,13 +6,11 @@ the `meta_info.weight_version` that generated them.
 
 Several servers are used round robin, one batched `/generate` per chunk of at
 most `max_batch_per_request` prompts, all chunks in flight at once; give a single
-router URL to let SGLang's router balance instead. A connection error, timeout,
-5xx or malformed reply (not JSON where its content type says JSON, off the wire
-format, an output token without a log-probability: `sglang_protocol.MalformedResponse`)
-is retried on the next server with exponential backoff
-(`backoff_s * 2**attempt`, at most `max_retries` retries); after that `generate`
-raises `RolloutServerError` naming every server tried and the last error, so no
-request is ever silently dropped. A 4xx is the caller's fault and raises at once.
+router URL to let SGLang's router balance instead. Retries and errors are
+`http_client.py`'s: a connection error, timeout, 5xx or malformed reply (off the
+wire format, an output token without a log-probability:
+`sglang_protocol.MalformedResponse`) is retried on the next server, then raises
+`RolloutServerError`; a 4xx raises at once.
 Every attempt sends fresh request ids (`<request_id>-<random>`): SGLang refuses
 an id that is still in flight, which a retried or repeated agent id would be.
 
@@ -34,52 +32,30 @@ reproducible, whatever the seed.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import logging
 import os
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
-
-import aiohttp
 
 from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
+from orchestra_jax.rollout.http_client import (
+    HttpEngineClient,
+    RefusedRequest,
+    RolloutServerError,
+    attempt_rid,
+)
 
 if TYPE_CHECKING:
     from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 
+__all__ = ["RolloutServerError", "SGLangClient"]
+
 log = logging.getLogger(__name__)
 
 
-class RolloutServerError(RuntimeError):
-    """The rollout server(s) failed or stayed unreachable after all retries."""
-
-
-class _ClientError(Exception):
-    """A 4xx answer: retrying will not help."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-
-
-def _json_body(text: str) -> Any:
-    """A reply sent as JSON, decoded; MalformedResponse when it is not JSON."""
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise proto.MalformedResponse(f"reply is not valid JSON ({e}): {text[:200]!r}") from None
-
-
-def attempt_rid(request_id: str | None) -> str:
-    """A request id unique to one attempt, keeping the caller's id as a readable prefix."""
-    return f"{request_id or 'req'}-{uuid.uuid4().hex[:16]}"
-
-
-class SGLangClient:
+class SGLangClient(HttpEngineClient):
     """RolloutEngine over one or more SGLang-protocol servers."""
 
     def __init__(
@@ -100,122 +76,18 @@ class SGLangClient:
             urls = [router_url]
         elif isinstance(urls, str):
             urls = [urls]
-        else:
-            urls = list(urls or ())
-        if not urls:
-            raise ValueError("urls is empty")
-        self.urls = [u.rstrip("/") for u in urls]
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        super().__init__(
+            list(urls or ()), timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s
+        )
         self.max_batch_per_request = max_batch_per_request
         self.weights_dir = weights_dir
         self.model_config = model_config
-        self._next_url = itertools.cycle(range(len(self.urls)))
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        # One session per event loop; recreated if the caller's loop changed.
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
-            )
-            self._session_loop = loop
-        return self._session
-
-    async def aclose(self) -> None:
-        """Closes the HTTP session from inside its event loop."""
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
-
-    def close(self) -> None:
-        """`RolloutEngine.close`: closes the HTTP session, from any thread, with or without a
-        running loop."""
-        session, loop = self._session, self._session_loop
-        self._session = None
-        if session is None or session.closed or loop is None or loop.is_closed():
-            return
-        if loop.is_running():
-            asyncio.run_coroutine_threadsafe(session.close(), loop)
-        else:
-            loop.run_until_complete(session.close())
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        payload: Any = None,
-        *,
-        url: str | None = None,
-        parse: Callable[[Any], Any] | None = None,
-    ) -> Any:
-        """`method path` on one server (round robin unless `url`), with retries.
-
-        `payload` may be a callable giving the body per attempt (fresh request ids).
-        Returns the decoded JSON (or text) body, through `parse` if given; a body
-        that does not decode, or that `parse` refuses (`MalformedResponse`), is a
-        server fault like a 5xx: retried, then reported. Raises RolloutServerError
-        after the last retry and _ClientError on a 4xx.
-        """
-        errors = []
-        for attempt in range(self.max_retries + 1):
-            base = url or self.urls[next(self._next_url)]
-            body = payload() if callable(payload) else payload
-            try:
-                async with self._get_session().request(method, base + path, json=body) as resp:
-                    text = await resp.text()
-                    if 400 <= resp.status < 500:
-                        raise _ClientError(
-                            f"{method} {base}{path} -> {resp.status}: {text[:500]}", resp.status
-                        )
-                    if resp.status >= 500:
-                        raise aiohttp.ClientResponseError(
-                            resp.request_info, (), status=resp.status, message=text[:500]
-                        )
-                    ctype = resp.headers.get("Content-Type", "")
-                    value = _json_body(text) if "json" in ctype else text
-                    return parse(value) if parse is not None else value
-            except (
-                aiohttp.ClientError,
-                asyncio.TimeoutError,
-                UnicodeDecodeError,
-                proto.MalformedResponse,
-            ) as e:
-                kind = "malformed reply" if isinstance(e, proto.MalformedResponse) else ""
-                errors.append(f"{base}: {kind or type(e).__name__}: {e}")
-                if attempt < self.max_retries:
-                    delay = self.backoff_s * 2**attempt
-                    log.warning(
-                        "%s %s%s failed (%s); retry %d/%d in %.1fs",
-                        method,
-                        base,
-                        path,
-                        e,
-                        attempt + 1,
-                        self.max_retries,
-                        delay,
-                    )
-                    await asyncio.sleep(delay)
-        raise RolloutServerError(
-            f"{method} {path} failed after {self.max_retries + 1} attempts; "
-            f"servers {self.urls} unreachable or failing. Errors: " + " | ".join(errors)
-        )
-
-    async def _call(self, method: str, path: str, payload: Any = None, **kw) -> Any:
-        """`_request`, with a 4xx as RolloutServerError."""
-        try:
-            return await self._request(method, path, payload, **kw)
-        except _ClientError as e:
-            raise RolloutServerError(str(e)) from None
 
     # -- RolloutEngine ----------------------------------------------------------------------
 
-    async def _generate_chunk(self, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+    async def _generate_chunk(
+        self, chunk: Sequence[GenerateRequest], url: str | None = None
+    ) -> list[Completion]:
         start = time.perf_counter()
 
         def completions(body: Any) -> list[Completion]:
@@ -232,6 +104,8 @@ class SGLangClient:
             "/generate",
             lambda: proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk]),
             parse=completions,
+            url=url,
+            route=chunk,
         )
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
@@ -241,19 +115,10 @@ class SGLangClient:
         results = await asyncio.gather(*(self._generate_chunk(c) for c in chunks))
         return [c for chunk in results for c in chunk]
 
-    async def health(self) -> bool:
-        """True when every server answers /health with 200."""
-
-        async def one(url):
-            try:
-                async with self._get_session().get(
-                    url + "/health", timeout=aiohttp.ClientTimeout(total=30)
-                ) as resp:
-                    return resp.status == 200
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                return False
-
-        return all(await asyncio.gather(*(one(u) for u in self.urls)))
+    async def score_on_every_server(self, request: GenerateRequest) -> list[Completion]:
+        """`request` answered by each server in turn (`urls` order), each completion with
+        the weight version that server reports (`meta_info.weight_version`)."""
+        return [(await self._generate_chunk([request], url=u))[0] for u in self.urls]
 
     async def get_model_info(self) -> list[dict]:
         return [await self._call("GET", "/model_info", url=u) for u in self.urls]
@@ -265,7 +130,7 @@ class SGLangClient:
         for u in self.urls:
             try:
                 await self._request("POST", "/flush_cache", url=u)
-            except _ClientError as e:
+            except RefusedRequest as e:
                 log.warning("%s did not flush its cache: %s", u, e)
                 flushed = False
         return flushed
@@ -300,7 +165,7 @@ class SGLangClient:
         from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
         from orchestra_jax.parallel.multihost import barrier, is_primary
 
-        model, config = _as_model(model_state, self.model_config)
+        model, config = as_model(model_state, self.model_config)
         path = paths.join(self.weights_dir, f"v{int(version)}")
         # In the compute dtype; on several hosts all gather, process 0 writes and
         # points the (shared) servers at it, the others wait for it.
@@ -313,7 +178,7 @@ class SGLangClient:
         barrier(f"orchestra_jax_weights_v{int(version)}")
 
 
-def _as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
+def as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
     """(model, config) from a Qwen3 model, or from an nnx.State plus `config`."""
     from flax import nnx
 

@@ -39,7 +39,9 @@ from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_m
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
+from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.rollout.sglang_client import as_model
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
 from orchestra_jax.training import builders, config_checks, host_rollouts, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
@@ -178,6 +180,8 @@ def restore(run: Run, iterator) -> int:
     """
     step = run.checkpointer.latest_step()
     if step is None:
+        if sync_probe.can_verify(run.engine):  # servers start on weights of their own
+            run_sync(sync_weights(run, 0))
         return 0
     restored = run.checkpointer.restore(
         step,
@@ -278,9 +282,22 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     return out
 
 
-async def sync_weights(run: Run, version: int) -> None:
+async def sync_weights(run: Run, version: int) -> dict[str, float]:
+    """The learner's weights to the engine as `version`, verified on servers (below)."""
     params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
     await run.engine.update_weights(params, version=version)
+    return await verify_sync(run.config, run.engine, params, version)
+
+
+async def verify_sync(config: Any, engine: RolloutEngine, params: Any, version: int) -> dict:
+    """On engines that serve from servers, the sync probe (`rollout/sync_probe.py`):
+    {"rollout/sync_logprob_max_abs_diff": …}, or SyncNotLanded; {} in process."""
+    if not sync_probe.can_verify(engine):
+        return {}
+    model, _ = as_model(params, getattr(engine, "model_config", None))
+    return await sync_probe.verify_sync(
+        engine, model, version, tolerance=config.rollout.sync_tolerance or None
+    )
 
 
 def end_step(
@@ -367,7 +384,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
             with timer("learner"):
                 learner_metrics = train_step(run, experience)
             with timer("weight_sync"):
-                run_sync(sync_weights(run, step + 1))
+                sync_metrics = run_sync(sync_weights(run, step + 1))
             end_step(
                 run,
                 step,
@@ -377,6 +394,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                 timer=timer,
                 writer=writer,
                 evaluate=evaluate,
+                extra=sync_metrics,
             )
             if progress is not None:
                 progress(step + 1, experience.metrics)
