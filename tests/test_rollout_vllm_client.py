@@ -399,3 +399,25 @@ def test_probe_passes_a_landed_sync_and_stops_one_that_did_not():
     with pytest.raises(sync_probe.SyncNotLanded, match=r"differ from the learner's by up to 0.01"):
         run(sync_probe.verify_sync(FakeEngine(model, 4, error=0.01), model, 4))
     assert sync_probe.tolerance_for(jnp.bfloat16) > sync_probe.tolerance_for(jnp.float32)
+
+
+def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():
+    from experiments.configs import grpo_hle
+    from orchestra_jax.training import builders
+
+    c = grpo_hle.get_config("micro")
+    c.rollout.engine = "vllm"
+    c.rl.max_staleness, c.rl.partial_rollouts = 1, True
+    errors = builders.check_rollout(c) + builders.check_rl(c)
+    assert errors == [
+        "rollout.urls: the 'vllm' engine needs it",
+        "rollout.weights_dir: the 'vllm' engine needs it",
+    ]
+    c.rollout.urls, c.rollout.weights_dir = "http://a:8000,http://b:8000", "/w"
+    assert builders.check_rollout(c) + builders.check_rl(c) == []
+    engine = builders.build_engine(c, None, CONFIG)
+    assert isinstance(engine, VLLMClient) and engine.urls == ["http://a:8000", "http://b:8000"]
+    c.rollout.engine = "sglang"
+    assert any("rl.partial_rollouts needs" in e for e in builders.check_rl(c))
+    c.rollout.sync_tolerance = -1.0
+    assert any("rollout.sync_tolerance" in e for e in builders.check_rollout(c))

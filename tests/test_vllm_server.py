@@ -208,11 +208,12 @@ def test_live_tiny_with_vllm_as_every_expert_and_the_judge(served, shared_file, 
         judge.close()
     assert expert_calls and judge_calls
     assert {r["status"] for r in expert_calls + judge_calls} == {200}
-    assert {r["response"]["model"] for r in expert_calls} <= {
+    assert {r["request"]["model"] for r in expert_calls} <= {
         "tiny-large",
         "tiny-medium",
         "tiny-small",
     }
-    assert {r["response"]["model"] for r in judge_calls} == {"tiny-judge"}
+    assert {r["request"]["model"] for r in judge_calls} == {"tiny-judge"}
+    assert all(r["response"]["choices"][0]["message"] for r in expert_calls + judge_calls)
     steps = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [m["step"] for m in steps] == [1] and steps[0]["expert_errors"] == 0
