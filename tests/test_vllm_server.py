@@ -101,6 +101,8 @@ def grpo_config(served, workdir):
     c.rollout.urls = served["url"]
     c.rollout.weights_dir = str(workdir / "weights")
     c.agent.max_new_tokens_per_turn = 16
+    c.num_steps = 1
+    c.rl.warmup_steps = 0  # the step's update moves the weights the sync sends
     validate(c)
     return c
 
@@ -114,17 +116,17 @@ def test_grpo_steps_sync_every_version_and_probe_it(served, tmp_path):
     finally:
         run.engine.close()
     steps = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
-    assert [m["step"] for m in steps] == [1, 2]
-    for m in steps:  # every sync landed: the served log-probs are the learner's
-        assert 0.0 <= m["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
-        assert "learner/logprob_gap" in m  # the train/infer mismatch over trained tokens
-        assert m["learner/skipped"] == 0.0
-    assert sorted(os.listdir(tmp_path / "weights")) == ["v1", "v2"]
+    assert [m["step"] for m in steps] == [1]
+    [m] = steps  # the sync after the update landed: the served log-probs are the learner's
+    assert 0.0 <= m["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
+    assert "learner/logprob_gap" in m  # the train/infer mismatch over trained tokens
+    assert m["learner/skipped"] == 0.0 and m["learner/learning_rate"] > 0.0
+    assert sorted(os.listdir(tmp_path / "weights")) == ["v0", "v1"]  # the start's, the step's
     trajectories = [
-        json.loads(line) for line in open(tmp_path / "trajectories" / "step_000002.jsonl")
+        json.loads(line) for line in open(tmp_path / "trajectories" / "step_000001.jsonl")
     ]
     versions = {turn["weight_version"] for t in trajectories for turn in t["turns"]}
-    assert versions == {1}  # step 2 played on the weights of step 1's update
+    assert versions == {0}  # played on the weights synced at the start
 
     async def served_version():
         client = VLLMClient(served["url"])
@@ -133,7 +135,7 @@ def test_grpo_steps_sync_every_version_and_probe_it(served, tmp_path):
         finally:
             await client.aclose()
 
-    assert asyncio.run(served_version()) == 2
+    assert asyncio.run(served_version()) == 1
 
 
 def test_a_sync_that_did_not_land_stops_the_run(served, tmp_path):

@@ -153,7 +153,7 @@ def one_setting(shape: str, dtype: str, batches, repeats: int, tmp: str) -> dict
                 engine.close()
             summary = common.summarize(timings)
             assert counts == {"jax": rows * NEW_TOKENS, "vllm": rows * NEW_TOKENS}, counts
-            rates = {n: rows * NEW_TOKENS / s["median"] for n, s in summary.items()}
+            rates = {n: rows * NEW_TOKENS / s["median_s"] for n, s in summary.items()}
             out[f"batch_{rows}"] = {
                 "seconds": summary,
                 "new_tokens_per_s": rates,

@@ -16,7 +16,10 @@ on disk. Requests in flight: `/pause?mode=wait` lets them finish on the old
 weights and new ones wait for the update (the default, so no completion mixes
 versions); `abort_in_flight` ends them (`mode=abort`, finish reason "abort");
 `partial` freezes them (`mode=keep`) and they continue on the new weights
-after `/resume`, recording both versions (`Completion.first_weight_version`).
+after `/resume`, recording both versions (`Completion.first_weight_version`);
+vLLM keeps its prefix cache then, so later requests may also reuse keys/values
+computed by the older weights, as requests in flight do (`wait` and `abort`
+clear it).
 vLLM does not say which weights produced a completion; the version recorded is
 the one this client had synced when it sent the request (and, for a request
 in flight across a partial update, the one after it, whether or not the
