@@ -416,6 +416,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=420.0, help="wall seconds for all cells")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    parser.add_argument("--only", choices=("learner", "decode"), help="run these cells alone")
     parser.add_argument("--out", default=None, help="output folder (default: $OUT or results/)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cell-args", default=None, help=argparse.SUPPRESS)
@@ -488,13 +489,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             jobs.append(("learner", key, dict(cell, layers=depth, repeats=repeats), 150.0))
         jobs.insert(1, ("decode_jax", "jax", dict(hf_dir=hf_dir, repeats=repeats), 150.0))
         hf_repeats = min(repeats, 2)
-        jobs.insert(2, ("decode_hf", "hf", dict(hf_dir=hf_dir, repeats=hf_repeats), 120.0))
+        jobs.insert(2, ("decode_hf", "hf", dict(hf_dir=hf_dir, repeats=hf_repeats), 300.0))
         if xla_layers != layers:
             same = dict(cells[0], layers=xla_layers, repeats=repeats)
             jobs.append(
                 ("learner", f"{same['attention']}_{same['seq']}_L{xla_layers}", same, 150.0)
             )
         for name, key, args, cap in jobs:
+            if ns.only and not name.startswith(ns.only):
+                continue
             if name == "learner" and args["attention"] == "xla" and args["seq"] > 16384:
                 scores = 4 * 32 * args["seq"] ** 2
                 payload["skipped"][key] = (
