@@ -1,6 +1,7 @@
 """Episodes that failed by infrastructure: out of the loss and of their group's
 statistics, counted, bounded per step; the policy's own failures still trained."""
 
+import asyncio
 import dataclasses
 import types
 
@@ -196,3 +197,53 @@ def test_evaluation_summary_counts_failures_apart():
         "infra_failed_by_kind": {"expert": 1},
         "infra_failed_by_endpoint": {"http://expert.test/v1": 1},
     }
+
+
+def test_an_evaluation_scores_only_what_did_not_fail_by_infrastructure(tmp_path, monkeypatch):
+    from orchestra_jax.training import evaluation
+
+    played = [_traj("a", 0, True), _traj("a", 1, False), _traj("a", 2, False, failure=OUTAGE)]
+    evaluator = evaluation.Evaluator(
+        [types.SimpleNamespace(id="a", metadata={})],
+        {"a": None},
+        None,
+        seed=0,
+        cost_scale=1.0,
+        latency_scale=100.0,
+        workdir=str(tmp_path),
+        trials=3,
+    )
+
+    async def play(engine):
+        return [dataclasses.replace(t) for t in played]
+
+    monkeypatch.setattr(evaluator, "play", play)
+    summary = asyncio.run(evaluator.evaluate("p", None))
+    assert summary["num_episodes"] == 2 and summary["accuracy"] == 0.5  # 1 of the 2 scored
+    assert summary["infra_failed"] == 1 and summary["infra_failed_by_kind"] == {"expert": 1}
+    assert summary["pass_k"]["all"]["pass^1"] == 0.5
+    assert len(read_jsonl(tmp_path / "trajectories" / "eval_p.jsonl")) == 3  # all kept to view
+    played[:2] = [_traj("a", g, True, failure=OUTAGE) for g in range(2)]
+    with pytest.raises(infra_failures.InfraFailureError, match="expert at http://expert.test"):
+        asyncio.run(evaluator.evaluate("p", None))
+
+
+def test_bad_infrastructure_bounds_are_named_at_start_up(tmp_path):
+    from orchestra_jax.training.config_checks import ConfigError
+    from tests.test_training_e2e import micro_config
+
+    with pytest.raises(ConfigError) as e:
+        micro_config(
+            tmp_path,
+            **{
+                "rl.min_group_size_after_infra": 3,  # micro's groups have 2 episodes
+                "rl.max_infra_failure_fraction": 1.5,
+                "rollout.infra_retries": -1,
+            },
+        )
+    for field in (
+        "rl.min_group_size_after_infra",
+        "rl.max_infra_failure_fraction",
+        "rollout.infra_retries",
+    ):
+        assert field in str(e.value)
