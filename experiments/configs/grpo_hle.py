@@ -313,7 +313,7 @@ def _base() -> ml_collections.ConfigDict:
     c.reward.judge.max_tokens = 512
     # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
     c.reward.judge.reasoning_model = False
-    c.reward.judge.retries = 3  # Then the step fails, naming the judge.
+    c.reward.judge.retries = 3  # Then the episode is an infrastructure failure, naming the judge.
     c.reward.judge.timeout_s = 300.0  # Per attempt.
     c.reward.judge.extra_body = ml_collections.ConfigDict()  # Merged into every request.
 
