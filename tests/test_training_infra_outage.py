@@ -1,6 +1,7 @@
 """A short GRPO run through the training loop with an expert outage injected: the
 failed episodes are counted and named, and the update is the one the other
-episodes alone would make (in turn, and overlapped by the asynchronous loop)."""
+episodes alone would make (in turn with turn samples, and overlapped by the
+asynchronous loop with mini-batches)."""
 
 import json
 import os
@@ -63,11 +64,18 @@ def outage_run(tmp_path, monkeypatch, **overrides):
     return run, trained
 
 
-@pytest.mark.parametrize("max_staleness", [0, 1])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"rl.max_staleness": 0, "rl.sample_unit": "turn"},  # in turn, a sample per turn
+        {"rl.max_staleness": 1, "rl.num_minibatches": 2},  # overlapped, two mini-batches
+    ],
+    ids=["in_turn", "async"],
+)
 def test_an_expert_outage_is_counted_and_the_rest_learns_unchanged(
-    tmp_path, monkeypatch, max_staleness
+    tmp_path, monkeypatch, overrides
 ):
-    run, trained = outage_run(tmp_path, monkeypatch, **{"rl.max_staleness": max_staleness})
+    run, trained = outage_run(tmp_path, monkeypatch, **overrides)
     before = jax.tree.leaves(_params(run.learner))
     grpo_loop.grpo_train(run)
     lines = [json.loads(x) for x in open(os.path.join(tmp_path, "metrics.jsonl"))]
@@ -94,6 +102,7 @@ def test_an_expert_outage_is_counted_and_the_rest_learns_unchanged(
                 format_filter=run.config.rl.format_filter,
             )
             assert [t.advantage for t in group] == pytest.approx(alone.advantages.tolist())
+        # The router answers on turn 0: one sample per episode under either unit.
         assert line["learner/samples"] == len(experience.kept) == len(rest)
         assert line["learner/skipped"] == 0.0
     after = jax.tree.leaves(_params(run.learner))
