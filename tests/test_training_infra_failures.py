@@ -10,6 +10,7 @@ import pytest
 
 from orchestra_jax.agent.infra_failure import INFRA_KINDS, InfraFailure
 from orchestra_jax.agent.trajectory import Trajectory, Turn, read_jsonl, write_jsonl
+from orchestra_jax.agent.view import episode_view
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.training import grpo_loop, infra_failures
@@ -188,6 +189,9 @@ def test_the_record_round_trips_and_names_its_kind(tmp_path):
     assert back.infra_failure == OUTAGE
     with pytest.raises(ValueError, match="not in"):
         InfraFailure(kind="policy", endpoint="x", message="y")
+    shown = episode_view(back, step=1, source="s", tokenizer=None)
+    assert shown["infra_failure"] == "expert at http://expert.test/v1: HTTP 503"
+    assert shown["reward"] is None
 
 
 def test_evaluation_summary_counts_failures_apart():
