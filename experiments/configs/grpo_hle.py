@@ -108,6 +108,11 @@ def _base() -> ml_collections.ConfigDict:
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
     c.rollout.top_k = -1
+    # Extra attempts at a call to a service that has no retries of its own: a
+    # search backend's query and τ²'s evaluator (engines, experts, the judge and
+    # the user simulator retry in their own clients). An episode whose service
+    # still fails is an infrastructure failure: neither trained on nor scored.
+    c.rollout.infra_retries = 2
 
     # --- episodes --------------------------------------------------------------
     c.agent = ml_collections.ConfigDict()
@@ -308,7 +313,7 @@ def _base() -> ml_collections.ConfigDict:
     c.reward.judge.max_tokens = 512
     # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
     c.reward.judge.reasoning_model = False
-    c.reward.judge.retries = 3  # Then the step fails, naming the judge.
+    c.reward.judge.retries = 3  # Then the episode is an infrastructure failure, naming the judge.
     c.reward.judge.timeout_s = 300.0  # Per attempt.
     c.reward.judge.extra_body = ml_collections.ConfigDict()  # Merged into every request.
 
@@ -381,6 +386,15 @@ def _base() -> ml_collections.ConfigDict:
     # conversation, the other party did not end it) contributes no sample, its
     # group's rewards and advantages unchanged (the reference). False: it trains.
     c.rl.drop_no_answer = False
+    # Episodes that failed by infrastructure (engine, expert, search, judge, user
+    # simulator, τ² evaluator) leave the loss and their group's statistics; a group
+    # left with fewer episodes than this is dropped (2: the fewest a group std needs).
+    c.rl.min_group_size_after_infra = 2
+    # A step where more than this fraction of the episodes failed by infrastructure
+    # stops the run, naming the failing endpoints. A quarter: an outage that large
+    # is not a passing fault, and what remains of the step is skewed towards the
+    # tasks that did not need the failing service.
+    c.rl.max_infra_failure_fraction = 0.25
     # Added to every advantage >= 1 (after rl.adv_clip); 0.0: none. The reference's
     # "correct sample advantage boost" is 0.1.
     c.rl.advantage_boost = 0.0

@@ -22,7 +22,10 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      COMMUNICATE, NL_ASSERTION) on the episode's message record;
                      correct = reward 1. A conversation the loop cut short (turn
                      or context budget, an error) is graded as tau2 grades one
-                     that hit its step budget: 0.
+                     that hit its step budget: 0. An evaluator that raises is
+                     tried `evaluator_retries` more times, then is an
+                     infrastructure failure ("evaluator",
+                     `agent/infra_failure.py`): the episode is not scored.
 
 The policy's prompt is tau2's own agent prompt (instructions and the domain
 policy), then the tool configuration's preferences, the domain tools' schemas
@@ -45,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
+from orchestra_jax.agent.infra_failure import InfraError
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
 from orchestra_jax.envs.tau2_setup import import_tau2
@@ -103,6 +107,8 @@ class Tau2Environment:
       nl_assertions: "skip" or "judge" (see the module docstring).
       judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
       domain: the domain `tasks(split, n)` reads (from `data_dir`).
+      evaluator_retries: extra attempts at an evaluation that raised
+        (`rollout.infra_retries`).
     """
 
     def __init__(
@@ -122,6 +128,7 @@ class Tau2Environment:
         domain: str = "",
         expert_mode: str = "advise",
         drop_tools: Sequence[str] = (),
+        evaluator_retries: int = 0,
     ):
         self.tau2 = import_tau2(data_dir)
         if expert_mode not in EXPERT_MODES:
@@ -154,6 +161,7 @@ class Tau2Environment:
         self.drop_tools = frozenset(drop_tools)
         self.nl_assertions = nl_assertions
         self.domain = domain
+        self.evaluator_retries = evaluator_retries
         self._tasks: dict[str, Any] = {}
         self._domains: dict[str, Domain] = {}
 
@@ -332,13 +340,22 @@ class Tau2Environment:
             termination_reason=termination,  # type: ignore[arg-type]
             messages=list(episode.messages),
         )
-        try:
-            result = evaluate_simulation(
-                run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
+        last_error = "no attempt made"
+        for _ in range(self.evaluator_retries + 1):
+            try:
+                result = evaluate_simulation(
+                    run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
+                )
+                break
+            except Exception as e:  # the evaluator's failure, not the policy's
+                last_error = f"{type(e).__name__}: {e}"
+        else:
+            raise InfraError(
+                f"τ² evaluator failed on task {task.id!r} after "
+                f"{self.evaluator_retries + 1} attempt(s); last error: {last_error}",
+                kind="evaluator",
+                endpoint=f"tau2 evaluator ({episode.domain})",
             )
-        except Exception as e:  # a failing evaluation scores 0 and says why
-            info.update(reward=0.0, error=f"{type(e).__name__}: {e}")
-            return JudgeVerdict(correct=False, info=info)
         reward = float(result.reward)
         info["reward"] = reward
         info["reward_basis"] = [b.value for b in result.reward_basis or []]
@@ -485,6 +502,7 @@ def from_config(config: Any) -> Tau2Environment:
         domain=t.domain,
         expert_mode=t.expert_mode,
         drop_tools=split_names(t.drop_tools),
+        evaluator_retries=config.rollout.infra_retries,
     )
 
 

@@ -41,7 +41,7 @@ from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
-from orchestra_jax.training import builders, config_checks, host_rollouts, seeds
+from orchestra_jax.training import builders, config_checks, host_rollouts, infra_failures, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.config_checks import ExperimentConfig
 from orchestra_jax.training.metrics import MetricsWriter
@@ -231,8 +231,13 @@ async def play_step(run: Run, tasks, step: int, positions) -> list:
 
 
 def score_step(run: Run, trajectories) -> StepExperience:
-    """Rewards, advantages and filters of a step's graded episodes (`rl.*`)."""
+    """Rewards, advantages and filters of a step's graded episodes (`rl.*`); a step
+    where more than `rl.max_infra_failure_fraction` of the episodes failed by
+    infrastructure stops the run (`infra_failures.check_fraction`)."""
     config = run.config
+    infra_failures.check_fraction(
+        trajectories, config.rl.max_infra_failure_fraction, what="the step's episodes"
+    )
     return score_groups(
         trajectories,
         group_size=config.rl.group_size,
@@ -246,6 +251,7 @@ def score_step(run: Run, trajectories) -> StepExperience:
         advantage_boost=config.rl.advantage_boost,
         drop_no_answer=config.rl.drop_no_answer,
         train_message_turns=config.env.tau2.train_message_turns,
+        min_group_size_after_infra=config.rl.min_group_size_after_infra,
     )
 
 
