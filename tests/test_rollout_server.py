@@ -37,7 +37,7 @@ def run(coro):
 
 
 def test_round_trip_batched_and_in_order(server):
-    client = SGLangClient([server.url, server.url], max_batch_per_request=2)
+    client = SGLangClient(server.url, max_batch_per_request=2)
     requests = [
         GenerateRequest([1, 2, 3], SamplingParams(stop_token_ids=(STOP,), seed=5)),
         GenerateRequest([4], SamplingParams(max_new_tokens=1)),
