@@ -73,7 +73,7 @@ def test_repeated_errors_take_a_server_out_and_rehome_its_episodes():
 
 
 def test_a_down_server_is_checked_every_recheck_s_and_readmitted():
-    p, clock = pool(A, B, recheck_s=10.0)
+    p, clock = pool(A, B, recheck_s=10.0, health_interval_s=0.0)
     p.mark_down(A, "failed its /health check")
     assert p.due_for_check() == []
     clock.now += 9.9
@@ -85,8 +85,24 @@ def test_a_down_server_is_checked_every_recheck_s_and_readmitted():
     assert p.due_for_check() == [A]
     p.readmit(A)
     assert p.healthy() == [A, B] and p.down() == {}
-    clock.now += 100
+    clock.now += 1000
+    assert p.due_for_check() == []  # servers that are up: never, at interval 0
+
+
+def test_servers_that_are_up_are_checked_every_health_interval_s():
+    p, clock = pool(A, B, recheck_s=5.0, health_interval_s=60.0)
+    clock.now += 59
     assert p.due_for_check() == []
+    p.mark_down(B, "errors")
+    clock.now += 5
+    assert p.due_for_check() == [B, A]  # B (down) due after 5 s, A after 60 s; down first
+    clock.now += 5
+    assert p.due_for_check() == [B]
+    p.readmit(B)
+    clock.now += 59
+    assert p.due_for_check() == [A]
+    clock.now += 1
+    assert p.due_for_check() == [B]
 
 
 def test_avoid_sends_a_retry_elsewhere_and_moves_the_episode():
@@ -192,3 +208,17 @@ def test_in_flight_counts_survive_many_threads():
     assert sum(m[f"{i}/requests"] for i in range(3)) == n * threads
     assert sum(m[f"{i}/tokens"] for i in range(3)) == n * threads
     assert all(m[f"{i}/in_flight"] == 0 for i in range(3))
+
+
+def test_the_training_loop_logs_each_servers_metrics_under_rollout_server():
+    from orchestra_jax.training.grpo_loop import server_metrics
+
+    class Dispatching:
+        def take_metrics(self):
+            return {"0/requests": 3.0, "1/up": 0.0}
+
+    assert server_metrics(Dispatching()) == {
+        "rollout/server/0/requests": 3.0,
+        "rollout/server/1/up": 0.0,
+    }
+    assert server_metrics(object()) == {}  # an in-process engine has none

@@ -25,8 +25,9 @@ Policy:
   (a failed health check or weight sync), take a server out; its keys are
   re-homed on their next request. A down server is due for a health check
   `recheck_s` seconds after it went down (and again every `recheck_s` while it
-  stays down); whoever checks it calls `readmit` (after bringing its weights up to
-  date). A success on a down server (tried when no server was up) readmits it.
+  stays down), a server that is up every `health_interval_s` (0: never);
+  whoever checks it calls `readmit` or `mark_down` (after bringing its weights
+  up to date). A success on a down server (tried when no server was up) readmits it.
 - A server taken out by a failed weight sync (`mark_down(..., stale=True)`) holds
   old weights: it gets no request until `readmit`.
 - No server up: requests go to the least loaded down server that is not stale,
@@ -47,6 +48,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -78,7 +80,7 @@ class ServerState:
     up: bool = True
     down_reason: str = ""
     stale: bool = False  # missed a weight sync: no request until readmitted
-    recheck_at: float = 0.0  # when a down server is due for a health check
+    check_at: float = 0.0  # when it is due for a health check
     consecutive_errors: int = 0
     in_flight_requests: int = 0
     in_flight_load: int = 0
@@ -95,6 +97,7 @@ class ServerPool:
         *,
         max_consecutive_errors: int = 3,
         recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
         max_affinity_keys: int = 1 << 16,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -102,16 +105,17 @@ class ServerPool:
             raise ValueError("a server pool needs at least one url")
         if len(set(urls)) != len(urls):
             raise ValueError(f"a server pool's urls must be distinct, got {list(urls)}")
-        if max_consecutive_errors < 1 or recheck_s < 0 or max_affinity_keys < 1:
-            raise ValueError(
-                "max_consecutive_errors and max_affinity_keys must be >= 1 and recheck_s >= 0"
-            )
+        if max_consecutive_errors < 1 or max_affinity_keys < 1:
+            raise ValueError("max_consecutive_errors and max_affinity_keys must be >= 1")
+        if recheck_s < 0 or health_interval_s < 0:
+            raise ValueError("recheck_s and health_interval_s must be >= 0")
         self.urls = list(urls)
         self.max_consecutive_errors = max_consecutive_errors
         self.recheck_s = recheck_s
+        self.health_interval_s = health_interval_s
         self.max_affinity_keys = max_affinity_keys
         self._clock = clock
-        self._servers = {u: ServerState(u) for u in self.urls}
+        self._servers = {u: ServerState(u, check_at=self._next_check(True)) for u in self.urls}
         # affinity key -> url it was last sent to, least recently used first
         self._homes: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -209,7 +213,7 @@ class ServerPool:
                 self._mark_down(s, reason)
             else:
                 s.down_reason = reason
-                s.recheck_at = self._clock() + self.recheck_s
+                s.check_at = self._next_check(False)
 
     def readmit(self, url: str) -> None:
         """Put `url` back (it passed a health check and holds the current weights)."""
@@ -229,14 +233,13 @@ class ServerPool:
             return {u: s.down_reason for u, s in self._servers.items() if not s.up}
 
     def due_for_check(self) -> list[str]:
-        """Down servers whose health check is due; each is due again `recheck_s` later
-        unless readmitted."""
+        """The servers whose health check is due (down ones first), each handed out once:
+        it is due again `recheck_s` (down) or `health_interval_s` (up) later."""
         with self._lock:
-            now = self._clock()
-            due = [s for s in self._servers.values() if not s.up and s.recheck_at <= now]
+            due = [s for s in self._servers.values() if s.check_at <= self._clock()]
             for s in due:
-                s.recheck_at = now + self.recheck_s
-            return [s.url for s in due]
+                s.check_at = self._next_check(s.up)
+            return [s.url for s in sorted(due, key=lambda s: s.up)]
 
     def forget_affinity(self) -> None:
         """Every key's next request goes to the least loaded server."""
@@ -274,7 +277,7 @@ class ServerPool:
 
     def _mark_down(self, s: ServerState, reason: str) -> None:
         s.up, s.down_reason = False, reason
-        s.recheck_at = self._clock() + self.recheck_s
+        s.check_at = self._next_check(False)
         moved = [k for k, u in self._homes.items() if u == s.url]
         for k in moved:  # re-homed on their next request
             del self._homes[k]
@@ -288,6 +291,12 @@ class ServerPool:
             left,
         )
 
+    def _next_check(self, up: bool) -> float:
+        if up:
+            return self._clock() + self.health_interval_s if self.health_interval_s else math.inf
+        return self._clock() + self.recheck_s
+
     def _readmit(self, s: ServerState, why: str) -> None:
         s.up, s.stale, s.down_reason, s.consecutive_errors = True, False, "", 0
+        s.check_at = self._next_check(True)
         log.warning("rollout server %s readmitted: it %s", s.url, why)

@@ -18,9 +18,11 @@ server when one is up, with exponential backoff (`backoff_s * 2**attempt`, at
 most `max_retries` retries); after that `generate` raises `RolloutServerError`
 naming every server tried and the last error, so no request is ever silently
 dropped. A 4xx is the caller's fault and raises at once. `max_consecutive_errors`
-failures in a row take a server out (its episodes move to the others); a server
-that is out gets a `/health` check every `recheck_s` seconds, and once it passes
-and holds the current weights (they are pushed to it if not) it is back. Every
+failures in a row, or a failed `/health` check (every `health_interval_s`, in the
+background), take a server out (its episodes move to the others); a server that
+is out gets a `/health` check every `recheck_s` seconds, and once it passes and
+holds the current weights (they are pushed to it if not: a restarted server
+comes back with its start-up weights) it is back. Every
 attempt sends fresh request ids (`<request_id>-<random>`): SGLang refuses an id
 that is still in flight, which a retried or repeated agent id would be.
 
@@ -106,6 +108,7 @@ class SGLangClient:
         model_config: Any = None,
         max_consecutive_errors: int = 3,
         recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
         health_timeout_s: float = 30.0,
     ):
         if (urls is None) == (router_url is None):
@@ -127,11 +130,15 @@ class SGLangClient:
         self.model_config = model_config
         self.health_timeout_s = health_timeout_s
         self.pool = ServerPool(
-            self.urls, max_consecutive_errors=max_consecutive_errors, recheck_s=recheck_s
+            self.urls,
+            max_consecutive_errors=max_consecutive_errors,
+            recheck_s=recheck_s,
+            health_interval_s=health_interval_s,
         )
         # (folder, version) of the last weights every server was asked to load: what a
         # server coming back must hold first. None until the first sync.
         self._weights: tuple[str, int] | None = None
+        self._syncing = 0  # weight syncs under way: a server's version is in flux
         self._checks: set[asyncio.Task] = set()  # health checks of servers that are out
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -358,7 +365,9 @@ class SGLangClient:
         return True
 
     def _start_due_checks(self) -> None:
-        """Health checks of the servers that are out and due, in the background."""
+        """The health checks that are due, in the background (none during a weight sync)."""
+        if self._syncing:
+            return
         for url in self.pool.due_for_check():
             task = asyncio.get_running_loop().create_task(self._check(url))
             self._checks.add(task)
@@ -441,13 +450,17 @@ class SGLangClient:
         taken out until it catches up; RolloutServerError when none succeeded."""
         self._weights = (model_path, int(version))
         self._get_session()
-        outcomes = await asyncio.gather(
-            *(
-                self._load_on(u, model_path, version, abort_in_flight=abort_in_flight)
-                for u in self.urls
-            ),
-            return_exceptions=True,
-        )
+        self._syncing += 1
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self._load_on(u, model_path, version, abort_in_flight=abort_in_flight)
+                    for u in self.urls
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            self._syncing -= 1
         failures = {}
         for url, outcome in zip(self.urls, outcomes, strict=True):
             if isinstance(outcome, (RolloutServerError, *_SERVER_FAULTS)):
