@@ -250,6 +250,7 @@ def test_hf_evaluation_serves_the_folders_weights_on_every_server(servers, tmp_p
             "rollout.engine": "sglang",
             "rollout.urls": urls,
             "rollout.weights_dir": str(tmp_path / "weights"),
+            "eval.num_tasks": 2,
         },
     )
     before = run(_versions(urls))
@@ -283,6 +284,57 @@ def test_hf_evaluation_serves_the_folders_weights_on_every_server(servers, tmp_p
 
     expected = greedy_continuation(other, prompt, 3)
     assert [c.output_ids for c in run(greedy_everywhere())] == [expected] * len(both)
+
+
+@pytest.mark.slow
+def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path):
+    from experiments.evaluate import evaluate_policies
+    from orchestra_jax.rollout.sglang_client import _as_model
+    from orchestra_jax.training import grpo_loop
+    from tests.test_training_e2e import micro_config
+
+    both, _, _ = servers
+    urls = ",".join(s.url for s in both)
+    cfg = micro_config(
+        tmp_path / "work",
+        **{
+            "rollout.engine": "sglang",
+            "rollout.urls": urls,
+            "rollout.weights_dir": str(tmp_path / "weights"),
+            "eval.num_tasks": 2,
+        },
+    )
+    run = grpo_loop.setup_run(cfg)
+    trained = jax.tree.map(lambda x: 0.7 * x, run.learner.params)  # not what servers hold
+    run.learner.load_state(trained, run.learner.opt_state, step=1)
+    run.checkpointer.save(
+        1,
+        params=run.learner.params,
+        opt_state=run.learner.opt_state,
+        rng=jax.random.key(cfg.seed),
+        config=cfg,
+        force=True,
+    )
+    run.checkpointer.wait_until_finished()
+    policy, _ = _as_model(run.learner.policy_params(), run.model_config)
+    before = asyncio.run(_versions(urls))
+    [summary] = evaluate_policies(cfg, ["checkpoint"]).values()
+    version = summary["weight_version"]
+    assert summary["steps"] == 1
+    assert version == max(int(v) for v in before.values()) + 1
+    assert asyncio.run(_versions(urls)) == {s.url: str(version) for s in both}
+    prompt = [10, 20, 30]
+    client = SGLangClient(urls.split(","))
+
+    async def greedy():
+        try:
+            request = GenerateRequest(prompt, SamplingParams(temperature=0.0, max_new_tokens=3))
+            return await client.generate([request, request])
+        finally:
+            await client.aclose()
+
+    expected = greedy_continuation(policy, prompt, 3)
+    assert [c.output_ids for c in asyncio.run(greedy())] == [expected, expected]
 
 
 async def _versions(urls):
