@@ -445,24 +445,29 @@ class SGLangClient:
     async def update_weights_from_disk(
         self, model_path: str, *, version: int, abort_in_flight: bool = False
     ) -> None:
-        """Point every server at HF weights in `model_path`, all at once, and wait until
-        each reports `version` (each flushes its own cache). A server that fails is
-        taken out until it catches up; RolloutServerError when none succeeded."""
+        """Point every server that is up (all of them if none is) at HF weights in
+        `model_path`, all at once, and wait until each reports `version` (each flushes
+        its own cache). A server that fails, or is out, is kept out until it has caught
+        up; RolloutServerError when none succeeded."""
         self._weights = (model_path, int(version))
         self._get_session()
+        targets = self.pool.healthy() or list(self.urls)
+        for url in self.urls:
+            if url not in targets:  # loaded when its health check readmits it
+                self.pool.mark_down(url, f"out during the sync to version {version}", stale=True)
         self._syncing += 1
         try:
             outcomes = await asyncio.gather(
                 *(
                     self._load_on(u, model_path, version, abort_in_flight=abort_in_flight)
-                    for u in self.urls
+                    for u in targets
                 ),
                 return_exceptions=True,
             )
         finally:
             self._syncing -= 1
         failures = {}
-        for url, outcome in zip(self.urls, outcomes, strict=True):
+        for url, outcome in zip(targets, outcomes, strict=True):
             if isinstance(outcome, (RolloutServerError, *_SERVER_FAULTS)):
                 failures[url] = str(outcome) or type(outcome).__name__
                 self.pool.mark_down(
@@ -471,7 +476,7 @@ class SGLangClient:
             elif isinstance(outcome, BaseException):
                 raise outcome
         self.pool.forget_affinity()  # every server flushed its cache
-        if len(failures) == len(self.urls):
+        if len(failures) == len(targets):
             raise RolloutServerError(
                 f"weight sync to version {version} ({model_path}) failed on every server: "
                 + " | ".join(f"{u}: {e}" for u, e in failures.items())
