@@ -354,12 +354,16 @@ class SGLangClient:
         if self._weights is not None:
             path, version = self._weights
             try:
-                if await self._served_version(url) != str(version):
+                loaded = await self._served_version(url) != str(version)
+                if loaded:
                     await self._load_on(url, path, version, abort_in_flight=False)
             except (RolloutServerError, *_SERVER_FAULTS, _ClientError) as e:
                 self.pool.mark_down(
                     url, f"could not load weight version {version}: {e}", stale=True
                 )
+                return False
+            if loaded and self._weights[1] != version:  # a sync began meanwhile: catch up next time
+                self.pool.mark_down(url, f"caught up to version {version}, now old", stale=True)
                 return False
         self.pool.readmit(url)
         return True
