@@ -255,6 +255,10 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     lines = metrics_lines(tmp_path)
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["async/versions_behind_max"] <= 1 for m in lines)
+    # The server's own metrics, since the step before (rollout/server_pool.py); the
+    # producer plays ahead, so a step may log none.
+    assert sum(m["rollout/server/0/requests"] for m in lines) > 0, lines
+    assert all(m["rollout/server/0/errors"] == 0 and m["rollout/server/0/up"] == 1 for m in lines)
     assert engine.weight_version == 3 and (tmp_path / "weights" / "v3").is_dir()
     trajectories = read_jsonl(os.path.join(tmp_path, "trajectories", "step_000003.jsonl"))
     versions = {turn.weight_version for t in trajectories for turn in t.turns}

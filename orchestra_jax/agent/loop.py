@@ -227,6 +227,7 @@ class _Episode:
                 seed=turn_seed(self.spec.seed, turn_index),
             ),
             request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}",
+            affinity_key=f"{self.spec.task.id}/{self.spec.group_index}/{self.spec.seed}",
         )
 
     def _record_generation(self, completion: Completion, prompt_start: int) -> Turn:

@@ -168,13 +168,15 @@ def train_task_iterator(config: ExperimentConfig, *, whole_steps: bool = False):
     )
 
 
-def restore(run: Run, iterator) -> int:
+def restore(run: Run, iterator, *, sync_engine: bool = True) -> int:
     """Restores the last checkpoint into the learner, the rollout engine and the
     iterator; returns its step (0 where there is no checkpoint).
 
     The engine samples from its own copy of the weights, so it is synced here:
     a caller that only evaluates (experiments/evaluate.py) gets the checkpoint's
-    policy, not the freshly initialised one the engine was built with.
+    policy, not the freshly initialised one the engine was built with. With
+    `sync_engine=False` the caller loads them itself (evaluation on servers:
+    `training/policy_push.py`).
     """
     step = run.checkpointer.latest_step()
     if step is None:
@@ -186,7 +188,8 @@ def restore(run: Run, iterator) -> int:
         rng=jax.random.key(run.config.seed),
     )
     run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
-    run_sync(sync_weights(run, restored.step))
+    if sync_engine:
+        run_sync(sync_weights(run, restored.step))
     if iterator is not None and restored.data_state is not None:
         iterator.set_state(restored.data_state)
     log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
@@ -289,6 +292,14 @@ async def sync_weights(run: Run, version: int) -> None:
     await run.engine.update_weights(params, version=version)
 
 
+def server_metrics(engine: Any) -> dict[str, float]:
+    """`rollout/server/<i>/...`: what each inference server did since the last step
+    (requests, tokens, errors, latency; `rollout/server_pool.py`), for engines that
+    dispatch over servers; {} for the others."""
+    take = getattr(engine, "take_metrics", None)
+    return {f"rollout/server/{k}": v for k, v in take().items()} if take is not None else {}
+
+
 def end_step(
     run: Run,
     step: int,
@@ -337,6 +348,7 @@ def end_step(
             **(extra or {}),
             **timer.pop(),
             **(run.judge.stats() if run.judge is not None else {}),
+            **server_metrics(run.engine),
             "episode_tool_latency_s": float(np.mean(latencies)) if latencies else 0.0,
         },
     )
