@@ -186,6 +186,9 @@ def _base() -> ml_collections.ConfigDict:
     c.env.tau2 = ml_collections.ConfigDict()
     c.env.tau2.data_dir = ""  # tau2's data folder ("": $TAU2_DATA_DIR).
     c.env.tau2.domain = ""  # The domain Environment.tasks() reads; runs read data.sources.
+    # Where domains that tau2 lacks (ToolScale's ten, e.g. env.tau2.domain=bank) are found
+    # as folders (envs/tau2_domain_folder.py); env.tau2.domain may also be a folder's path.
+    c.env.tau2.domains_dir = ""
     # The user: "simulator" (tau2's user simulator at user_url, any OpenAI-compatible
     # server) or "scripted" (the scenario's reason for calling, a confirmation, stop).
     c.env.tau2.user = "simulator"
