@@ -119,9 +119,9 @@ def register_domain_folder(
     return name
 
 
-def load_domain_code(folder: pathlib.Path) -> tuple[type, type]:
-    """The folder's `DB` and `ToolKitBase` subclasses, its modules imported as
-    `tau2.domains.<name>.*`."""
+def load_domain_code(folder: pathlib.Path, *, with_tools: bool = True) -> tuple[type, Any]:
+    """The folder's `DB` subclass and (`with_tools`, else None) `ToolKitBase`
+    subclass, its modules imported as `tau2.domains.<name>.*`."""
     from tau2.environment.db import DB
     from tau2.environment.toolkit import ToolKitBase
 
@@ -133,14 +133,13 @@ def load_domain_code(folder: pathlib.Path) -> tuple[type, type]:
     sys.modules[package] = module
     try:
         data_model = importlib.import_module(f"{package}.data_model")
+        db_class = _one_subclass(data_model, DB, folder / "data_model.py")
+        if not with_tools:
+            return db_class, None
         tools = importlib.import_module(f"{package}.tools")
-        return (
-            _one_subclass(data_model, DB, folder / "data_model.py"),
-            _one_subclass(tools, ToolKitBase, folder / "tools.py"),
-        )
+        return db_class, _one_subclass(tools, ToolKitBase, folder / "tools.py")
     except Exception as e:  # the folder's modules leave no trace, so a fixed folder loads
-        for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
-            del sys.modules[key]
+        unload_domain_code(folder.name)
         if isinstance(e, ValueError) and str(folder) in str(e):
             raise
         raise ValueError(
@@ -181,3 +180,12 @@ def environment_constructor(
         )
 
     return get_environment
+
+
+def unload_domain_code(name: str) -> None:
+    """Forgets the modules of domain `name` (`tau2.domains.<name>.*`) loaded by
+    `load_domain_code`, so another folder of that name can be loaded (the synthesis
+    pipeline's probe process checks several candidates of one domain in turn)."""
+    package = f"tau2.domains.{name}"
+    for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+        del sys.modules[key]
