@@ -10,6 +10,7 @@ Needs the `tau2` extra, ../shared/tau2-bench and ../shared/toolscale.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -78,4 +79,5 @@ def test_a_short_toolscale_demo_run_reports_pass_k(tau2_data, shared_file, tmp_p
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert any(s.get("step") == 1 for s in steps)
     report = (tmp_path / "eval_report.md").read_text()
-    assert "pass^2" in report and "school" in report
+    # pass^1 and pass^2 of the trained policy on the held-out school tasks
+    assert re.search(r"\| grpo \| school \| \d\.\d+, \d\.\d+ \|", report), report

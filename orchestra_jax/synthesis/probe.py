@@ -71,6 +71,7 @@ class Prober:
         self._proc: subprocess.Popen | None = None
         self._scratch = ""
         self._stderr: Any = None
+        self._ended = False  # the process's output ended (it died)
 
     def run(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [self.one(request) for request in requests]
@@ -86,7 +87,7 @@ class Prober:
             self._proc.stdin.flush()
         except BrokenPipeError:
             return self._died("crash")
-        return self._answer(self.limits.timeout_s) or self._died("timeout")
+        return self._answer(self.limits.timeout_s) or self._died(self._silence())
 
     def close(self) -> None:
         """Stops the probe process (the next request starts another)."""
@@ -133,12 +134,17 @@ class Prober:
         self.processes += 1
         ready = self._answer(self.limits.startup_s)
         if not (ready and ready.get("ready")):
-            return self._died("timeout" if ready is None and self._proc.poll() is None else "crash")
+            return self._died(self._silence())
         return None
+
+    def _silence(self) -> str:
+        """Why no answer came: "crash" when the output ended, else "timeout"."""
+        return "crash" if self._ended else "timeout"
 
     def _answer(self, timeout_s: float) -> dict[str, Any] | None:
         """The next result line within `timeout_s`; None on timeout or end of output."""
         assert self._proc is not None and self._proc.stdout is not None
+        self._ended = False
         deadline = time.monotonic() + timeout_s
         with selectors.DefaultSelector() as selector:
             selector.register(self._proc.stdout, selectors.EVENT_READ)
@@ -148,6 +154,7 @@ class Prober:
                     return None
                 line = self._proc.stdout.readline()
                 if not line:
+                    self._ended = True
                     return None
                 text = line.decode("utf-8", errors="replace")
                 if text.startswith(RESULTS_MARKER):
@@ -156,8 +163,6 @@ class Prober:
     def _died(self, reason: str) -> dict[str, Any]:
         """Kills the process; the failure with the end of its stderr."""
         stderr = ""
-        if self._proc is not None and self._proc.poll() is not None:
-            reason = "crash"  # it exited by itself
         if self._stderr is not None:
             self._stderr.seek(0, os.SEEK_END)
             size = self._stderr.tell()
