@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from experiments.configs import grpo_hle
 from experiments.configs import synthesize as synthesize_configs
 from orchestra_jax.synthesis.pipeline import synthesize
@@ -54,6 +56,7 @@ def test_the_toolscale_demo_config_is_valid(tau2_data, shared_file):
     validate(config)
 
 
+@pytest.mark.slow
 def test_a_short_toolscale_demo_run_reports_pass_k(tau2_data, shared_file, tmp_path):
     domains = shared_file("toolscale/domains")
     run = subprocess.run(
@@ -67,6 +70,8 @@ def test_a_short_toolscale_demo_run_reports_pass_k(tau2_data, shared_file, tmp_p
             f"--config.env.tau2.domains_dir={domains}",
             f"--config.data.paths.toolscale={TASKS}",
             "--config.num_steps=1",
+            "--config.rl.tasks_per_step=1",
+            "--config.agent.max_turns=2",
             "--config.checkpoint.every_steps=0",
         ],
         cwd=ROOT,

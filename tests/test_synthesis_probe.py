@@ -40,11 +40,9 @@ def test_loops_crashes_and_prints_cost_only_their_own_request(tau2_data, tmp_pat
         assert results[2]["reason"] == "crash"
         assert results[1]["tools"]["borrow_book"] == "write"
         assert prober.processes == 3  # the first, then one after each failure
-    with pytest.raises(ValueError, match="TAU2_DATA_DIR"):
-        import os
 
-        saved = os.environ.pop("TAU2_DATA_DIR")
-        try:
-            Prober()
-        finally:
-            os.environ["TAU2_DATA_DIR"] = saved
+
+def test_the_probes_need_tau2s_data_folder(monkeypatch):
+    monkeypatch.delenv("TAU2_DATA_DIR", raising=False)
+    with pytest.raises(ValueError, match="TAU2_DATA_DIR"):
+        Prober()
