@@ -109,8 +109,11 @@ def test_a_domain_by_path_and_tau2s_evaluator_grades_its_episode(env, tau2_data,
     assert verdict.correct
 
 
-def test_incomplete_and_clashing_folders_are_refused(tau2_data, domains_dir, tmp_path):
+def test_incomplete_and_clashing_folders_are_refused(env, tau2_data, domains_dir, tmp_path):
     from orchestra_jax.envs.tau2_domain_folder import register_domain_folder
+
+    with pytest.raises(ValueError, match="nor a folder in env.tau2.domains_dir"):
+        env.domain_of("no_such_domain")
 
     assert check_domain_folder(domains_dir / "bank") == []
     empty = tmp_path / "empty_domain"

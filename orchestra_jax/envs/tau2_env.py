@@ -210,7 +210,10 @@ class Tau2Environment:
             try:
                 environment = registry.get_env_constructor(name)()
             except Exception as e:
-                raise ValueError(f"τ² domain {name!r} is not available in tau2: {e}") from None
+                raise ValueError(
+                    f"τ² domain {name!r} is not available in tau2 ({e}), nor a folder in "
+                    f"env.tau2.domains_dir ({self.domains_dir or 'unset'})"
+                ) from None
             self._domains[name] = Domain(
                 name, environment.get_policy(), tuple(environment.get_tools()), environment
             )
