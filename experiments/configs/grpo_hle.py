@@ -14,6 +14,12 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               conversations with a scripted user (or tau2's user simulator on
               the project's server), graded by tau2; needs the tau2 extra and
               ../shared/tau2-bench beside the clone.
+  toolscale_demo  ToolScale's school domain on a 2-core CPU: tasks the synthesis
+              pipeline made from recorded generator replies
+              (experiments/data/toolscale_demo/, synthesize.py:demo), a tiny
+              random policy, a scripted user, graded by tau2, pass^k on the
+              held-out tasks; needs the tau2 extra, ../shared/tau2-bench and
+              ../shared/toolscale beside the clone.
   qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts,
               live experts, search and judge as qwen3_8b.
   qwen3_8b    Qwen3-8B trained with the reference release's recipe, every
@@ -46,6 +52,7 @@ VARIANTS = (
     "micro",
     "live_tiny",
     "tau2_demo",
+    "toolscale_demo",
     "qwen3_0p6b",
     "qwen3_8b",
     "qwen3_8b_project",
@@ -191,6 +198,9 @@ def _base() -> ml_collections.ConfigDict:
     c.env.tau2 = ml_collections.ConfigDict()
     c.env.tau2.data_dir = ""  # tau2's data folder ("": $TAU2_DATA_DIR).
     c.env.tau2.domain = ""  # The domain Environment.tasks() reads; runs read data.sources.
+    # Where domains that tau2 lacks (ToolScale's ten, e.g. env.tau2.domain=bank) are found
+    # as folders (envs/tau2_domain_folder.py); env.tau2.domain may also be a folder's path.
+    c.env.tau2.domains_dir = ""
     # The user: "simulator" (tau2's user simulator at user_url, any OpenAI-compatible
     # server) or "scripted" (the scenario's reason for calling, a confirmation, stop).
     c.env.tau2.user = "simulator"
@@ -667,6 +677,30 @@ def _tau2_demo(c):
     return c
 
 
+def _toolscale_demo(c):
+    """ToolScale's school domain (../shared/toolscale/domains/school) on CPU, on the
+    tasks `experiments/configs/synthesize.py:demo` writes from its recorded replies."""
+    c = _tau2_demo(c)
+    c.env.tau2.domain = "school"  # 11 tools; policy and tools make ~6.5k-token prompts.
+    c.env.tau2.domains_dir = "../shared/toolscale/domains"  # Run from the repository root.
+    c.data.sources = "toolscale"
+    c.data.paths.tau2 = ""
+    c.data.paths.toolscale = "experiments/data/toolscale_demo/tasks.json"
+    c.num_steps = 2
+    c.rollout.max_seq_len = 8192
+    c.agent.max_context_tokens = 8192
+    c.agent.max_turns = 4
+    c.agent.max_new_tokens_per_turn = 32
+    c.rl.group_size = 2
+    c.rl.tasks_per_step = 2
+    c.rl.seq_buckets = (8192,)
+    c.rl.micro_batch_size = 2
+    c.data.eval_fraction = 0.4  # Of the 5 tasks, those held out by id hash (data/splits.py).
+    c.eval.num_tasks = 5  # Every held-out task.
+    c.eval.num_trials = 2  # pass^1 and pass^2.
+    return c
+
+
 def _qwen3_0p6b(c):
     c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-0.6B"  # Set with --config.model.hf_path.
@@ -787,6 +821,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
         "micro": _micro,
         "live_tiny": _live_tiny,
         "tau2_demo": _tau2_demo,
+        "toolscale_demo": _toolscale_demo,
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,
         "qwen3_8b_project": _qwen3_8b_project,

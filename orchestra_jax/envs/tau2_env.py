@@ -50,6 +50,7 @@ from typing import Any
 from orchestra_jax.agent.conversation import OtherParty
 from orchestra_jax.agent.infra_failure import InfraError
 from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.tau2_domain_folder import domain_folder, register_domain_folder
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
 from orchestra_jax.envs.tau2_setup import import_tau2
 from orchestra_jax.envs.tau2_tools import (
@@ -106,9 +107,13 @@ class Tau2Environment:
       drop_tools: domain tools kept from the policy (the expert still has them).
       nl_assertions: "skip" or "judge" (see the module docstring).
       judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
-      domain: the domain `tasks(split, n)` reads (from `data_dir`).
+      domain: the domain `tasks(split, n)` reads: one of tau2's (from `data_dir`),
+        a ToolScale domain's name (in `domains_dir`) or a domain folder's path
+        (`tau2_domain_folder.py`).
       evaluator_retries: extra attempts at an evaluation that raised
         (`rollout.infra_retries`).
+      domains_dir: where domains named by tasks or `domain` that tau2 lacks are
+        looked for as folders (ToolScale's ten: ../shared/toolscale/domains).
     """
 
     def __init__(
@@ -129,8 +134,10 @@ class Tau2Environment:
         expert_mode: str = "advise",
         drop_tools: Sequence[str] = (),
         evaluator_retries: int = 0,
+        domains_dir: str | os.PathLike | None = None,
     ):
         self.tau2 = import_tau2(data_dir)
+        self.domains_dir = domains_dir
         if expert_mode not in EXPERT_MODES:
             raise ValueError(f"expert_mode must be one of {EXPERT_MODES}, got {expert_mode!r}")
         if max_steps < 1 or max_errors < 1:
@@ -160,22 +167,32 @@ class Tau2Environment:
         self.meta_tools = (self.expert_tool,) if meta_tools else ()
         self.drop_tools = frozenset(drop_tools)
         self.nl_assertions = nl_assertions
-        self.domain = domain
         self.evaluator_retries = evaluator_retries
+        folder = domain_folder(domain, domains_dir)
+        self.domain = register_domain_folder(folder) if folder else domain
+        self._folder = folder
         self._tasks: dict[str, Any] = {}
         self._domains: dict[str, Domain] = {}
 
     # --- tasks -------------------------------------------------------------------
 
     def tasks(self, split: str, n: int) -> list[Task]:
-        """The first `n` tasks of `split` ("base", "train", "test") of `domain`."""
+        """The first `n` tasks of `split` ("base", "train", "test") of `domain`; a
+        domain folder without `split_tasks.json` has only "base", all its tasks."""
         from orchestra_jax.data.tau2_tasks import read_tau2_tasks
 
         if not self.domain:
             raise ValueError("Tau2Environment.tasks needs a domain (env.tau2.domain)")
         from tau2.utils import utils as tau2_utils
 
-        folder = tau2_utils.DATA_DIR / "tau2" / "domains" / self.domain
+        folder = self._folder or tau2_utils.DATA_DIR / "tau2" / "domains" / self.domain
+        if self._folder and not (folder / "tasks.json").exists():
+            raise FileNotFoundError(
+                f"{folder} holds no tasks.json: read its tasks with data.sources=toolscale "
+                "(a ToolScale file, or the synthesis pipeline's tasks.json)"
+            )
+        if self._folder and split == "base" and not (folder / "split_tasks.json").exists():
+            return read_tau2_tasks(folder, limit=n)[0]
         return read_tau2_tasks(folder, split=split, limit=n)[0]
 
     def tau2_task(self, task: Task) -> Any:
@@ -194,10 +211,17 @@ class Tau2Environment:
         if name not in self._domains:
             from tau2.registry import registry
 
+            if name not in registry.get_domains():
+                folder = domain_folder(name, self.domains_dir)
+                if folder is not None:
+                    register_domain_folder(folder)
             try:
                 environment = registry.get_env_constructor(name)()
             except Exception as e:
-                raise ValueError(f"τ² domain {name!r} is not available in tau2: {e}") from None
+                raise ValueError(
+                    f"τ² domain {name!r} is not available in tau2 ({e}), nor a folder in "
+                    f"env.tau2.domains_dir ({self.domains_dir or 'unset'})"
+                ) from None
             self._domains[name] = Domain(
                 name, environment.get_policy(), tuple(environment.get_tools()), environment
             )
@@ -432,6 +456,8 @@ def config_problems(config: Any) -> list[str]:
         errors.append(f"env.tau2.data_dir: set it or ${DATA_DIR_VARIABLE} (tau2's data folder)")
     elif not os.path.isdir(os.path.join(data_dir, "tau2", "domains")):
         errors.append(f"env.tau2.data_dir: {data_dir!r} is not a τ²-bench data folder")
+    if t.domains_dir and not os.path.isdir(t.domains_dir):
+        errors.append(f"env.tau2.domains_dir: {t.domains_dir!r} is not a folder")
     if t.user not in USER_KINDS:
         errors.append(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
     elif t.user == "simulator" and not (t.user_url and t.user_model):
@@ -503,6 +529,7 @@ def from_config(config: Any) -> Tau2Environment:
         expert_mode=t.expert_mode,
         drop_tools=split_names(t.drop_tools),
         evaluator_retries=config.rollout.infra_retries,
+        domains_dir=t.domains_dir or None,
     )
 
 
