@@ -60,11 +60,7 @@ PROMPT_LEN, NEW_TOKENS = 128, 256
 
 def learner_cells(dry: bool) -> list[dict[str, Any]]:
     if dry:
-        return [
-            dict(seq=128, attention="flash"),
-            dict(seq=128, attention="xla"),
-            dict(seq=256, attention="flash"),
-        ]
+        return [dict(seq=64, attention="flash"), dict(seq=64, attention="xla")]
     return [
         dict(seq=8192, attention="cudnn"),
         dict(seq=32768, attention="cudnn"),
@@ -239,7 +235,7 @@ def decode_prompts(rows: int, vocab: int) -> list[list[int]]:
 
 
 def decode_shape(dry: bool) -> tuple[str, tuple[int, ...], int]:
-    return ("tiny", (2, 4), 8) if dry else ("qwen3_0p6b", (64, 256), NEW_TOKENS)
+    return ("tiny", (2,), 4) if dry else ("qwen3_0p6b", (64, 256), NEW_TOKENS)
 
 
 def run_decode_jax_cell(args: dict[str, Any]) -> dict[str, Any]:
