@@ -29,7 +29,7 @@ first; a cell starts only while the budget has room for it.
    each learner cell against the device's measured peak (`memory_stats()`).
 
 Writes `accelerator.json` under $OUT when set (the device tool's output folder),
-else under experiments/benchmarks/results/. `--dry-run` runs every cell on the
+else under experiments/benchmarks/results/. `--dry-run` runs each kind of cell on the
 CPU at tiny shapes ("flash" stands in for "cudnn"); tests run it.
 
 Imports only JAX, Flax, optax, numpy (and torch + transformers in the HF
