@@ -13,7 +13,10 @@ Policies (comma-separated):
 Writes <workdir>/eval_<policy>.json (accuracy, mean cost and latency, tool-call
 mix, per domain and per category, the data read), the episodes for the
 trajectory viewer, and eval_report.md + eval_pareto.png over every policy
-evaluated in the folder. --config.eval.protocol picks the settings: "heldout"
+evaluated in the folder. With a server engine (rollout.engine=sglang), the
+checkpoint's or folder's weights are first loaded on every server under a fresh
+weight version, and evaluation refuses to start unless each server reports it
+(`orchestra_jax/training/policy_push.py`). --config.eval.protocol picks the settings: "heldout"
 (the default: held-out prices with a stated preference per task) or "paper"
 (the reference release's evaluation: fixed table, temperature 1.0, 50 rounds;
 docs/reproduction.md, "Evaluation protocol"). With --config.eval.num_trials=k
@@ -47,6 +50,19 @@ _POLICIES = flags.DEFINE_string(
 )
 
 
+def _push(engine, weights, name):
+    """Loads `weights` on every server of `engine` and checks each serves them
+    (`training/policy_push.py`); the version, or exits with why not."""
+    from orchestra_jax.training.policy_push import PolicyNotServed, push_policy
+    from orchestra_jax.training.run_sync import run_sync
+
+    try:
+        return run_sync(push_policy(engine, weights, name=name))
+    except PolicyNotServed as e:
+        engine.close()
+        raise SystemExit(f"error: {e}") from e
+
+
 def evaluate_policies(config, policies):
     """Evaluates each of `policies` (see the module docstring) on the config's held-out
     test under `eval.protocol`; writes the summaries and the report into the workdir;
@@ -56,6 +72,7 @@ def evaluate_policies(config, policies):
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.parallel.multihost import is_primary
+    from orchestra_jax.rollout.engine import ServedEngine
     from orchestra_jax.training import builders, experiment, grpo_loop, host_rollouts
 
     tokenizer = builders.build_tokenizer(config)
@@ -73,10 +90,16 @@ def evaluate_policies(config, policies):
             )
         elif policy == "checkpoint":
             run = grpo_loop.setup_run(config)
-            step = grpo_loop.restore(run, iterator=None)
+            served = isinstance(run.engine, ServedEngine)
+            step = grpo_loop.restore(run, iterator=None, sync_engine=not served)
             if not step:
                 raise SystemExit(f"error: no checkpoint in {run.checkpointer.directory}")
             engine, extra = run.engine, {"steps": step}
+            if served:
+                weights = host_rollouts.engine_weights(
+                    run.learner.policy_params(), run.engine_shardings
+                )
+                extra["weight_version"] = _push(engine, weights, f"checkpoint step {step}")
             policy = "grpo"
         elif policy.startswith("hf:"):
             with config.unlocked():
@@ -87,7 +110,10 @@ def evaluate_policies(config, policies):
                 # Each host plays its share of the test on its own copy of the policy.
                 model, _ = host_rollouts.host_local_engine_model(model, mesh.shape["tensor"])
             engine = builders.build_engine(config, model, model_config)
-            extra, policy = {"hf_path": policy[3:]}, "hf_" + policy[3:].rstrip("/").split("/")[-1]
+            extra = {"hf_path": policy[3:]}
+            if isinstance(engine, ServedEngine):  # servers hold what they loaded last
+                extra["weight_version"] = _push(engine, model, policy)
+            policy = "hf_" + policy[3:].rstrip("/").split("/")[-1]
         else:
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)

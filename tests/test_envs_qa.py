@@ -161,7 +161,7 @@ def test_live_experts_cost_usage_times_price_and_never_see_the_gold(live):
         assert models == cheapest
 
 
-def test_a_failing_expert_is_an_observation_counted_in_metrics(live):
+def test_a_failing_expert_ends_the_episode_as_the_experts_failure_counted_in_metrics(live):
     config, tokenizer, proxy, _ = live
     env = builders.build_env(config)
     failing = RecordingProxy("http://127.0.0.1:9")  # failure injection: every call is a 500
@@ -171,13 +171,16 @@ def test_a_failing_expert_is_an_observation_counted_in_metrics(live):
     _, _, trajectories = play(config, tokenizer, "direct_strongest", env=env)
     assert {r["status"] for r in failing.records} == {500}
     calls = sum(len(turn.tool_results) for t in trajectories for turn in t.turns)
-    assert calls == 3 * len(trajectories)  # the router asks again each turn, to max_turns
+    assert calls == len(trajectories)  # the first failed call ends the episode
     assert len(failing.records) == 2 * calls  # each call retried once
     failing.close()
     for traj in trajectories:
         [result] = traj.turns[0].tool_results
         assert result.metadata["expert_failed"] and "failed after 2 attempt(s)" in result.text
         assert traj.final_answer is None and traj.cost_usd == traj.orchestrator_cost_usd
+        assert traj.finish_reason == "error" and traj.infra_failure == result.infra_failure
+        assert traj.infra_failure.kind == "expert"
+        assert traj.infra_failure.endpoint == failing.url + "/v1/chat/completions"
     metrics = episode_metrics(trajectories, [0.0] * len(trajectories), [True] * len(trajectories))
     assert metrics["expert_errors"] >= 1 and metrics["tool_errors"] >= metrics["expert_errors"]
     for t in trajectories:

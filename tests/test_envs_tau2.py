@@ -136,6 +136,34 @@ def test_an_early_end_scores_0(env, retail):
     assert cut.metadata["grade"]["reward"] == 0.0 and not cut.correct
 
 
+def test_an_evaluator_that_raises_is_retried_then_the_evaluators_failure(env, retail, monkeypatch):
+    import tau2.evaluator.evaluator as evaluator
+
+    calls = {"n": 0}
+    evaluate = evaluator.evaluate_simulation
+
+    def flaky(*args, **kwargs):  # failure injection: the first `fail` calls raise
+        calls["n"] += 1
+        if calls["n"] <= fail:
+            raise RuntimeError("evaluator crashed")
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(evaluator, "evaluate_simulation", flaky)
+    monkeypatch.setattr(env, "evaluator_retries", 1)
+    task = with_basis(retail[EXCHANGE_TASK], ["DB", "COMMUNICATE"])
+    plan = gold_calls(task) + ["You will pay $22.55 for the difference."]
+    fail = 1  # one failure, one retry: graded as usual
+    traj = play(env, task, plan)
+    assert calls["n"] == 2 and traj.infra_failure is None and traj.correct is True
+    fail, calls["n"] = 5, 0  # every attempt fails: not the policy's, not graded
+    traj = play(env, task, plan)
+    assert calls["n"] == 2 and traj.correct is False and "grade" not in traj.metadata
+    assert traj.infra_failure.kind == "evaluator"
+    assert traj.infra_failure.endpoint == "tau2 evaluator (retail)"
+    assert "after 2 attempt(s)" in traj.infra_failure.message
+    assert "evaluator crashed" in traj.infra_failure.message
+
+
 def test_tau2_budgets_end_the_conversation(tau2_data, retail):
     from orchestra_jax.envs.tau2_env import Tau2Environment
     from orchestra_jax.envs.tau2_user import ScriptedUser

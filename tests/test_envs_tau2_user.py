@@ -167,7 +167,9 @@ def test_a_dead_user_endpoint_ends_the_episode_with_the_error_and_nothing_lost(t
     assert traj.finish_reason == "error" and traj.turns == []
     assert "failed after 2 attempt(s)" in traj.metadata["error"] and dead in traj.metadata["error"]
     assert traj.prompt_length == len(traj.token_ids) > 0  # the prompt is kept
-    assert traj.correct is False and traj.metadata["grade"]["termination"] == "max_steps"
+    # Not the policy's failure: marked, and not graded.
+    assert traj.infra_failure.kind == "user_simulator" and traj.infra_failure.endpoint == dead
+    assert traj.correct is False and "grade" not in traj.metadata
 
 
 def test_a_tiny_model_on_the_project_server_plays_the_user(task, tau2_data):

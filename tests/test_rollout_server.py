@@ -37,7 +37,7 @@ def run(coro):
 
 
 def test_round_trip_batched_and_in_order(server):
-    client = SGLangClient([server.url, server.url], max_batch_per_request=2)
+    client = SGLangClient(server.url, max_batch_per_request=2)
     requests = [
         GenerateRequest([1, 2, 3], SamplingParams(stop_token_ids=(STOP,), seed=5)),
         GenerateRequest([4], SamplingParams(max_new_tokens=1)),
@@ -216,3 +216,54 @@ def test_client_ids_are_unique_per_attempt_and_weights_sync_without_a_flush():
     assert len(set(rids)) == 3 and all(r.startswith("task/0/1-") for r in rids)
     assert all(c.weight_version == 0 for [c] in both) and after.weight_version == 3
     assert engine.flushes == 1 and flushed is False  # only the explicit one; a 400 is no error
+
+
+def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
+    engines = [ScriptedEngine(echo_policy) for _ in range(2)]
+    loaded = [[], []]
+    threads = [
+        serve_in_thread(e, weight_loader=lambda path, i=i: loaded[i].append(path) or {})
+        for i, e in enumerate(engines)
+    ]
+    a, b = (t.url for t in threads)
+    client = SGLangClient([a, b], max_retries=1, backoff_s=0.01)
+    request = GenerateRequest([1, 2], SamplingParams(max_new_tokens=2))
+
+    async def go():
+        try:
+            client.pool.mark_down(b, "failed its /health check")
+            await client.update_weights_from_disk("/w/v3", version=3)
+            out = client.pool.down()[b]
+            served = await client.generate([request] * 4)
+            versions = await client.weight_versions()
+            healthy = await client.health()  # b answers: loads v3 first, then is back
+            return out, served, versions, healthy, await client.weight_versions()
+        finally:
+            await client.aclose()
+
+    try:
+        out, served, versions, healthy, after = run(go())
+    finally:
+        for t in threads:
+            t.stop()
+    assert "out during the sync to version 3" in out
+    assert loaded == [["/w/v3"], ["/w/v3"]]
+    assert [c.weight_version for c in served] == [3] * 4  # none from b's old weights
+    assert versions == {a: "3", b: "0"}
+    assert healthy and after == {a: "3", b: "3"} and client.pool.healthy() == [a, b]
+
+
+def test_with_every_server_stale_generate_fails_naming_why():
+    client = SGLangClient(["http://127.0.0.1:9", "http://127.0.0.1:10"], max_retries=1)
+    for url in client.urls:
+        client.pool.mark_down(url, f"weight sync to version 2 failed at {url}", stale=True)
+
+    async def go():
+        try:
+            return await client.generate([GenerateRequest([1])])
+        finally:
+            await client.aclose()
+
+    with pytest.raises(RolloutServerError, match="no rollout server can serve") as error:
+        run(go())
+    assert "failed at http://127.0.0.1:10" in str(error.value)

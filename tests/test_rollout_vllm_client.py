@@ -16,7 +16,7 @@ from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout import vllm_protocol as proto
-from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
+from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.http_client import RolloutServerError
 from orchestra_jax.rollout.vllm_client import VLLMClient
 
@@ -42,10 +42,12 @@ def reply(tokens, logprobs, reason="length", stop=None, prompt_logprobs=None, to
 
 
 class FakeVLLM:
-    """A loopback server with vLLM's endpoints; `completions` answers /v1/completions."""
+    """A loopback server with vLLM's endpoints; `completions` answers /v1/completions,
+    `model` (shifted by `probe_error`) the sync probe (a request for prompt log-probs)."""
 
-    def __init__(self, completions=None, *, info=None, dev_mode=True):
+    def __init__(self, completions=None, *, info=None, dev_mode=True, model=None, probe_error=0.0):
         self.calls: list[tuple[str, object]] = []
+        self.model, self.probe_error = model, probe_error
         self.completions = completions or (lambda body: reply([5, 6], [-0.5, -1.5]))
         self.version = "default"
         model = {"logprobs_mode": "processed_logprobs", "dtype": "torch.float32", "model": ""}
@@ -96,6 +98,13 @@ class FakeVLLM:
     async def _completions(self, request):
         body = await request.json()
         self.calls.append((request.path_qs, body))
+        if "prompt_logprobs" in body and self.model is not None:
+            ids = body["prompt"]
+            scores = sync_probe.learner_logprobs(self.model, ids) + self.probe_error
+            prompt = [None] + [
+                {str(t): {"logprob": float(x), "rank": 1}} for t, x in zip(ids[1:], scores)
+            ]
+            return web.json_response(reply([5], [-1.0], prompt_logprobs=prompt))
         answer = self.completions(body)
         if asyncio.iscoroutine(answer):
             answer = await answer
@@ -278,7 +287,7 @@ def test_weight_sync_reloads_labels_checks_and_keeps_two_versions(tmp_path):
     model = tiny_model()
 
     async def go():
-        async with FakeVLLM() as fake:
+        async with FakeVLLM(model=model) as fake:
             c = client(fake.url, weights_dir=str(tmp_path), model_config=CONFIG)
             try:
                 for version in (1, 2, 3):
@@ -297,6 +306,7 @@ def test_weight_sync_reloads_labels_checks_and_keeps_two_versions(tmp_path):
         "/resume",
         "/weight_info",
     ]
+    assert syncs[5][0] == "/v1/completions" and syncs[5][1]["prompt_logprobs"] == 0  # the probe
     rpc = syncs[1][1]
     assert rpc["method"] == "reload_weights"
     assert rpc["kwargs"]["weights_path"] == os.path.join(str(tmp_path), "v1")
@@ -313,7 +323,9 @@ def test_a_sync_the_server_did_not_label_fails_and_resumes(tmp_path):
         async with fake:
             c = client(fake.url, weights_dir=str(tmp_path), model_config=CONFIG)
             try:
-                with pytest.raises(RolloutServerError, match="reports weight version None"):
+                with pytest.raises(
+                    sync_probe.SyncNotLanded, match="serves weight version 'default' after the sync"
+                ):
                     await c.update_weights(tiny_model(), version=1)
             finally:
                 await c.aclose()
@@ -332,7 +344,7 @@ def test_partial_sync_keeps_requests_in_flight_and_records_both_versions(tmp_pat
             await release.wait()
             return reply([5], [-1.0])
 
-        async with FakeVLLM(slow) as fake:
+        async with FakeVLLM(slow, model=model) as fake:
             c = client(fake.url, weights_dir=str(tmp_path), model_config=CONFIG)
             try:
                 await c.update_weights(model, version=1)
@@ -351,34 +363,7 @@ def test_partial_sync_keeps_requests_in_flight_and_records_both_versions(tmp_pat
     assert (out.first_weight_version, out.weight_version) == (1, 2)
 
 
-class FakeEngine:
-    """Answers the probe with the learner's own log-probs, shifted by `error`."""
-
-    urls = ["http://a", "http://b"]
-
-    def __init__(self, model, version, error=0.0):
-        self.model, self.version, self.error = model, version, error
-
-    async def score_on_every_server(self, request):
-        ids = request.input_ids
-        exact = sync_probe.learner_logprobs(self.model, ids) + self.error
-        scores = [None, *[float(x) for x in exact]]
-        return [
-            Completion(
-                [],
-                [],
-                "length",
-                len(ids),
-                0,
-                0.0,
-                weight_version=self.version,
-                prompt_logprobs=scores,
-            )
-            for _ in self.urls
-        ]
-
-
-def test_probe_passes_a_landed_sync_and_stops_one_that_did_not():
+def test_probe_passes_a_landed_sync_and_stops_one_that_did_not(tmp_path):
     model = tiny_model()
     ids = sync_probe.probe_ids(CONFIG.vocab_size)
     assert ids == sync_probe.probe_ids(CONFIG.vocab_size) and len(ids) == sync_probe.PROBE_LENGTH
@@ -390,15 +375,63 @@ def test_probe_passes_a_landed_sync_and_stops_one_that_did_not():
     expected = hand[np.arange(len(ids) - 1), ids[1:]]
     np.testing.assert_allclose(sync_probe.learner_logprobs(model, ids), expected, atol=1e-5)
 
-    metrics = run(sync_probe.verify_sync(FakeEngine(model, 4, error=1e-4), model, 4))
+    async def sync(errors):
+        fakes = [FakeVLLM(model=model, probe_error=e) for e in errors]
+        for fake in fakes:
+            await fake.__aenter__()
+        c = client([f.url for f in fakes], weights_dir=str(tmp_path), model_config=CONFIG)
+        try:
+            await c.update_weights(model, version=4)
+            return c.sync_metrics(), c.take_metrics()
+        finally:
+            await c.aclose()
+            for fake in fakes:
+                await fake.__aexit__()
+
+    metrics, _ = run(sync([1e-4, 0.0]))
     assert metrics["rollout/sync_logprob_max_abs_diff"] == pytest.approx(1e-4, rel=1e-2)
-    with pytest.raises(
-        sync_probe.SyncNotLanded, match="weight version 3 after the sync to version 4"
-    ):
-        run(sync_probe.verify_sync(FakeEngine(model, 3), model, 4))
+    # One server off: it is taken out, the sync stands on the other.
+    metrics, servers = run(sync([0.0, 0.01]))
+    assert metrics["rollout/sync_logprob_max_abs_diff"] < 1e-5
+    assert (servers["0/up"], servers["1/up"]) == (1.0, 0.0)
     with pytest.raises(sync_probe.SyncNotLanded, match=r"differ from the learner's by up to 0.01"):
-        run(sync_probe.verify_sync(FakeEngine(model, 4, error=0.01), model, 4))
+        run(sync([0.01]))
     assert sync_probe.tolerance_for(jnp.bfloat16) > sync_probe.tolerance_for(jnp.float32)
+
+
+def test_two_servers_keep_each_episode_on_one_and_fail_over_from_a_dead_one():
+    async def go():
+        async with FakeVLLM() as a, FakeVLLM() as b:
+            fakes = [a, b]
+            c = client([a.url, b.url], max_retries=2)
+            try:
+
+                def turn(t):
+                    return [
+                        GenerateRequest([1, 2], request_id=f"e{k}-t{t}", affinity_key=f"e{k}")
+                        for k in range(4)
+                    ]
+
+                for t in range(3):
+                    await c.generate(turn(t))
+                served = [
+                    {b["request_id"].split("-t")[0] for p, b in f.calls if p == "/v1/completions"}
+                    for f in fakes
+                ]
+                counts = [f.paths().count("/v1/completions") for f in fakes]
+                c.take_metrics()
+                await a.__aexit__()  # server a dies: its episodes move to b
+                outs = await c.generate(turn(3))
+                return served, counts, outs, c.take_metrics(), b.paths().count("/v1/completions")
+            finally:
+                await c.aclose()
+
+    served, counts, outs, metrics, b_after = run(go())
+    assert served[0] and served[1] and not served[0] & served[1]  # spread, never split
+    assert counts == [3 * len(served[0]), 3 * len(served[1])]  # each episode's three turns
+    assert [o.output_ids for o in outs] == [[5, 6]] * 4
+    assert b_after == counts[1] + 4
+    assert metrics["0/errors"] >= len(served[0]) and metrics["1/requests"] == 4
 
 
 def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():

@@ -255,6 +255,10 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     lines = metrics_lines(tmp_path)
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["async/versions_behind_max"] <= 1 for m in lines)
+    # The server's own metrics, since the step before (rollout/server_pool.py); the
+    # producer plays ahead, so a step may log none.
+    assert sum(m["rollout/server/0/requests"] for m in lines) > 0, lines
+    assert all(m["rollout/server/0/errors"] == 0 and m["rollout/server/0/up"] == 1 for m in lines)
     assert engine.weight_version == 3 and (tmp_path / "weights" / "v3").is_dir()
     trajectories = read_jsonl(os.path.join(tmp_path, "trajectories", "step_000003.jsonl"))
     versions = {turn.weight_version for t in trajectories for turn in t.turns}
@@ -391,22 +395,24 @@ def test_a_cold_start_with_nothing_to_train_runs_to_its_end(tmp_path):
 
 
 def test_each_published_version_is_verified_and_its_metrics_kept():
-    engine = ScriptedEngine([])
-    checked = []
+    class Checked(ScriptedEngine):
+        async def update_weights(self, model_state, *, version, abort_in_flight=False):
+            if version == 3:
+                raise RuntimeError("version 3 did not land")
+            await super().update_weights(model_state, version=version)
 
-    async def verify(params, version):
-        checked.append((params, version))
-        if version == 3:
-            raise RuntimeError("version 3 did not land")
-        return {"rollout/sync_logprob_max_abs_diff": version / 10}
-
+    engine = Checked([])
     producer = RolloutProducer(
-        Steps(engine), engine, engine_version=0, max_staleness=1, verify=verify
+        Steps(engine),
+        engine,
+        engine_version=0,
+        max_staleness=1,
+        after_sync=lambda: {"rollout/sync_logprob_max_abs_diff": engine.weight_versions[-1] / 10},
     )
     try:
         producer.publish("w1", 1).result()
         producer.publish("w2", 2).result()
-        assert checked == [("w1", 1), ("w2", 2)] and engine.weight_versions == [1, 2]
+        assert engine.weight_versions == [1, 2]
         assert producer.sync_metrics == {"rollout/sync_logprob_max_abs_diff": 0.2}
         with pytest.raises(RuntimeError, match="did not land"):  # stops the learner
             producer.publish("w3", 3).result()

@@ -32,9 +32,10 @@ FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
 
 
 def heldout_rewards_by_task(workdir: str, policy: str) -> dict[str, float]:
-    """task id -> held-out reward of `policy`'s evaluation episode in `workdir`."""
+    """task id -> held-out reward of `policy`'s evaluation episode in `workdir` (episodes
+    that failed by infrastructure have none and are left out)."""
     episodes = read_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
-    return {t.task_id: float(t.reward) for t in episodes}
+    return {t.task_id: float(t.reward) for t in episodes if t.reward is not None}
 
 
 def paired_gain(workdir: str, policy: str = "grpo", baseline: str = "warm_start") -> dict | None:

@@ -14,6 +14,12 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               conversations with a scripted user (or tau2's user simulator on
               the project's server), graded by tau2; needs the tau2 extra and
               ../shared/tau2-bench beside the clone.
+  toolscale_demo  ToolScale's school domain on a 2-core CPU: tasks the synthesis
+              pipeline made from recorded generator replies
+              (experiments/data/toolscale_demo/, synthesize.py:demo), a tiny
+              random policy, a scripted user, graded by tau2, pass^k on the
+              held-out tasks; needs the tau2 extra, ../shared/tau2-bench and
+              ../shared/toolscale beside the clone.
   qwen3_0p6b  Qwen3-0.6B from a Hugging Face folder, notebooks and single hosts,
               live experts, search and judge as qwen3_8b.
   qwen3_8b    Qwen3-8B trained with the reference release's recipe, every
@@ -46,6 +52,7 @@ VARIANTS = (
     "micro",
     "live_tiny",
     "tau2_demo",
+    "toolscale_demo",
     "qwen3_0p6b",
     "qwen3_8b",
     "qwen3_8b_project",
@@ -111,6 +118,11 @@ def _base() -> ml_collections.ConfigDict:
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
     c.rollout.top_k = -1
+    # Extra attempts at a call to a service that has no retries of its own: a
+    # search backend's query and τ²'s evaluator (engines, experts, the judge and
+    # the user simulator retry in their own clients). An episode whose service
+    # still fails is an infrastructure failure: neither trained on nor scored.
+    c.rollout.infra_retries = 2
 
     # --- episodes --------------------------------------------------------------
     c.agent = ml_collections.ConfigDict()
@@ -189,6 +201,9 @@ def _base() -> ml_collections.ConfigDict:
     c.env.tau2 = ml_collections.ConfigDict()
     c.env.tau2.data_dir = ""  # tau2's data folder ("": $TAU2_DATA_DIR).
     c.env.tau2.domain = ""  # The domain Environment.tasks() reads; runs read data.sources.
+    # Where domains that tau2 lacks (ToolScale's ten, e.g. env.tau2.domain=bank) are found
+    # as folders (envs/tau2_domain_folder.py); env.tau2.domain may also be a folder's path.
+    c.env.tau2.domains_dir = ""
     # The user: "simulator" (tau2's user simulator at user_url, any OpenAI-compatible
     # server) or "scripted" (the scenario's reason for calling, a confirmation, stop).
     c.env.tau2.user = "simulator"
@@ -311,7 +326,7 @@ def _base() -> ml_collections.ConfigDict:
     c.reward.judge.max_tokens = 512
     # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
     c.reward.judge.reasoning_model = False
-    c.reward.judge.retries = 3  # Then the step fails, naming the judge.
+    c.reward.judge.retries = 3  # Then the episode is an infrastructure failure, naming the judge.
     c.reward.judge.timeout_s = 300.0  # Per attempt.
     c.reward.judge.extra_body = ml_collections.ConfigDict()  # Merged into every request.
 
@@ -384,6 +399,15 @@ def _base() -> ml_collections.ConfigDict:
     # conversation, the other party did not end it) contributes no sample, its
     # group's rewards and advantages unchanged (the reference). False: it trains.
     c.rl.drop_no_answer = False
+    # Episodes that failed by infrastructure (engine, expert, search, judge, user
+    # simulator, τ² evaluator) leave the loss and their group's statistics; a group
+    # left with fewer episodes than this is dropped (2: the fewest a group std needs).
+    c.rl.min_group_size_after_infra = 2
+    # A step where more than this fraction of the episodes failed by infrastructure
+    # stops the run, naming the failing endpoints. A quarter: an outage that large
+    # is not a passing fault, and what remains of the step is skewed towards the
+    # tasks that did not need the failing service.
+    c.rl.max_infra_failure_fraction = 0.25
     # Added to every advantage >= 1 (after rl.adv_clip); 0.0: none. The reference's
     # "correct sample advantage boost" is 0.1.
     c.rl.advantage_boost = 0.0
@@ -656,6 +680,30 @@ def _tau2_demo(c):
     return c
 
 
+def _toolscale_demo(c):
+    """ToolScale's school domain (../shared/toolscale/domains/school) on CPU, on the
+    tasks `experiments/configs/synthesize.py:demo` writes from its recorded replies."""
+    c = _tau2_demo(c)
+    c.env.tau2.domain = "school"  # 11 tools; policy and tools make ~6.5k-token prompts.
+    c.env.tau2.domains_dir = "../shared/toolscale/domains"  # Run from the repository root.
+    c.data.sources = "toolscale"
+    c.data.paths.tau2 = ""
+    c.data.paths.toolscale = "experiments/data/toolscale_demo/tasks.json"
+    c.num_steps = 2
+    c.rollout.max_seq_len = 8192
+    c.agent.max_context_tokens = 8192
+    c.agent.max_turns = 4
+    c.agent.max_new_tokens_per_turn = 32
+    c.rl.group_size = 2
+    c.rl.tasks_per_step = 2
+    c.rl.seq_buckets = (8192,)
+    c.rl.micro_batch_size = 2
+    c.data.eval_fraction = 0.4  # Of the 5 tasks, those held out by id hash (data/splits.py).
+    c.eval.num_tasks = 5  # Every held-out task.
+    c.eval.num_trials = 2  # pass^1 and pass^2.
+    return c
+
+
 def _qwen3_0p6b(c):
     c = _live(c)
     c.model.hf_path = "/path/to/Qwen3-0.6B"  # Set with --config.model.hf_path.
@@ -776,6 +824,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
         "micro": _micro,
         "live_tiny": _live_tiny,
         "tau2_demo": _tau2_demo,
+        "toolscale_demo": _toolscale_demo,
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,
         "qwen3_8b_project": _qwen3_8b_project,

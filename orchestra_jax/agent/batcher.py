@@ -51,6 +51,11 @@ class GenerationBatcher:
         self._tasks: set[asyncio.Task] = set()
         self.batch_sizes: list[int] = []  # one entry per engine call, for metrics
 
+    @property
+    def engine(self) -> Any:
+        """The engine the batches go to."""
+        return self._engine
+
     def episode_started(self) -> None:
         self._num_live += 1
 

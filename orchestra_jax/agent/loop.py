@@ -30,6 +30,14 @@ conversation ("conversation", its reason in `metadata["conversation_end"]`). A
 turn without a valid call otherwise gets an error observation and the episode
 goes on.
 
+Failures that are not the policy's (`agent/infra_failure.py`) end the episode
+with "error" and set `Trajectory.infra_failure`: the engine raising or
+aborting a turn ("engine"; engines retry in their own clients), the other
+party failing ("user_simulator"; it retries in its own client), and a tool
+result that carries one (an expert endpoint or the search backend, failed after
+their retries). The policy's own failures (malformed or unknown calls, bad
+arguments, context, turns) never set it.
+
 Conversations: where the episode has another party (`EpisodeSpec.other_party`,
 e.g. a simulated user; `agent/conversation.py`), the prompt is the party's
 opening, a turn without a `<tool_call>` is a message to the party, and the
@@ -76,6 +84,7 @@ from orchestra_jax.agent.conversation import (
     party_message,
 )
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
+from orchestra_jax.agent.infra_failure import InfraFailure, endpoint_of
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.chat.template import (
     generation_prompt,
@@ -218,6 +227,7 @@ class _Episode:
                 seed=turn_seed(self.spec.seed, turn_index),
             ),
             request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}",
+            affinity_key=f"{self.spec.task.id}/{self.spec.group_index}/{self.spec.seed}",
         )
 
     def _record_generation(self, completion: Completion, prompt_start: int) -> Turn:
@@ -311,7 +321,7 @@ class _Episode:
             check_opening(reply)
         except Exception as e:  # a failing party ends this episode, reported, not the run
             self._begin(self._prompt(conversation_messages(self.spec, [])))
-            self._finish("error", f"other party failed to open: {type(e).__name__}: {e}")
+            self._fail("user_simulator", self.party, f"other party failed to open: {_text(e)}")
             return False
         add_usage(self.party_usage, reply)
         self.ctx.messages = conversation_messages(self.spec, list(reply.messages))
@@ -361,7 +371,7 @@ class _Episode:
             if said is not None and not said_to_party.is_message:
                 raise ValueError("the other party spoke after a turn of tool calls")
         except Exception as e:  # a failing party ends this episode, reported, not the run
-            self._finish("error", f"other party failed: {type(e).__name__}: {e}")
+            self._fail("user_simulator", self.party, f"other party failed: {_text(e)}")
             return True, None
         add_usage(self.party_usage, reply)
         if reply.end is not None:
@@ -377,6 +387,14 @@ class _Episode:
         self.traj.finish_reason = reason
         if error is not None:
             self.traj.metadata["error"] = error
+
+    def _fail(self, kind: str, part: Any, message: str) -> None:
+        """Ends the episode on a failure of the service `part` (not the policy's)."""
+        self._fail_with(InfraFailure(kind=kind, endpoint=endpoint_of(part), message=message))
+
+    def _fail_with(self, failure: InfraFailure) -> None:
+        self._finish("error", failure.message)
+        self.traj.infra_failure = failure
 
     async def run(self, batcher: GenerationBatcher, sampling: SamplingParams) -> Trajectory:
         start = time.perf_counter()
@@ -413,14 +431,18 @@ class _Episode:
                         f"over max_new_tokens={request.sampling.max_new_tokens}"
                     )
             except Exception as e:  # a dead engine ends this episode, reported, not the run
-                self._finish("error", f"{type(e).__name__}: {e}")
+                self._fail("engine", batcher.engine, _text(e))
                 break
             turn = self._record_generation(completion, start)
             if completion.finish_reason == "abort":
-                self._finish("error", f"engine aborted turn {turn_index}")
+                self._fail("engine", batcher.engine, f"engine aborted turn {turn_index}")
                 break
             closed = list(completion.output_ids[-1:]) == [self.tokenizer.im_end_id]
             final_answer = await self._act(turn, closed)
+            failure = next((r.infra_failure for r in turn.tool_results if r.infra_failure), None)
+            if failure is not None:  # a service behind a tool failed for good
+                self._fail_with(failure)
+                break
             if final_answer is not None:
                 self.traj.final_answer = final_answer
                 self._finish("answer")
@@ -450,6 +472,10 @@ class _Episode:
         if self.party_usage:  # the party's spending, apart from the policy's
             self.traj.metadata["other_party"] = dict(self.party_usage)
         return self.traj
+
+
+def _text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 async def run_episodes(

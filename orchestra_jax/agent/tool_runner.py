@@ -3,7 +3,8 @@
 The policy's text is hostile input and tools are fallible, so nothing here
 raises: a malformed or unknown call, a tool that raises, and a tool that does
 not answer within `timeout_s` each become a `ToolResultRecord` whose `text` is
-an error message the model reads in its next turn.
+an error message the model reads in its next turn. A result whose service
+failed for good carries its `infra_failure` on, for the loop to end the episode.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ async def run_call(
         latency_s=float(result.latency_s),
         error=result.error,
         metadata=json_safe(getattr(result, "metadata", None) or {}),
+        infra_failure=getattr(result, "infra_failure", None),
     )
     return record, result.final_answer
 

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from orchestra_jax.agent.infra_failure import InfraFailure
 from orchestra_jax.io import paths
 
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
@@ -51,6 +52,9 @@ class ToolResultRecord:
 
     `metadata` is the tool's account of the call (model alias, backend, token
     usage, query, …; `ToolResult.metadata`), for metrics, audits and the viewer.
+    `infra_failure` is set when a service behind the tool failed for good (an
+    expert endpoint, the search backend): not the policy's failure
+    (`agent/infra_failure.py`).
     """
 
     text: str
@@ -58,6 +62,7 @@ class ToolResultRecord:
     latency_s: float = 0.0
     error: str | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    infra_failure: InfraFailure | None = None
 
 
 @dataclasses.dataclass
@@ -102,7 +107,13 @@ class Turn:
 
 @dataclasses.dataclass
 class Trajectory:
-    """One episode, token-exact. See the module docstring for the token arrays."""
+    """One episode, token-exact. See the module docstring for the token arrays.
+
+    `infra_failure` is set when a service the episode depended on (engine,
+    expert, search, judge, user simulator, evaluator) failed for good: the
+    episode is then not the policy's to answer for and is neither trained on nor
+    scored (`agent/infra_failure.py`).
+    """
 
     task_id: str
     group_index: int
@@ -125,6 +136,7 @@ class Trajectory:
     advantage: float | None = None
     preference: dict[str, float] = dataclasses.field(default_factory=dict)
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    infra_failure: InfraFailure | None = None
 
     def __post_init__(self):
         n = len(self.token_ids)
@@ -221,13 +233,24 @@ class Trajectory:
         for t in data.pop("turns", []):
             t = dict(t)
             t["tool_calls"] = [ToolCallRecord(**c) for c in t.get("tool_calls", [])]
-            t["tool_results"] = [ToolResultRecord(**r) for r in t.get("tool_results", [])]
+            t["tool_results"] = [_tool_result(r) for r in t.get("tool_results", [])]
             turns.append(Turn(**t))
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown Trajectory fields {sorted(unknown)}")
+        data["infra_failure"] = _infra_failure(data.get("infra_failure"))
         return cls(turns=turns, **data)
+
+
+def _infra_failure(data: dict[str, Any] | None) -> InfraFailure | None:
+    return None if data is None else InfraFailure.from_dict(data)
+
+
+def _tool_result(data: dict[str, Any]) -> ToolResultRecord:
+    data = dict(data)
+    data["infra_failure"] = _infra_failure(data.get("infra_failure"))
+    return ToolResultRecord(**data)
 
 
 def write_jsonl(path: str | os.PathLike, trajs: Iterable[Trajectory]) -> None:

@@ -120,6 +120,10 @@ def episode_view(
         }
         for t in traj.turns
     ]
+    failure = traj.infra_failure  # not the policy's failure (agent/infra_failure.py)
+    infra_failure = (
+        None if failure is None else f"{failure.kind} at {failure.endpoint}: {failure.message}"
+    )
     return {
         "step": step,
         "source": source,
@@ -127,6 +131,7 @@ def episode_view(
         "group_index": traj.group_index,
         "seed": traj.seed,
         "finish_reason": traj.finish_reason,
+        "infra_failure": infra_failure,
         "format_valid": traj.format_valid,
         "final_answer": traj.final_answer,
         "correct": traj.correct,

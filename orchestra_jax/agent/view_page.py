@@ -86,6 +86,7 @@ function drawEpisode(e) {
     ["final answer", e.final_answer === null ? "–" : e.final_answer],
     ["correct / reward / advantage", [e.correct, fmt(e.reward, 4), fmt(e.advantage, 4)].join(" / ")],
     ["finish / format valid", e.finish_reason + " / " + e.format_valid],
+    ["infrastructure failure (not trained)", e.infra_failure === null ? "–" : e.infra_failure],
     ["cost $ (tools + orchestrator)", fmt(e.cost_usd, 6) + " = " + fmt(e.tool_cost_usd, 6) + " + " + fmt(e.orchestrator_cost_usd, 6)],
     ["latency s", fmt(e.latency_s, 2)],
     ["tokens (trained)", e.num_tokens + " (" + e.num_trained + ")"],

@@ -57,7 +57,7 @@ class QAEnvironment:
       load_tasks: split -> its tasks ("train" or the held-out split's name).
       offline_backends: backends of `profiles` that are simulated experts.
       charge_measured_time, expert_max_tokens, expert_temperature,
-      expert_protocol, families: see `Backends`.
+      expert_protocol, families, search_retries: see `Backends`.
     """
 
     def __init__(
@@ -74,6 +74,7 @@ class QAEnvironment:
         expert_temperature: float = 0.0,
         expert_protocol: ExpertProtocol = PROJECT,
         families: Mapping[str, str] | None = None,
+        search_retries: int = 0,
     ):
         self.profiles = tuple(profiles)
         self.experts = dict(experts)
@@ -92,6 +93,7 @@ class QAEnvironment:
         self.expert_temperature = expert_temperature
         self.expert_protocol = expert_protocol
         self.families = dict(families or {})
+        self.search_retries = search_retries
 
     # --- tasks -----------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class QAEnvironment:
             families=self.families,
             experts_for_config=per_config,
             charge_measured_time=self.charge_measured_time,
+            search_retries=self.search_retries,
         )
 
     def tools(
@@ -248,4 +251,5 @@ def from_config(config: Any) -> QAEnvironment:
         expert_temperature=t.expert_temperature,
         expert_protocol=EXPERT_PROTOCOLS.get(t.experts),
         families=families,
+        search_retries=config.rollout.infra_retries,
     )

@@ -22,7 +22,10 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      COMMUNICATE, NL_ASSERTION) on the episode's message record;
                      correct = reward 1. A conversation the loop cut short (turn
                      or context budget, an error) is graded as tau2 grades one
-                     that hit its step budget: 0.
+                     that hit its step budget: 0. An evaluator that raises is
+                     tried `evaluator_retries` more times, then is an
+                     infrastructure failure ("evaluator",
+                     `agent/infra_failure.py`): the episode is not scored.
 
 The policy's prompt is tau2's own agent prompt (instructions and the domain
 policy), then the tool configuration's preferences, the domain tools' schemas
@@ -45,7 +48,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
+from orchestra_jax.agent.infra_failure import InfraError
 from orchestra_jax.envs.base import Task
+from orchestra_jax.envs.tau2_domain_folder import domain_folder, register_domain_folder
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
 from orchestra_jax.envs.tau2_setup import import_tau2
 from orchestra_jax.envs.tau2_tools import (
@@ -102,7 +107,13 @@ class Tau2Environment:
       drop_tools: domain tools kept from the policy (the expert still has them).
       nl_assertions: "skip" or "judge" (see the module docstring).
       judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
-      domain: the domain `tasks(split, n)` reads (from `data_dir`).
+      domain: the domain `tasks(split, n)` reads: one of tau2's (from `data_dir`),
+        a ToolScale domain's name (in `domains_dir`) or a domain folder's path
+        (`tau2_domain_folder.py`).
+      evaluator_retries: extra attempts at an evaluation that raised
+        (`rollout.infra_retries`).
+      domains_dir: where domains named by tasks or `domain` that tau2 lacks are
+        looked for as folders (ToolScale's ten: ../shared/toolscale/domains).
     """
 
     def __init__(
@@ -122,8 +133,11 @@ class Tau2Environment:
         domain: str = "",
         expert_mode: str = "advise",
         drop_tools: Sequence[str] = (),
+        evaluator_retries: int = 0,
+        domains_dir: str | os.PathLike | None = None,
     ):
         self.tau2 = import_tau2(data_dir)
+        self.domains_dir = domains_dir
         if expert_mode not in EXPERT_MODES:
             raise ValueError(f"expert_mode must be one of {EXPERT_MODES}, got {expert_mode!r}")
         if max_steps < 1 or max_errors < 1:
@@ -153,21 +167,32 @@ class Tau2Environment:
         self.meta_tools = (self.expert_tool,) if meta_tools else ()
         self.drop_tools = frozenset(drop_tools)
         self.nl_assertions = nl_assertions
-        self.domain = domain
+        self.evaluator_retries = evaluator_retries
+        folder = domain_folder(domain, domains_dir)
+        self.domain = register_domain_folder(folder) if folder else domain
+        self._folder = folder
         self._tasks: dict[str, Any] = {}
         self._domains: dict[str, Domain] = {}
 
     # --- tasks -------------------------------------------------------------------
 
     def tasks(self, split: str, n: int) -> list[Task]:
-        """The first `n` tasks of `split` ("base", "train", "test") of `domain`."""
+        """The first `n` tasks of `split` ("base", "train", "test") of `domain`; a
+        domain folder without `split_tasks.json` has only "base", all its tasks."""
         from orchestra_jax.data.tau2_tasks import read_tau2_tasks
 
         if not self.domain:
             raise ValueError("Tau2Environment.tasks needs a domain (env.tau2.domain)")
         from tau2.utils import utils as tau2_utils
 
-        folder = tau2_utils.DATA_DIR / "tau2" / "domains" / self.domain
+        folder = self._folder or tau2_utils.DATA_DIR / "tau2" / "domains" / self.domain
+        if self._folder and not (folder / "tasks.json").exists():
+            raise FileNotFoundError(
+                f"{folder} holds no tasks.json: read its tasks with data.sources=toolscale "
+                "(a ToolScale file, or the synthesis pipeline's tasks.json)"
+            )
+        if self._folder and split == "base" and not (folder / "split_tasks.json").exists():
+            return read_tau2_tasks(folder, limit=n)[0]
         return read_tau2_tasks(folder, split=split, limit=n)[0]
 
     def tau2_task(self, task: Task) -> Any:
@@ -186,10 +211,17 @@ class Tau2Environment:
         if name not in self._domains:
             from tau2.registry import registry
 
+            if name not in registry.get_domains():
+                folder = domain_folder(name, self.domains_dir)
+                if folder is not None:
+                    register_domain_folder(folder)
             try:
                 environment = registry.get_env_constructor(name)()
             except Exception as e:
-                raise ValueError(f"τ² domain {name!r} is not available in tau2: {e}") from None
+                raise ValueError(
+                    f"τ² domain {name!r} is not available in tau2 ({e}), nor a folder in "
+                    f"env.tau2.domains_dir ({self.domains_dir or 'unset'})"
+                ) from None
             self._domains[name] = Domain(
                 name, environment.get_policy(), tuple(environment.get_tools()), environment
             )
@@ -332,13 +364,22 @@ class Tau2Environment:
             termination_reason=termination,  # type: ignore[arg-type]
             messages=list(episode.messages),
         )
-        try:
-            result = evaluate_simulation(
-                run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
+        last_error = "no attempt made"
+        for _ in range(self.evaluator_retries + 1):
+            try:
+                result = evaluate_simulation(
+                    run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
+                )
+                break
+            except Exception as e:  # the evaluator's failure, not the policy's
+                last_error = f"{type(e).__name__}: {e}"
+        else:
+            raise InfraError(
+                f"τ² evaluator failed on task {task.id!r} after "
+                f"{self.evaluator_retries + 1} attempt(s); last error: {last_error}",
+                kind="evaluator",
+                endpoint=f"tau2 evaluator ({episode.domain})",
             )
-        except Exception as e:  # a failing evaluation scores 0 and says why
-            info.update(reward=0.0, error=f"{type(e).__name__}: {e}")
-            return JudgeVerdict(correct=False, info=info)
         reward = float(result.reward)
         info["reward"] = reward
         info["reward_basis"] = [b.value for b in result.reward_basis or []]
@@ -415,6 +456,8 @@ def config_problems(config: Any) -> list[str]:
         errors.append(f"env.tau2.data_dir: set it or ${DATA_DIR_VARIABLE} (tau2's data folder)")
     elif not os.path.isdir(os.path.join(data_dir, "tau2", "domains")):
         errors.append(f"env.tau2.data_dir: {data_dir!r} is not a τ²-bench data folder")
+    if t.domains_dir and not os.path.isdir(t.domains_dir):
+        errors.append(f"env.tau2.domains_dir: {t.domains_dir!r} is not a folder")
     if t.user not in USER_KINDS:
         errors.append(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
     elif t.user == "simulator" and not (t.user_url and t.user_model):
@@ -485,6 +528,8 @@ def from_config(config: Any) -> Tau2Environment:
         domain=t.domain,
         expert_mode=t.expert_mode,
         drop_tools=split_names(t.drop_tools),
+        evaluator_retries=config.rollout.infra_retries,
+        domains_dir=t.domains_dir or None,
     )
 
 

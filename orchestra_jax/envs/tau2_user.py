@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra_jax.agent.conversation import PartyReply, PolicyTurn
+from orchestra_jax.agent.infra_failure import endpoint_of
 from orchestra_jax.envs.tau2_episode import Tau2Episode
 from orchestra_jax.tools.experts import backoff_delay
 
@@ -61,6 +62,11 @@ class Tau2Conversation:
 
     def __init__(self, speaker: Speaker):
         self.speaker = speaker
+
+    @property
+    def endpoint(self) -> str:
+        """Who plays the user, as failures name it (`agent/infra_failure.endpoint_of`)."""
+        return endpoint_of(self.speaker)
 
     async def open(self, state: Tau2Episode) -> PartyReply:
         """The conversation so far as the policy sees it (tau2's greeting, or the task's

@@ -14,7 +14,9 @@ judge, as `eval.protocol="paper"` does). The judge's dollars and
 seconds are grading overhead, not the orchestrator's spending, so they are
 returned in the verdict and summed on the judge, never added to a
 trajectory's cost. A judge whose endpoint fails after the client's retries
-raises `JudgeError` naming it: an episode is never silently graded wrong.
+raises `JudgeError` naming it: an episode is never silently graded wrong (the
+grader marks it an infrastructure failure, `agent/infra_failure.py`, and it is
+neither trained on nor scored).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
+from orchestra_jax.agent.infra_failure import InfraError, endpoint_of
 from orchestra_jax.io.jsonl_log import JsonlLog
 from orchestra_jax.io.paths import as_path
 from orchestra_jax.registry import Registry
@@ -85,8 +88,11 @@ ANSWER_MATCHES.register("lowercase", lowercase_match)
 DEFAULT_ANSWER_MATCH = "normalized"
 
 
-class JudgeError(RuntimeError):
+class JudgeError(InfraError):
     """The judge could not give a verdict (its endpoint failed after retries)."""
+
+    def __init__(self, message: str, *, endpoint: str):
+        super().__init__(message, kind="judge", endpoint=endpoint)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +249,9 @@ class LLMJudge:
             if inspect.isawaitable(reply):
                 reply = await reply
         except Exception as e:  # an endpoint that failed for good: the step fails, loudly
-            raise JudgeError(f"judge {self.name!r} gave no verdict: {e}") from e
+            raise JudgeError(
+                f"judge {self.name!r} gave no verdict: {e}", endpoint=endpoint_of(self.client)
+            ) from e
         cost = token_cost(
             reply.prompt_tokens, reply.completion_tokens, self.price_in, self.price_out
         )

@@ -121,6 +121,9 @@ class GenerateRequest:
       likely tokens and their logprobs (`Completion.top_logprobs`).
     logprob_start_len: -1, or also score the prompt from this position on
       (`Completion.prompt_logprobs`; position 0 has no logprob).
+    affinity_key: requests sharing it (the turns of one episode) go to the same
+      server where there are several, the one holding their common prefix in its
+      cache (`server_pool.py`); None: any server.
     """
 
     input_ids: list[int]
@@ -128,6 +131,7 @@ class GenerateRequest:
     request_id: str | None = None
     top_logprobs_num: int = 0
     logprob_start_len: int = -1
+    affinity_key: str | None = None
 
     def __post_init__(self):
         if len(self.input_ids) == 0:
@@ -225,6 +229,18 @@ class RolloutEngine(Protocol):
     async def health(self) -> bool: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServedEngine(Protocol):
+    """An engine whose weights live on inference servers (the SGLang and vLLM clients,
+    `rollout/http_client.py`): its `update_weights` loads them on every server and
+    verifies each (version and sync probe), and it can say which version each server
+    holds now."""
+
+    async def weight_versions(self) -> dict[str, str | None]:
+        """Server URL -> the weight version it reports (None: it did not answer)."""
+        ...
 
 
 @runtime_checkable

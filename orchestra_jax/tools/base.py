@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from orchestra_jax.agent.infra_failure import InfraFailure
 from orchestra_jax.envs.base import Task
 
 
@@ -34,6 +35,9 @@ class ToolResult:
         code, …). Never read by the orchestrator.
       final_answer: set only by the `answer` tool: the episode's final answer.
         The agent loop ends the episode when a result carries a final answer.
+      infra_failure: set when a service behind the tool failed for good (an
+        expert endpoint, the search backend; `agent/infra_failure.py`): the
+        agent loop ends the episode, which is not the policy's failure.
     """
 
     text: str
@@ -42,6 +46,7 @@ class ToolResult:
     error: str | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     final_answer: str | None = None
+    infra_failure: InfraFailure | None = None
 
     @property
     def is_final(self) -> bool:

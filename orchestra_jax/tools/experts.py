@@ -54,7 +54,14 @@ class ExpertReply:
 
 
 class ExpertError(RuntimeError):
-    """An expert call failed for good (after retries, or a non-retryable error)."""
+    """An expert call failed for good (after retries, or a non-retryable error).
+
+    `endpoint`: the URL that failed ("" where there is none, as for a missing key).
+    """
+
+    def __init__(self, message: str, *, endpoint: str = ""):
+        super().__init__(message)
+        self.endpoint = endpoint
 
 
 @runtime_checkable
@@ -219,7 +226,8 @@ class OpenAIChatExpert:
         self.stats.failures += 1
         raise ExpertError(
             f"expert {self.name!r} at {self.url} failed after "
-            f"{attempt + 1} attempt(s); last error: {last_error}"
+            f"{attempt + 1} attempt(s); last error: {last_error}",
+            endpoint=self.url,
         )
 
     def _parse(self, text: str, latency_s: float, attempts: int) -> ExpertReply:
@@ -238,7 +246,8 @@ class OpenAIChatExpert:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             self.stats.failures += 1
             raise ExpertError(
-                f"expert {self.name!r}: malformed response ({type(e).__name__}: {e}): {text[:300]}"
+                f"expert {self.name!r}: malformed response ({type(e).__name__}: {e}): {text[:300]}",
+                endpoint=self.url,
             ) from e
 
 

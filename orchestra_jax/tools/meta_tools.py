@@ -31,7 +31,10 @@ with the alias's prices, and * marks measured wall time, charged only where
 `Backends.charge_measured_time` is set (offline runs leave it out, so that
 their rewards do not depend on machine load). A bad alias or a failing
 backend returns a `ToolResult` with `error` set (and whatever was already
-spent).
+spent); where the failure is a service's, not the policy's (an expert endpoint
+that failed after its client's retries, the search backend failing
+`Backends.search_retries` + 1 times), the result also carries its
+`infra_failure` (`agent/infra_failure.py`).
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ import asyncio
 import time
 from typing import Any
 
+from orchestra_jax.agent.infra_failure import InfraError, InfraFailure, endpoint_of
 from orchestra_jax.tools import descriptions, pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.expert_protocols import ExpertProtocol
-from orchestra_jax.tools.experts import ExpertError, ExpertReply
+from orchestra_jax.tools.experts import ExpertError, ExpertReply, backoff_delay
 from orchestra_jax.tools.function_tools import format_sandbox_result
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
+
+SEARCH_BACKOFF_S = 1.0  # The first wait before a failed search is tried again (doubling).
 
 
 class MetaTool:
@@ -87,10 +93,14 @@ class MetaTool:
                 ctx=ctx,
                 **({} if tools is None else {"tools": tools}),
             )
-        except ExpertError as e:  # retried by the client already: an observation, counted
-            return error_result(
+        except ExpertError as e:  # retried by the client already: not the policy's failure
+            result = error_result(
                 str(e), tool=self.name, model=alias, backend=spec.backend, expert_failed=True
             )
+            result.infra_failure = InfraFailure(
+                kind="expert", endpoint=e.endpoint or spec.backend, message=str(e)
+            )
+            return result
         meta = {
             "tool": self.name,
             "model": alias,
@@ -110,6 +120,7 @@ class MetaTool:
                 cost_usd=cost,
                 latency_s=reply.latency_s,
                 metadata=meta,
+                infra_failure=e.failure if isinstance(e, InfraError) else None,
             )
 
     @property
@@ -147,12 +158,7 @@ class SearchTool(MetaTool):
             raise RuntimeError("no retriever configured")
         query = self.protocol.query(reply.text, ctx.task.question)
         start = time.monotonic()
-        docs = await asyncio.to_thread(
-            self.backends.retriever.search,
-            query,
-            self.config.search_top_k,
-            ctx.task.metadata.get("allowed_doc_ids"),
-        )
+        docs = await self.retrieve(query, ctx)
         retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
         for d in docs:
             if d.render() not in ctx.documents:
@@ -170,6 +176,29 @@ class SearchTool(MetaTool):
             ),
             latency_s=reply.latency_s + retrieval_s,
             metadata=meta,
+        )
+
+    async def retrieve(self, query: str, ctx: ToolContext) -> list[Any]:
+        """The retriever's documents, tried `Backends.search_retries` + 1 times;
+        `InfraError` (kind "search") when every attempt fails."""
+        retriever, retries = self.backends.retriever, self.backends.search_retries
+        last_error = "no attempt made"
+        for attempt in range(retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff_delay(attempt - 1, SEARCH_BACKOFF_S, 30.0))
+            try:
+                return await asyncio.to_thread(
+                    retriever.search,
+                    query,
+                    self.config.search_top_k,
+                    ctx.task.metadata.get("allowed_doc_ids"),
+                )
+            except Exception as e:  # an index or web search that fails: the service's fault
+                last_error = f"{type(e).__name__}: {e}"
+        raise InfraError(
+            f"search backend failed after {retries + 1} attempt(s); last error: {last_error}",
+            kind="search",
+            endpoint=endpoint_of(retriever),
         )
 
 

@@ -45,6 +45,9 @@ class Backends:
         it: with simulated experts, cost and latency are then functions of the
         seed alone, not of machine load, so offline rewards repeat exactly
         (a resumed run retraces an uninterrupted one).
+      search_retries: extra attempts at a search the retriever failed
+        (`rollout.infra_retries`), before the call is the search backend's
+        failure (`agent/infra_failure.py`).
     """
 
     experts: Mapping[str, ExpertClient]
@@ -56,6 +59,7 @@ class Backends:
     families: Mapping[str, str] = dataclasses.field(default_factory=dict)
     experts_for_config: Callable[[Any], Mapping[str, ExpertClient]] | None = None
     charge_measured_time: bool = True
+    search_retries: int = 0
 
     def charged_seconds(self, measured_s: float) -> float:
         """The part of a measured wall time that is charged (see the attribute)."""

@@ -206,6 +206,7 @@ def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) 
         prefix_cache=r.prefix_cache,
         urls=split_list(r.urls),
         weights_dir=r.weights_dir,
+        sync_tolerance=r.sync_tolerance or None,
     )
 
 
@@ -298,6 +299,7 @@ def check_rollout(config: Any) -> list[str]:
         "rollout.sync_tolerance",
         "agent.seconds_per_generated_token",
         "agent.max_concurrent_episodes",
+        "rollout.infra_retries",
         allow_zero=True,
     )
     if not 0 < rollout.top_p <= 1:
@@ -685,6 +687,15 @@ def check_rl(config: Any) -> list[str]:
             )
     if rl.group_size < 2:
         errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
+    if not 2 <= rl.min_group_size_after_infra <= max(rl.group_size, 2):
+        errors.append(
+            f"rl.min_group_size_after_infra must be in [2, rl.group_size={rl.group_size}] "
+            f"(a group's reward std needs 2 episodes), got {rl.min_group_size_after_infra}"
+        )
+    if not 0.0 <= rl.max_infra_failure_fraction <= 1.0:
+        errors.append(
+            f"rl.max_infra_failure_fraction must be in [0, 1], got {rl.max_infra_failure_fraction}"
+        )
     errors += _choice("rl.loss", rl.loss, grpo.POLICY_LOSSES)
     errors += _choice("rl.loss_agg", rl.loss_agg, AGGREGATIONS)
     errors += _choice("rl.advantage", rl.advantage, grpo.ADVANTAGES)

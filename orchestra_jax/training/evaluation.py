@@ -26,6 +26,13 @@ writes
 domain, what the other party of conversations spent, apart, and the read
 report of each data source, e.g. how many HLE image questions were skipped)
 and the episodes to `<workdir>/trajectories/eval_<policy>.jsonl` for the viewer.
+
+Episodes that failed by infrastructure (`Trajectory.infra_failure`: an engine,
+expert, search, judge, user-simulator or evaluator failure) are not scored as
+wrong: every score of the summary is over the other episodes, and the summary
+counts them (`infra_failed`, by kind and by endpoint;
+`training/infra_failures.summary`). An evaluation where every episode failed so
+raises `InfraFailureError` naming the endpoints.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges
+from orchestra_jax.training import infra_failures
 from orchestra_jax.training.host_rollouts import gather_step
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 from orchestra_jax.training.seeds import Stream
@@ -210,7 +218,13 @@ class Evaluator:
         """Runs `engine` on the test, writes and returns its summary (into `workdir`,
         default the evaluator's); `extra` fields are added to the summary."""
         workdir = workdir or self.workdir
-        trajectories = await self.play(engine)
+        played = await self.play(engine)
+        trajectories = [t for t in played if t.infra_failure is None]  # the scored ones
+        if not trajectories:
+            raise infra_failures.InfraFailureError(
+                f"every episode of the evaluation of {name!r} failed by infrastructure: "
+                + infra_failures.describe(infra_failures.failures(played))
+            )
         rewards = heldout_rewards(
             trajectories, cost_scale=self.cost_scale, latency_scale=self.latency_scale
         )
@@ -235,10 +249,11 @@ class Evaluator:
             "trials": self.trials,
             "pass_k": pass_k_by_domain(trajectories),
             **other_party_spending(trajectories),
+            **infra_failures.summary(played),
             **(extra or {}),
         }
         if is_primary():  # on several hosts, process 0 alone writes
-            write_jsonl(paths.join(workdir, "trajectories", f"eval_{name}.jsonl"), trajectories)
+            write_jsonl(paths.join(workdir, "trajectories", f"eval_{name}.jsonl"), played)
             text = json.dumps(summary, indent=2, sort_keys=True)
             paths.write_text_atomic(paths.join(workdir, f"eval_{name}.json"), text)
         return summary

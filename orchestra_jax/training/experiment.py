@@ -135,7 +135,14 @@ def build_evaluator(
     )
 
 
-EVAL_METRICS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s", "preference_score")
+EVAL_METRICS = (
+    "heldout_reward",
+    "accuracy",
+    "mean_cost_usd",
+    "mean_latency_s",
+    "preference_score",
+    "infra_failed",
+)
 
 
 def evaluate(

@@ -39,11 +39,9 @@ from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_m
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.rollout import sync_probe
-from orchestra_jax.rollout.engine import RolloutEngine
-from orchestra_jax.rollout.sglang_client import as_model
+from orchestra_jax.rollout.engine import RolloutEngine, ServedEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
-from orchestra_jax.training import builders, config_checks, host_rollouts, seeds
+from orchestra_jax.training import builders, config_checks, host_rollouts, infra_failures, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
 from orchestra_jax.training.config_checks import ExperimentConfig
 from orchestra_jax.training.metrics import MetricsWriter
@@ -170,17 +168,19 @@ def train_task_iterator(config: ExperimentConfig, *, whole_steps: bool = False):
     )
 
 
-def restore(run: Run, iterator) -> int:
+def restore(run: Run, iterator, *, sync_engine: bool = True) -> int:
     """Restores the last checkpoint into the learner, the rollout engine and the
     iterator; returns its step (0 where there is no checkpoint).
 
     The engine samples from its own copy of the weights, so it is synced here:
     a caller that only evaluates (experiments/evaluate.py) gets the checkpoint's
-    policy, not the freshly initialised one the engine was built with.
+    policy, not the freshly initialised one the engine was built with. With
+    `sync_engine=False` the caller loads them itself (evaluation on servers:
+    `training/policy_push.py`).
     """
     step = run.checkpointer.latest_step()
     if step is None:
-        if sync_probe.can_verify(run.engine):  # servers start on weights of their own
+        if sync_engine and isinstance(run.engine, ServedEngine):  # servers start on their own
             run_sync(sync_weights(run, 0))
         return 0
     restored = run.checkpointer.restore(
@@ -190,7 +190,8 @@ def restore(run: Run, iterator) -> int:
         rng=jax.random.key(run.config.seed),
     )
     run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
-    run_sync(sync_weights(run, restored.step))
+    if sync_engine:
+        run_sync(sync_weights(run, restored.step))
     if iterator is not None and restored.data_state is not None:
         iterator.set_state(restored.data_state)
     log.info("resumed from %s at step %d", run.checkpointer.directory, restored.step)
@@ -235,8 +236,13 @@ async def play_step(run: Run, tasks, step: int, positions) -> list:
 
 
 def score_step(run: Run, trajectories) -> StepExperience:
-    """Rewards, advantages and filters of a step's graded episodes (`rl.*`)."""
+    """Rewards, advantages and filters of a step's graded episodes (`rl.*`); a step
+    where more than `rl.max_infra_failure_fraction` of the episodes failed by
+    infrastructure stops the run (`infra_failures.check_fraction`)."""
     config = run.config
+    infra_failures.check_fraction(
+        trajectories, config.rl.max_infra_failure_fraction, what="the step's episodes"
+    )
     return score_groups(
         trajectories,
         group_size=config.rl.group_size,
@@ -250,6 +256,7 @@ def score_step(run: Run, trajectories) -> StepExperience:
         advantage_boost=config.rl.advantage_boost,
         drop_no_answer=config.rl.drop_no_answer,
         train_message_turns=config.env.tau2.train_message_turns,
+        min_group_size_after_infra=config.rl.min_group_size_after_infra,
     )
 
 
@@ -283,21 +290,26 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
 
 
 async def sync_weights(run: Run, version: int) -> dict[str, float]:
-    """The learner's weights to the engine as `version`, verified on servers (below)."""
+    """The learner's weights to the engine as `version`; on servers, each server's load
+    is verified by the client (`rollout/http_client.py`: version and sync probe)."""
     params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
     await run.engine.update_weights(params, version=version)
-    return await verify_sync(run.config, run.engine, params, version)
+    return sync_report(run.engine)
 
 
-async def verify_sync(config: Any, engine: RolloutEngine, params: Any, version: int) -> dict:
-    """On engines that serve from servers, the sync probe (`rollout/sync_probe.py`):
-    {"rollout/sync_logprob_max_abs_diff": …}, or SyncNotLanded; {} in process."""
-    if not sync_probe.can_verify(engine):
-        return {}
-    model, _ = as_model(params, getattr(engine, "model_config", None))
-    return await sync_probe.verify_sync(
-        engine, model, version, tolerance=config.rollout.sync_tolerance or None
-    )
+def sync_report(engine: RolloutEngine) -> dict[str, float]:
+    """The last weight sync's probe metrics (`rollout/sync_logprob_max_abs_diff`) on
+    engines that serve from servers; {} in process."""
+    report = getattr(engine, "sync_metrics", None)
+    return report() if report is not None else {}
+
+
+def server_metrics(engine: Any) -> dict[str, float]:
+    """`rollout/server/<i>/...`: what each inference server did since the last step
+    (requests, tokens, errors, latency; `rollout/server_pool.py`), for engines that
+    dispatch over servers; {} for the others."""
+    take = getattr(engine, "take_metrics", None)
+    return {f"rollout/server/{k}": v for k, v in take().items()} if take is not None else {}
 
 
 def end_step(
@@ -348,6 +360,7 @@ def end_step(
             **(extra or {}),
             **timer.pop(),
             **(run.judge.stats() if run.judge is not None else {}),
+            **server_metrics(run.engine),
             "episode_tool_latency_s": float(np.mean(latencies)) if latencies else 0.0,
         },
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestra_jax.agent.infra_failure import InfraError
 from orchestra_jax.agent.loop import LoopLimits, make_group_specs, run_episodes
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.envs.base import Task
@@ -32,6 +33,7 @@ from orchestra_jax.rl import grpo
 from orchestra_jax.rl.grpo import FORMAT_FILTERS
 from orchestra_jax.rollout.engine import RolloutEngine, SamplingParams
 from orchestra_jax.tools.config import ToolConfig
+from orchestra_jax.training import infra_failures
 
 
 @dataclasses.dataclass
@@ -68,18 +70,30 @@ async def grade_all(
 ) -> None:
     """Sets `correct` on every trajectory: `env.grade` (concurrently, for LLM judges),
     given each episode's state (`states[i]` for trajectory i) where there is one.
-    A grader's report (`JudgeVerdict.info`) goes to `metadata["grade"]`."""
+    A grader's report (`JudgeVerdict.info`) goes to `metadata["grade"]`.
+
+    An episode that already failed by infrastructure is not graded, and one whose
+    grader fails so (an `InfraError`: the judge, τ²'s evaluator, after their
+    retries) is marked (`Trajectory.infra_failure`); both get correct = False,
+    which nothing scores (`score_groups`, evaluation summaries)."""
     states = [None] * len(trajectories) if states is None else states
-    verdicts = await asyncio.gather(
-        *(
-            env.grade(tasks[t.task_id], t.final_answer, judge=judge, state=state)
-            for t, state in zip(trajectories, states)
-        )
-    )
-    for traj, verdict in zip(trajectories, verdicts):
-        traj.correct = bool(verdict.correct)
-        if verdict.info is not None:
-            traj.metadata["grade"] = verdict.info
+
+    async def grade(traj: Trajectory, state: Any) -> None:
+        if traj.infra_failure is None:
+            try:
+                verdict = await env.grade(
+                    tasks[traj.task_id], traj.final_answer, judge=judge, state=state
+                )
+            except InfraError as e:
+                traj.infra_failure = e.failure
+            else:
+                traj.correct = bool(verdict.correct)
+                if verdict.info is not None:
+                    traj.metadata["grade"] = verdict.info
+                return
+        traj.correct = False
+
+    await asyncio.gather(*(grade(t, state) for t, state in zip(trajectories, states)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +176,7 @@ def score_groups(
     advantage_boost: float = 0.0,
     drop_no_answer: bool = False,
     train_message_turns: bool = True,
+    min_group_size_after_infra: int = 2,
 ) -> StepExperience:
     """Rewards, advantages and filters for graded trajectories (group by group).
 
@@ -180,17 +195,86 @@ def score_groups(
     `train_message_turns` False leaves a conversation's message turns (turns
     that called no tool and spoke to the other party, `Turn.message_to_party`)
     out of the loss: their sampled tokens get training mask 0.
+
+    Episodes that failed by infrastructure (`Trajectory.infra_failure`) are not
+    scored: every statistic of their group (reward normalisation, mean, std,
+    filters) is that of the group's other episodes, as if they had not been
+    played; a group left with fewer than `min_group_size_after_infra` episodes
+    is dropped. They get reward and advantage None and are never kept.
     """
     if format_filter not in FORMAT_FILTERS:
         raise ValueError(f"format_filter must be one of {FORMAT_FILTERS}, got {format_filter!r}")
-    rewards = group_rewards(trajectories, group_size, reward_fn)
-    if format_filter == "penalty":
-        rewards = np.asarray(
-            grpo.format_penalty_rewards(
-                rewards, [t.format_valid for t in trajectories], format_penalty
-            ),
-            np.float32,
+    n = len(trajectories)
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} trajectories do not split into groups of {group_size}")
+    failed = [t.infra_failure is not None for t in trajectories]
+    # Groups by how many of their episodes remain: groups of one size are scored together.
+    by_size: dict[int, list[int]] = collections.defaultdict(list)
+    dropped_groups = 0
+    for start in range(0, n, group_size):
+        rest = [i for i in range(start, start + group_size) if not failed[i]]
+        by_size[len(rest)].extend(rest)
+        dropped_groups += len(rest) < min_group_size_after_infra
+    rewards = np.zeros(n, np.float32)
+    advantages = np.zeros(n, np.float32)
+    keep = np.zeros(n, bool)
+    for size, places in sorted(by_size.items()):
+        if size == 0:
+            continue
+        group = [trajectories[i] for i in places]
+        rewards[places] = group_rewards(group, size, reward_fn)
+        if format_filter == "penalty":
+            rewards[places] = grpo.format_penalty_rewards(
+                rewards[places], [t.format_valid for t in group], format_penalty
+            )
+        if size < min_group_size_after_infra:
+            continue
+        advantages[places], keep[places] = _advantages_and_keep(
+            group,
+            rewards[places],
+            size,
+            adv_clip=adv_clip,
+            filter_reward_std=filter_reward_std,
+            format_filter=format_filter,
+            filter_no_answer=filter_no_answer,
+            advantage=advantage,
+            advantage_boost=advantage_boost,
+            drop_no_answer=drop_no_answer,
         )
+    train_masks = training_masks(
+        trajectories,
+        drop_invalid=format_filter == "turn",
+        drop_messages=not train_message_turns,
+    )
+    advantages = np.where(keep, advantages, 0.0).astype(np.float32)
+    for traj, r, a, f in zip(trajectories, rewards, advantages, failed):
+        traj.reward, traj.advantage = (None, None) if f else (float(r), float(a))
+    scored = [i for i in range(n) if not failed[i]]
+    metrics = (
+        episode_metrics([trajectories[i] for i in scored], rewards[scored], keep[scored])
+        if scored
+        else {}
+    )
+    metrics["kept_fraction"] = float(np.mean(keep)) if n else 0.0
+    metrics.update(infra_failures.metrics(trajectories))
+    metrics["rollout/infra_groups_dropped"] = float(dropped_groups)
+    return StepExperience(list(trajectories), rewards, advantages, keep, metrics, train_masks)
+
+
+def _advantages_and_keep(
+    trajectories: Sequence[Trajectory],
+    rewards: np.ndarray,
+    group_size: int,
+    *,
+    adv_clip: float | None,
+    filter_reward_std: float,
+    format_filter: str,
+    filter_no_answer: bool,
+    advantage: str,
+    advantage_boost: float,
+    drop_no_answer: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`score_groups`' advantages and kept episodes of groups of `group_size` episodes."""
     advantages = grpo.ADVANTAGES.get(advantage)(rewards, group_size, clip=adv_clip or None)
     advantages = np.asarray(grpo.boost_advantages(advantages, advantage_boost), np.float32)
     # np.array (a writable copy): the filters return read-only JAX buffers.
@@ -199,11 +283,6 @@ def score_groups(
     )
     if format_filter == "episode":
         keep &= np.asarray(grpo.format_filter([t.format_valid for t in trajectories]), bool)
-    train_masks = training_masks(
-        trajectories,
-        drop_invalid=format_filter == "turn",
-        drop_messages=not train_message_turns,
-    )
     if filter_no_answer:
         keep &= np.asarray(
             grpo.answer_filter([is_valid_answer(t.final_answer) for t in trajectories], group_size),
@@ -211,17 +290,7 @@ def score_groups(
         )
     if drop_no_answer:
         keep &= np.asarray(grpo.answered_filter([t.answered for t in trajectories]), bool)
-    advantages = np.where(keep, advantages, 0.0).astype(np.float32)
-    for traj, r, a in zip(trajectories, rewards, advantages):
-        traj.reward, traj.advantage = float(r), float(a)
-    return StepExperience(
-        list(trajectories),
-        rewards,
-        advantages,
-        keep,
-        episode_metrics(trajectories, rewards, keep),
-        train_masks,
-    )
+    return advantages, keep
 
 
 def training_masks(

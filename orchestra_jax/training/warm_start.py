@@ -86,7 +86,9 @@ def keep_demonstrations(
 ) -> list[Trajectory]:
     """The demonstrations worth imitating.
 
-    "none": all of them. "correct": only the episodes graded correct (rejection-
+    "none": all of them but those that failed by infrastructure
+    (`Trajectory.infra_failure`: what the demonstrator did there is cut short by
+    a service, not chosen). "correct": only the episodes graded correct (rejection-
     sampled behaviour cloning: a random demonstrator's successes teach which tools
     suit which task, its failures teach nothing). "best": `demos` holds
     `group_size` consecutive episodes per task; of each task's correct ones, the
@@ -96,7 +98,7 @@ def keep_demonstrations(
     way to the right answer, so the warm start also learns what to spend.
     """
     if demo_filter == "none":
-        return list(demos)
+        return [d for d in demos if d.infra_failure is None]
     if demo_filter == "correct":
         return [d for d in demos if d.correct]
     if demo_filter == "best":

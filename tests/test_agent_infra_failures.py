@@ -1,0 +1,185 @@
+"""Each kind of infrastructure failure is recognised where it happens, through the
+real loop, tools, clients and grader (failures injected with fakes and dead ports);
+the policy's own failures never are."""
+
+import asyncio
+import socket
+
+import pytest
+
+from orchestra_jax.agent.episode import EpisodeSpec
+from orchestra_jax.agent.loop import LoopLimits, run_episodes_sync
+from orchestra_jax.envs.base import Task
+from orchestra_jax.rewards.judge import LLMJudge
+from orchestra_jax.rollout.engine import Completion, SamplingParams
+from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tools.config import ModelAlias, ToolConfig
+from orchestra_jax.tools.experts import OpenAIChatExpert
+from orchestra_jax.tools.registry import Backends, make_tools
+from orchestra_jax.training.rollouts import grade_all
+from tests import test_agent_conversation as conversation_tests
+from tests.test_agent_loop import TOK, FakeTool, call, run, scripted, spec
+from tests.test_tools_accounting import FixedExpert
+
+TASK = Task("t0", "Where is Zorbel Works headquartered?", "Quilton")
+
+
+def dead_url():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def meta_tools(expert, retriever=None, search_retries=0):
+    config = ToolConfig(
+        aliases=(
+            ModelAlias("search-1", "search", "m", 1.0, 1.0, 1.0),
+            ModelAlias("answer-1", "answer", "m", 1.0, 1.0, 1.0),
+        ),
+        tools=("search", "answer"),
+    )
+    backends = Backends(experts={"m": expert}, retriever=retriever, search_retries=search_retries)
+    return config, make_tools(config, backends)
+
+
+def play_meta(expert, turns, **backends):
+    config, tools = meta_tools(expert, **backends)
+    episode = EpisodeSpec(task=TASK, tool_config=config, tools=tools)
+    [traj] = run_episodes_sync(
+        [episode],
+        scripted({"t0/0": turns}),
+        TOK,
+        sampling=SamplingParams(),
+        limits=LoopLimits(max_turns=4, enable_thinking=False),
+    )
+    return traj
+
+
+def test_an_engine_error_and_an_aborted_turn_are_the_engines():
+    tools = [FakeTool("answer", final=True)]
+
+    def raising(ids, request):
+        raise ConnectionError("server gone")
+
+    engine = ScriptedEngine(raising)
+    engine.urls = ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]  # a server client's
+    [traj] = run([spec(tools)], engine)
+    assert traj.finish_reason == "error" and traj.infra_failure is not None
+    assert traj.infra_failure.kind == "engine" and "server gone" in traj.infra_failure.message
+    assert traj.infra_failure.endpoint == "http://10.0.0.1:30000,http://10.0.0.2:30000"
+
+    class Aborting(ScriptedEngine):
+        async def generate(self, requests):
+            abort = Completion(
+                [5], [-1.0], "abort", prompt_tokens=1, completion_tokens=1, latency_s=0
+            )
+            return [abort] * len(requests)
+
+    [aborted] = run([spec(tools)], Aborting(lambda ids, r: [5]))
+    assert aborted.infra_failure.kind == "engine" and aborted.infra_failure.endpoint == "Aborting"
+    assert "aborted turn 0" in aborted.infra_failure.message
+
+
+def test_an_expert_endpoint_that_stays_down_is_the_experts_and_ends_the_episode():
+    url = dead_url()
+    expert = OpenAIChatExpert(url, "m", api_key_env=None, retries=1, backoff_s=0.01)
+    traj = play_meta(expert, [call("answer", model="answer-1")])
+    assert traj.finish_reason == "error" and len(traj.turns) == 1
+    failure = traj.infra_failure
+    assert failure.kind == "expert" and failure.endpoint == url + "/chat/completions"
+    assert "failed after 2 attempt(s)" in failure.message
+    [result] = traj.turns[0].tool_results
+    assert result.infra_failure == failure and result.metadata["expert_failed"]
+
+
+class DownSearch:
+    url = "https://search.test/v1"
+
+    def __init__(self, fail_first):
+        self.fail_first, self.calls = fail_first, 0
+
+    def search(self, query, k, allowed_ids=None):
+        from orchestra_jax.tools.retrieval import Document
+
+        self.calls += 1
+        if self.calls <= self.fail_first:
+            raise OSError("search backend unreachable")
+        return [Document("d1", "Zorbel Works is headquartered in Quilton.", "Zorbel")]
+
+
+def test_a_search_backend_failure_is_retried_then_the_searchs(monkeypatch):
+    monkeypatch.setattr("orchestra_jax.tools.meta_tools.SEARCH_BACKOFF_S", 0.0)
+    turns = [call("search", model="search-1"), call("answer", model="answer-1")]
+    flaky = DownSearch(fail_first=1)  # one failure, one retry: the episode goes on
+    recovered = play_meta(FixedExpert(), turns, retriever=flaky, search_retries=1)
+    assert recovered.infra_failure is None and recovered.finish_reason == "answer"
+    assert flaky.calls == 2
+    down = DownSearch(fail_first=10)
+    traj = play_meta(FixedExpert(), turns, retriever=down, search_retries=2)
+    assert down.calls == 3 and traj.finish_reason == "error" and len(traj.turns) == 1
+    assert traj.infra_failure.kind == "search" and traj.infra_failure.endpoint == down.url
+    assert "after 3 attempt(s)" in traj.infra_failure.message
+    assert "unreachable" in traj.infra_failure.message
+
+
+def test_a_failing_user_simulator_is_the_users():
+    FakeUser = conversation_tests.FakeUser
+    at_open = conversation_tests.play(
+        conversation_tests.conversation(FakeUser(fail_on="open")),
+        conversation_tests.scripted(["Hello."]),
+    )
+    assert at_open.infra_failure.kind == "user_simulator"
+    assert at_open.infra_failure.endpoint == "FakeUser"
+    assert "user endpoint down" in at_open.infra_failure.message
+    later = conversation_tests.play(
+        conversation_tests.conversation(FakeUser(["a", "b", "c"], fail_on=2)),
+        conversation_tests.scripted(["One.", "Two."]),
+    )
+    assert later.infra_failure.kind == "user_simulator" and len(later.turns) == 2
+
+
+class JudgedEnv:
+    """An environment whose grade asks the judge (as the QA environment does)."""
+
+    async def grade(self, task, final_answer, *, judge=None, state=None):
+        return await judge(task.question, final_answer or "", task.answer)
+
+
+def test_a_judge_that_gives_no_verdict_is_the_judges_and_nothing_is_graded_wrong():
+    url = dead_url()
+    judge = LLMJudge(OpenAIChatExpert(url, "judge", api_key_env=None, retries=0))
+    tools = [FakeTool("answer", final=True)]
+    [traj] = run([spec(tools)], scripted({"t0/0": [call("answer", q="Paris")]}))
+    asyncio.run(grade_all([traj], {"t0": Task("t0", "Capital?", "Rome")}, JudgedEnv(), judge=judge))
+    assert traj.infra_failure.kind == "judge"
+    assert traj.infra_failure.endpoint == url + "/chat/completions"
+    assert traj.correct is False and "grade" not in traj.metadata
+
+
+def test_an_episode_failed_in_rollout_is_not_graded():
+    class Refuses:
+        async def grade(self, *args, **kwargs):
+            raise AssertionError("graded an episode whose engine failed")
+
+    def raising(ids, request):
+        raise ConnectionError("server gone")
+
+    [traj] = run([spec([FakeTool("answer", final=True)])], ScriptedEngine(raising))
+    asyncio.run(grade_all([traj], {}, Refuses()))
+    assert traj.correct is False and traj.infra_failure.kind == "engine"
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        ["<tool_call>\n{not json\n</tool_call>"],  # a malformed call
+        [call("nonexistent", q="1")],  # an unknown tool
+        [call("search", q=1)],  # a call its tool refuses (it raises)
+        ["I will just talk."],  # no call, no answer
+    ],
+)
+def test_the_policys_own_failures_are_never_infrastructure(turns):
+    tools = [FakeTool("search", raises=ValueError("bad argument")), FakeTool("answer", final=True)]
+    [traj] = run([spec(tools)], scripted({"t0/0": turns}), max_turns=2)
+    assert traj.infra_failure is None and traj.finish_reason == "max_turns"
+    assert all(r.infra_failure is None for t in traj.turns for r in t.tool_results)
