@@ -96,7 +96,7 @@ def initial_adapters(abstract_adapters: Any, seed: int) -> Any:
             key = jax.random.fold_in(jax.random.key(seed), i)
             if len(shape) == 3:  # stacked layers [L, in, r]
                 keys = jax.random.split(key, shape[0])
-                value = jax.vmap(lambda k: kaiming_uniform_a(k, shape[1], shape[2]))(keys)
+                value = jnp.stack([kaiming_uniform_a(k, shape[1], shape[2]) for k in keys])
             else:
                 value = kaiming_uniform_a(key, shape[0], shape[1])
         else:
