@@ -265,7 +265,9 @@ def merge_to_hf(base, adapter, out, *, dtype=None) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Merge a PEFT LoRA adapter into a Qwen3 checkpoint.")
+    parser = argparse.ArgumentParser(
+        description="Merge a PEFT LoRA adapter into a Qwen3 checkpoint."
+    )
     parser.add_argument("--base", required=True, help="Hugging Face Qwen3 folder")
     parser.add_argument("--adapter", required=True, help="PEFT LoRA folder")
     parser.add_argument("--out", required=True, help="folder for the merged checkpoint")
