@@ -101,11 +101,23 @@ def test_a_lora_run_trains_adapters_alone_and_writes_them(whole):
     jax.tree.map(np.testing.assert_array_equal, adapters(fresh), trained)
 
 
-def test_a_resumed_lora_run_ends_where_the_whole_run_does(whole, tmp_path):
-    _, run = whole
-    lora_run(tmp_path, 1)
-    _, resumed = lora_run(tmp_path, 2)
-    jax.tree.map(np.testing.assert_array_equal, adapters(resumed.model), adapters(run.model))
+def test_a_lora_run_resumes_with_its_adapters_and_optimizer_state_exactly(whole):
+    # What a resumed run continues from (the loop's resume itself: test_training_resume).
+    config, run = whole
+    resumed = grpo_loop.setup_run(config)
+    try:
+        assert grpo_loop.restore(resumed, grpo_loop.train_task_iterator(config)) == 2
+        same = lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # noqa: E731
+        jax.tree.map(same, resumed.learner.params, run.learner.params)
+        jax.tree.map(same, resumed.learner.opt_state, run.learner.opt_state)
+        jax.tree.map(same, resumed.learner.ref_params, run.learner.ref_params)
+        # The engine samples with the restored adapters on the same base.
+        engine = jax.tree.leaves(jax.device_get(resumed.engine._state))
+        model = jax.tree.leaves(jax.device_get(nnx.state(run.model, nnx.Param)))
+        assert len(engine) == len(model)
+        jax.tree.map(same, engine, model)
+    finally:
+        resumed.engine.close()
 
 
 def test_evaluation_loads_a_base_folder_plus_an_adapter(whole, tmp_path):
