@@ -148,3 +148,27 @@ def test_lora_config_errors_name_the_fields(tmp_path):
         )
     for needle in ("lora.dropout", "lora.targets", "rollout.engine='sglang' with lora.rank"):
         assert needle in str(e.value)
+
+
+def test_lora_demo_runs_grpo_steps(tmp_path):
+    from experiments.configs import grpo_hle
+    from orchestra_jax.training.config_checks import validate
+
+    config = grpo_hle.get_config("lora_demo")
+    config.workdir, config.num_steps, config.rl.warmup_steps = str(tmp_path), 2, 1
+    config.rl.tasks_per_step, config.rl.micro_batch_size = 2, 1
+    config.agent.max_turns = 2
+    config.rl.format_filter = "off"  # a random policy writes no well-formed call
+    validate(config)
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = ranked_reward
+    try:
+        before = adapters(run.model)
+        assert grpo_loop.grpo_train(run) == 2
+    finally:
+        run.engine.close()
+    after = adapters(run.model)
+    assert any(
+        not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
+    )
+    assert peft_adapter.read_spec(grpo_loop.adapter_dir(config)).rank == 8
