@@ -11,7 +11,8 @@ and the rollout engine when it shares the devices), the total, and whether it
 fits the device with what margin (orchestra_jax/parallel/memory_plan.py). Exit
 status: 0 it fits, 1 it does not, 2 the config cannot run on that mesh at all.
 
-Devices: tpu-v5e, tpu-v5p, tpu-v6e, h100-80gb, h200, a100-80gb. The model's
+Devices: tpu-v5e, tpu-v5p, tpu-v6e (4 chips a host), tpu-v5e-8, tpu-v6e-8 (one
+8-chip host), h100-80gb, h200, a100-80gb. The model's
 shape comes from `model.preset` (with `model.overrides`) or `model.hf_path`'s
 config.json; where that folder is not on this machine, a Qwen3 folder name it
 ends in (Qwen3-8B, Qwen3-0.6B) or `--preset` names the shape.

@@ -792,7 +792,9 @@ def _qwen3_8b_lora(c):
     c.rollout.engine = "jax"  # Server engines cannot take adapters yet.
     c.rollout.urls = ""
     c.rollout.weights_dir = ""
-    c.rollout.max_batch_size = 8  # Sequences the engine decodes at once, 32768 tokens each.
+    # Sequences the engine decodes at once, 32768 tokens each (4.5 GiB of KV cache
+    # apiece): 4 fit one H100 beside the learner, an H200 takes 8 or more.
+    c.rollout.max_batch_size = 4
     return c
 
 

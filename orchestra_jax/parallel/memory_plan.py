@@ -86,6 +86,9 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
         DeviceKind("tpu-v5e", 16 * 10**9, 4, 1.0),
         DeviceKind("tpu-v5p", 95 * 10**9, 4, 1.0),
         DeviceKind("tpu-v6e", 32 * 10**9, 4, 1.0),
+        # The single-host 8-chip machines (v5e-8, v6e-8): slices of more chips have 4 a host.
+        DeviceKind("tpu-v5e-8", 16 * 10**9, 8, 1.0),
+        DeviceKind("tpu-v6e-8", 32 * 10**9, 8, 1.0),
         DeviceKind("h100-80gb", 81559 * 2**20, 8, 0.9),
         DeviceKind("h200", 143771 * 2**20, 8, 0.9),
         DeviceKind("a100-80gb", 81920 * 2**20, 8, 0.9),
