@@ -172,3 +172,36 @@ def test_lora_demo_runs_grpo_steps(tmp_path):
         not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
     )
     assert peft_adapter.read_spec(grpo_loop.adapter_dir(config)).rank == 8
+
+
+def test_an_async_lora_run_of_turn_samples_in_minibatches_trains_adapters(tmp_path):
+    overrides = {
+        "rl.max_staleness": 1,
+        "agent.context": "rebuild",
+        "rl.sample_unit": "turn",
+        "rl.minibatch_size": 2,
+        "rl.share_prompts": False,
+        "rl.warmup_steps": 0,
+    }
+    config = micro_config(tmp_path, num_steps=2, **LORA, **overrides)
+    run = grpo_loop.setup_run(config)
+    run.reward_fn = ranked_reward
+    try:
+        before = adapters(run.model)
+        grpo_loop.grpo_train(run)
+    finally:
+        run.engine.close()
+    after = adapters(run.model)
+    assert any(
+        not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
+    )
+    # The engine's adapters are the learner's last ones (weight sync by version).
+    assert run.engine.weight_version == 2
+    engine = dict(
+        nnx.to_flat_state(nnx.state(nnx.merge(run.engine._graphdef, run.engine._state), LoRAParam))
+    )
+    for key, value in nnx.to_flat_state(nnx.state(run.model, LoRAParam)):
+        np.testing.assert_array_equal(
+            np.asarray(engine[key].get_value()), np.asarray(value.get_value())
+        )
+    peft_adapter.read_spec(grpo_loop.adapter_dir(config))
