@@ -55,6 +55,7 @@ EXTRAS = {
         # build first from https://download.pytorch.org/whl/cpu (README); CI's pip
         # finds torch 2.13.0+cpu in a local wheel folder.
         "torch>=2.4",
+        "peft>=0.21",  # LoRA parity: adapters exported here load in PEFT, and back
         "nbformat>=5.9",
         "nbclient>=0.10",
         "ipykernel>=6.29",

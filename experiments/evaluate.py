@@ -6,6 +6,8 @@ r"""Evaluate policies on held-out tasks under an evaluation protocol; compare th
 Policies (comma-separated):
   checkpoint           the latest GRPO checkpoint in <workdir>/checkpoints
   hf:/path/to/folder   a Hugging Face Qwen3 folder (e.g. one written by sft.py)
+  hf:<base>+<adapter>  a Hugging Face Qwen3 folder with a PEFT LoRA adapter folder
+                       (e.g. <workdir>/adapter of a LoRA run), on the JAX engine
   <router>             a baseline router: always_strongest, always_cheapest,
                        direct_strongest, random; for τ² conversations
                        expert_strongest, expert_cheapest, expert_random
@@ -102,18 +104,26 @@ def evaluate_policies(config, policies):
                 extra["weight_version"] = _push(engine, weights, f"checkpoint step {step}")
             policy = "grpo"
         elif policy.startswith("hf:"):
+            base, _, adapter = policy[3:].partition("+")
             with config.unlocked():
-                config.model.preset, config.model.hf_path = "", policy[3:]
+                config.model.preset, config.model.hf_path = "", base
+                config.lora.rank = 0
+                if adapter:
+                    _use_adapter_settings(config, adapter)
             mesh = builders.build_mesh(config)
             model, model_config = builders.build_model(config, mesh, tokenizer)
+            if adapter:
+                from orchestra_jax.models.peft_adapter import load_adapter
+
+                load_adapter(model, adapter)
             if jax.process_count() > 1 and config.rollout.engine == "jax":
                 # Each host plays its share of the test on its own copy of the policy.
                 model, _ = host_rollouts.host_local_engine_model(model, mesh.shape["tensor"])
             engine = builders.build_engine(config, model, model_config)
-            extra = {"hf_path": policy[3:]}
+            extra = {"hf_path": base, **({"adapter": adapter} if adapter else {})}
             if isinstance(engine, ServedEngine):  # servers hold what they loaded last
                 extra["weight_version"] = _push(engine, model, policy)
-            policy = "hf_" + policy[3:].rstrip("/").split("/")[-1]
+            policy = "hf_" + "+".join(p.rstrip("/").split("/")[-1] for p in (base, adapter) if p)
         else:
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
@@ -124,6 +134,21 @@ def evaluate_policies(config, policies):
         md, png = write_report(grpo_loop.workdir_of(config))
         logging.info("report: %s, %s", md, png)
     return summaries
+
+
+def _use_adapter_settings(config, adapter):
+    """config.lora := the PEFT adapter folder's settings (rank, alpha, targets)."""
+    from orchestra_jax.models.peft_adapter import read_spec
+    from orchestra_jax.training.builders import LORA_ENGINES
+
+    if config.rollout.engine not in LORA_ENGINES:
+        raise SystemExit(
+            f"error: a LoRA adapter is evaluated on rollout.engine in {LORA_ENGINES}, "
+            f"not {config.rollout.engine!r}"
+        )
+    spec = read_spec(adapter)
+    config.lora.rank, config.lora.alpha = spec.rank, spec.alpha
+    config.lora.targets, config.lora.dropout = ",".join(spec.targets), spec.dropout
 
 
 def main(argv):

@@ -11,7 +11,8 @@ and the rollout engine when it shares the devices), the total, and whether it
 fits the device with what margin (orchestra_jax/parallel/memory_plan.py). Exit
 status: 0 it fits, 1 it does not, 2 the config cannot run on that mesh at all.
 
-Devices: tpu-v5e, tpu-v5p, tpu-v6e, h100-80gb, h200, a100-80gb. The model's
+Devices: tpu-v5e, tpu-v5p, tpu-v6e (4 chips a host), tpu-v5e-8, tpu-v6e-8 (one
+8-chip host), h100-80gb, h200, a100-80gb. The model's
 shape comes from `model.preset` (with `model.overrides`) or `model.hf_path`'s
 config.json; where that folder is not on this machine, a Qwen3 folder name it
 ends in (Qwen3-8B, Qwen3-0.6B) or `--preset` names the shape.
@@ -64,6 +65,7 @@ def model_config(config, preset: str = ""):
     import jax.numpy as jnp
 
     from orchestra_jax.models.qwen3_config import Qwen3Config
+    from orchestra_jax.training.builders import lora_spec
 
     m = config.model
     runtime = dict(
@@ -71,6 +73,7 @@ def model_config(config, preset: str = ""):
         dtype=jnp.dtype(m.dtype),
         scan_layers=m.scan_layers,
         remat=m.remat,
+        lora=lora_spec(config),
     )
     if preset or m.preset:
         overrides = {} if preset else dict(m.get("overrides", {}))
@@ -148,17 +151,25 @@ def plan(config, mesh_sizes, device_kind, preset: str = ""):
         f"step: {shape.step_rows} rows, micro-batch {shape.rows} row(s) per device x "
         f"{shape.seq_len} tokens, {shape.loss_tokens} loss positions per row",
     ]
+    if mc.lora is not None:
+        header.append(
+            f"LoRA: rank {mc.lora.rank}, alpha {mc.lora.alpha:g} on {','.join(mc.lora.targets)}: "
+            f"{_param_count(mc, adapters=True) / 1e6:,.1f}M adapter parameters train"
+        )
     return errors, memory, header
 
 
-def _param_count(mc) -> int:
+def _param_count(mc, *, adapters: bool = False) -> int:
+    """Parameters of the model (base and adapters), or its LoRA adapters alone."""
     import jax
     from flax import nnx
 
+    from orchestra_jax.models.lora import LoRAParam
     from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(mc, rngs=nnx.Rngs(0)))
-    return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    kind = LoRAParam if adapters else nnx.Param
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(abstract, kind)))
 
 
 def main(argv, config_flag, mesh_flag, device_flag, preset_flag) -> int:

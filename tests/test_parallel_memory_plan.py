@@ -36,7 +36,9 @@ def xla_bytes(config, mesh_shape, rows, seq_len, loss_tokens, num_micro=1):
     with jax.set_mesh(mesh):
         step = learner._build_step("grpo", num_micro)
         stats = (
-            step.lower(learner.params, learner.opt_state, learner.ref_params, batch, 1.0)
+            step.lower(
+                learner.params, learner.opt_state, learner.ref_params, learner._frozen, batch, 1.0
+            )
             .compile()
             .memory_analysis()
         )

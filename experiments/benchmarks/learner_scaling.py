@@ -82,7 +82,9 @@ def planned_bytes(learner, batch) -> dict:
     step = learner._build_step("grpo", 1)
     placed = jax.tree.map(np.asarray, batch)
     stats = (
-        step.lower(learner.params, learner.opt_state, None, placed, np.float32(1.0))
+        step.lower(
+            learner.params, learner.opt_state, None, learner._frozen, placed, np.float32(1.0)
+        )
         .compile()
         .memory_analysis()
     )

@@ -93,10 +93,10 @@ def make_jax_step(config: Qwen3Config, tokens: np.ndarray):
     return run, train_step
 
 
-def make_learner_step(config: Qwen3Config, tokens: np.ndarray):
-    """A zero-argument callable running `Learner.train_step` (GRPO objective) on a fixed batch."""
+def grpo_batch(config: Qwen3Config, tokens: np.ndarray):
+    """A GRPO TrainBatch of `tokens` [B, T + 1]: loss on the last 3/4 of each row,
+    random advantages, uniform rollout log-probs."""
     from orchestra_jax.rl.batching import TrainBatch, loss_positions
-    from orchestra_jax.rl.learner import Learner, LearnerConfig
 
     rng = np.random.RandomState(1)
     batch, seq = tokens.shape[0], tokens.shape[1] - 1
@@ -112,6 +112,14 @@ def make_learner_step(config: Qwen3Config, tokens: np.ndarray):
         old_logprobs=(np.log(1.0 / config.vocab_size) * mask).astype(np.float32),
         loss_index=loss_positions(mask),
     )
+    return train_batch
+
+
+def make_learner_step(config: Qwen3Config, tokens: np.ndarray):
+    """A zero-argument callable running `Learner.train_step` (GRPO objective) on a fixed batch."""
+    from orchestra_jax.rl.learner import Learner, LearnerConfig
+
+    train_batch = grpo_batch(config, tokens)
     learner = Learner(
         Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)), LearnerConfig(learning_rate=1e-4, kl_coef=0.0)
     )

@@ -30,6 +30,10 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               ½Δ², 30 turns, 24k-token prompts, 8768-token responses); TPU pods /
               GPU clusters, the paper's experts (models_paper.yaml), a search
               index, the judge; ready for a ToolScale mixture (see there).
+  qwen3_8b_lora  qwen3_8b's recipe on one host: LoRA adapters (rank 64) train,
+              the base is frozen in bfloat16, the JAX engine samples with the
+              adapters beside the learner (docs/scaling.md, "LoRA on one host").
+  lora_demo   the demo training LoRA adapters (rank 8) instead of every weight.
   qwen3_8b_project  Qwen3-8B with the same hyperparameters and the project's own
               choices (docs/reproduction.md, "Each difference at a glance"): one
               growing sequence per episode, the preference reward, the project's
@@ -56,6 +60,8 @@ VARIANTS = (
     "qwen3_0p6b",
     "qwen3_8b",
     "qwen3_8b_project",
+    "qwen3_8b_lora",
+    "lora_demo",
 )
 CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
@@ -88,6 +94,14 @@ def _base() -> ml_collections.ConfigDict:
     c.model.attention = "auto"  # models/attention_kernels.py: auto, flash, xla, cudnn, splash.
     c.model.overrides = ml_collections.ConfigDict()  # Qwen3Config fields over the preset.
     c.tokenizer = "demo"  # "demo" (bundled) or a folder with tokenizer.json.
+    # LoRA (models/lora.py): rank 0 trains every weight; rank > 0 trains only
+    # adapters of that rank on the projections named, the base frozen in
+    # model.param_dtype, and the KL reference is the base with the adapters off.
+    c.lora = ml_collections.ConfigDict()
+    c.lora.rank = 0
+    c.lora.alpha = 16.0  # Adapters scaled by alpha / rank (PEFT's lora_alpha).
+    c.lora.dropout = 0.0  # Must be 0: adapters run without dropout.
+    c.lora.targets = "q,k,v,o,gate,up,down"  # Projections with adapters (PEFT's *_proj).
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1
@@ -817,6 +831,35 @@ def _qwen3_8b_project(c):
     return c
 
 
+def _qwen3_8b_lora(c):
+    """`_qwen3_8b`'s recipe on one host (an 8-GPU node or TPU host; `launch.plan`
+    says which fit): adapters on every projection train, the base is frozen, and
+    the in-process JAX engine samples with base + adapters on the same devices."""
+    c = _qwen3_8b(c)
+    c.lora.rank = 64
+    c.lora.alpha = 128.0  # Adapters scaled by 2.
+    c.model.param_dtype = "bfloat16"  # The frozen base: 16 GB, never cast to float32.
+    c.rl.lr = 1e-5  # LoRA's usual 10x the full fine-tuning rate (1e-6).
+    c.rollout.engine = "jax"  # Server engines cannot take adapters yet.
+    c.rollout.urls = ""
+    c.rollout.weights_dir = ""
+    # Sequences the engine decodes at once, 32768 tokens each (4.5 GiB of KV cache
+    # apiece): 4 fit one H100 beside the learner, an H200 takes 8 or more.
+    c.rollout.max_batch_size = 4
+    return c
+
+
+def _lora_demo(c):
+    """The demo with LoRA adapters (rank 8 on every projection) training instead of
+    every weight, warm start included."""
+    c = _demo(c)
+    c.lora.rank = 8
+    c.lora.alpha = 16.0  # Adapters scaled by 2.
+    c.rl.lr = 2e-3  # LoRA's usual 10x the full fine-tuning rate.
+    c.sft.lr = 2e-2
+    return c
+
+
 def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     variant = (arg or "demo").strip()
     builders = {
@@ -828,6 +871,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
         "qwen3_0p6b": _qwen3_0p6b,
         "qwen3_8b": _qwen3_8b,
         "qwen3_8b_project": _qwen3_8b_project,
+        "qwen3_8b_lora": _qwen3_8b_lora,
+        "lora_demo": _lora_demo,
     }
     if variant not in builders:
         raise ValueError(f"unknown config variant {variant!r}; choose one of {', '.join(VARIANTS)}")

@@ -24,6 +24,7 @@ from flax import nnx
 
 from orchestra_jax.io import paths
 from orchestra_jax.models import safetensors_stream as st
+from orchestra_jax.models.lora import LoRAParam, initial_adapters
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 1024**3  # bytes; transformers' default shard size.
@@ -34,6 +35,8 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 def param_entries(state: nnx.State, scanned: bool) -> Iterator[tuple[tuple, str, int | None, bool]]:
     """(state path, HF name, layer index or None, transpose?) for every parameter tensor."""
     for path, variable in nnx.to_flat_state(state):
+        if isinstance(variable, LoRAParam):  # adapters: PEFT's files (models/peft_adapter.py)
+            continue
         names = [str(p) for p in path]
         leaf = names[-1]
         transpose = leaf == "kernel"
@@ -55,12 +58,15 @@ def _set_layer(stacked: jax.Array, layer: jax.Array, index) -> jax.Array:
     return stacked.at[index].set(layer)
 
 
-def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None, **runtime):
+def load_hf_checkpoint(
+    path, *, dtype=jnp.float32, mesh=None, compute_dtype=None, seed: int = 0, **runtime
+):
     """(model, config) from a folder with config.json and safetensors (single or sharded).
 
     `dtype` is the parameter dtype and, unless `compute_dtype` is given, the
-    compute dtype; other `runtime` keywords (scan_layers, remat) go to the config.
-    With a `mesh`, each parameter is placed directly with its partition rule.
+    compute dtype; other `runtime` keywords (scan_layers, remat, lora) go to the
+    config. With a `mesh`, each parameter is placed directly with its partition
+    rule. With `lora`, the adapters start fresh (`lora.initial_adapters(seed)`).
     """
     path = paths.as_path(path)
     if "param_dtype" in runtime:
@@ -108,6 +114,15 @@ def load_hf_checkpoint(path, *, dtype=jnp.float32, mesh=None, compute_dtype=None
     }
     if unused:
         raise ValueError(f"checkpoint {path} has tensors the model does not use: {sorted(unused)}")
+    adapter_keys = [k for k, v in flat.items() if isinstance(v, LoRAParam)]
+    if adapter_keys:
+        abstract_adapters = nnx.from_flat_state([(k, flat[k]) for k in adapter_keys])
+        adapter_shardings = nnx.from_flat_state([(k, sharding_of[k]) for k in adapter_keys])
+        fresh = jax.jit(
+            lambda: initial_adapters(abstract_adapters, seed), out_shardings=adapter_shardings
+        )()
+        for key, variable in nnx.to_flat_state(fresh):
+            flat[key].set_value(variable.get_value())
     return nnx.merge(graphdef, nnx.from_flat_state(flat)), config
 
 
@@ -134,6 +149,12 @@ def save_hf_checkpoint(
     from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 
     path = paths.as_path(path)
+    if jax.tree.leaves(nnx.state(model, LoRAParam)):
+        raise ValueError(
+            "the model has LoRA adapters, which a Hugging Face checkpoint has no place for: "
+            "save them with peft_adapter.save_adapter, or merge them first "
+            "(peft_adapter.merge_adapters)"
+        )
     state = nnx.state(model, nnx.Param)
     flat = dict(nnx.to_flat_state(state))
     dtype = jnp.dtype(config.param_dtype if dtype is None else dtype)

@@ -28,10 +28,10 @@ class Attention(nnx.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = d
-        self.q_proj = Linear(e, self.num_heads * d, config, rngs=rngs)
-        self.k_proj = Linear(e, self.num_kv_heads * d, config, rngs=rngs)
-        self.v_proj = Linear(e, self.num_kv_heads * d, config, rngs=rngs)
-        self.o_proj = Linear(self.num_heads * d, e, config, rngs=rngs)
+        self.q_proj = Linear(e, self.num_heads * d, config, rngs=rngs, target="q")
+        self.k_proj = Linear(e, self.num_kv_heads * d, config, rngs=rngs, target="k")
+        self.v_proj = Linear(e, self.num_kv_heads * d, config, rngs=rngs, target="v")
+        self.o_proj = Linear(self.num_heads * d, e, config, rngs=rngs, target="o")
         self.q_norm = RMSNorm(d, config)
         self.k_norm = RMSNorm(d, config)
         self.attention = config.attention  # an `attention_kernels` name

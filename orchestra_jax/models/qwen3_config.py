@@ -11,6 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from orchestra_jax.models.attention_kernels import check_attention
+from orchestra_jax.models.lora import LoRASpec
 
 REMAT_POLICIES = ("none", "full", "dots")
 
@@ -22,6 +23,7 @@ _RUNTIME_FIELDS = (
     "remat",
     "attention",
     "attention_block_size",
+    "lora",
 )
 
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -104,7 +106,8 @@ class Qwen3Config:
     "none", "full" (everything in a layer) or "dots" (keep matmul outputs).
     `attention` names the attention implementation (`attention_kernels.py`:
     "auto", "flash", "xla", "cudnn", "splash" or "module:function") and
-    `attention_block_size` the query/key block of the blocked ones.
+    `attention_block_size` the query/key block of the blocked ones. `lora`
+    adds LoRA adapters to the projections it names (`models/lora.py`).
     """
 
     vocab_size: int
@@ -128,6 +131,7 @@ class Qwen3Config:
     remat: str = "none"
     attention: str = "auto"
     attention_block_size: int = 256  # tokens per query / key block (flash attention)
+    lora: LoRASpec | None = None  # adapters on the projections it targets (models/lora.py)
 
     def __post_init__(self):
         if isinstance(self.eos_token_id, list):  # hashable, so jit can key on the config.

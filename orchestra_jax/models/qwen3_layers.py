@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from orchestra_jax.models.lora import LoRAParam, kaiming_uniform_a, lora_delta
 from orchestra_jax.models.matmul import dense
 from orchestra_jax.models.qwen3_config import Qwen3Config
 
@@ -39,18 +40,38 @@ class Linear(nnx.Module):
     """y = x @ kernel, kernel [in, out] (the transpose of torch's `weight`), no bias.
 
     Computed in `config.dtype` with float32 accumulation (`matmul.dense`), result in
-    `config.dtype`.
+    `config.dtype`. A projection named `target` ("q", …, "down") that `config.lora`
+    targets also holds LoRA adapters `lora_a` [in, r], `lora_b` [r, out] and adds
+    s · x · A · B (`models/lora.py`).
     """
 
-    def __init__(self, in_features: int, out_features: int, config: Qwen3Config, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        config: Qwen3Config,
+        *,
+        rngs: nnx.Rngs,
+        target: str | None = None,
+    ):
         init = normal_init(config.initializer_range)
-        self.kernel = nnx.Param(
-            init(rngs.params(), (in_features, out_features), config.param_dtype)
-        )
+        key = rngs.params()
+        self.kernel = nnx.Param(init(key, (in_features, out_features), config.param_dtype))
         self.dtype = config.dtype
+        self.lora_scaling: float | None = None
+        spec = config.lora
+        if spec is not None and target in spec.targets:
+            # A's key derives from the kernel's: the base draws what a model without adapters does.
+            a = kaiming_uniform_a(jax.random.fold_in(key, 1), in_features, spec.rank)
+            self.lora_a = LoRAParam(a)
+            self.lora_b = LoRAParam(jnp.zeros((spec.rank, out_features), jnp.float32))
+            self.lora_scaling = spec.scaling
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return dense(x, self.kernel[...], self.dtype)
+        y = dense(x, self.kernel[...], self.dtype)
+        if self.lora_scaling is None:
+            return y
+        return y + lora_delta(x, self.lora_a[...], self.lora_b[...], self.lora_scaling, self.dtype)
 
 
 class Embed(nnx.Module):
@@ -122,9 +143,9 @@ class MLP(nnx.Module):
 
     def __init__(self, config: Qwen3Config, *, rngs: nnx.Rngs):
         e, f = config.hidden_size, config.intermediate_size
-        self.gate_proj = Linear(e, f, config, rngs=rngs)
-        self.up_proj = Linear(e, f, config, rngs=rngs)
-        self.down_proj = Linear(f, e, config, rngs=rngs)
+        self.gate_proj = Linear(e, f, config, rngs=rngs, target="gate")
+        self.up_proj = Linear(e, f, config, rngs=rngs, target="up")
+        self.down_proj = Linear(f, e, config, rngs=rngs, target="down")
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -34,6 +34,12 @@ Per device, with S = data × fsdp batch shards and t = the tensor axis:
                       copy of the weights in the compute dtype, split over the
                       host's devices
 
+With LoRA (`config.lora`), only the adapters train: "parameters" are the
+frozen base in its dtype plus the float32 adapters; gradients, optimizer
+state and the KL reference (base + reference adapters) are the adapters'
+alone; the gathered weights are the base's units without their full-size
+gradient (the base gets none); activations are traced as before.
+
 The total is compared with the device's usable memory. Checked against
 `compiled.memory_analysis()` of the real jitted train step on fake CPU devices
 (tests/test_parallel_memory_plan.py); XLA's own buffer reuse on TPU and GPU
@@ -52,6 +58,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AbstractMesh
 
+from orchestra_jax.models.lora import LoRAParam
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 
@@ -79,6 +86,9 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
         DeviceKind("tpu-v5e", 16 * 10**9, 4, 1.0),
         DeviceKind("tpu-v5p", 95 * 10**9, 4, 1.0),
         DeviceKind("tpu-v6e", 32 * 10**9, 4, 1.0),
+        # The single-host 8-chip machines (v5e-8, v6e-8): slices of more chips have 4 a host.
+        DeviceKind("tpu-v5e-8", 16 * 10**9, 8, 1.0),
+        DeviceKind("tpu-v6e-8", 32 * 10**9, 8, 1.0),
         DeviceKind("h100-80gb", 81559 * 2**20, 8, 0.9),
         DeviceKind("h200", 143771 * 2**20, 8, 0.9),
         DeviceKind("a100-80gb", 81920 * 2**20, 8, 0.9),
@@ -279,18 +289,23 @@ def plan_memory(
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
     params = nnx.state(abstract, nnx.Param)
     specs = _param_specs(params, sizes)
+    lora = config.lora is not None
+    # What the optimizer updates: every parameter, or the LoRA adapters alone.
+    trained = nnx.state(abstract, LoRAParam) if lora else params
+    trained_specs = _param_specs(trained, sizes)
     param_bytes = _sharded_bytes(params, specs, sizes)
-    grads_f32 = _sharded_bytes(params, specs, sizes, jnp.float32)
+    trained_bytes = _sharded_bytes(trained, trained_specs, sizes)
+    grads_f32 = _sharded_bytes(trained, trained_specs, sizes, jnp.float32)
 
     tx = make_optimizer(learner_config)
-    opt = jax.eval_shape(tx.init, params)
+    opt = jax.eval_shape(tx.init, trained)
     import optax  # pylint: disable=g-import-not-at-top
 
     opt_specs = optax.tree_map_params(
         tx,
         lambda _, spec: spec,
         opt,
-        specs,
+        trained_specs,
         transform_non_params=lambda _: jax.sharding.PartitionSpec(),
         is_leaf=_is_spec,
     )
@@ -314,13 +329,13 @@ def plan_memory(
         units[unit] = units.get(unit, 0) + full
     largest = max(units.values()) * jnp.dtype(config.param_dtype).itemsize
     copies = 2 if shape.kl_reference else 1
-    gathered = largest * copies + max(units.values()) * 4
+    gathered = largest * copies + (0 if lora else max(units.values()) * 4)
 
     items = {
         "parameters": param_bytes,
-        "gradients": grads_f32 + param_bytes,
+        "gradients": grads_f32 + trained_bytes,
         "optimizer state": opt_bytes,
-        "KL reference": param_bytes if shape.kl_reference else 0,
+        "KL reference": trained_bytes if shape.kl_reference else 0,
         "gathered weights": gathered if shards > 1 else 0,
     }
     items.update(

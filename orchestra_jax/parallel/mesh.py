@@ -10,6 +10,7 @@ Rule per parameter (kernels are [in, out]):
     {o,down}_proj.kernel [in, E]           -> ("tensor", "fsdp")   row parallel
     lm_head.kernel [E, V]                  -> ("fsdp", "tensor")
     *.scale (norms)                        -> replicated
+    LoRA lora_a [in, r] / lora_b [r, out]  -> the kernel's in / out axis, rank unsplit
 Scanned layers add a leading, unsplit layer axis. A mesh axis that does not divide
 its dimension is left out of that dimension (the dimension is replicated instead),
 so small test shapes run on any mesh.
@@ -39,6 +40,13 @@ _RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
     ("o_proj", "kernel"): ("tensor", "fsdp"),
     ("down_proj", "kernel"): ("tensor", "fsdp"),
     ("lm_head", "kernel"): ("fsdp", "tensor"),
+}
+
+# LoRA A [in, r] splits its input axis as the kernel does, B [r, out] its output axis;
+# the rank axis is never split.
+_ADAPTER_AXES = {
+    "lora_a": lambda kernel_rule: (kernel_rule[0], None),
+    "lora_b": lambda kernel_rule: (None, kernel_rule[1]),
 }
 
 
@@ -156,7 +164,11 @@ def partition_spec(names: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh | 
     """The PartitionSpec of the parameter at `names` (e.g. (..., "q_proj", "kernel"))."""
     if names[-1] == "scale":
         return P()
-    rule = _RULES.get(tuple(names[-2:]))
+    if names[-1] in _ADAPTER_AXES:  # a LoRA matrix follows its projection's kernel
+        kernel_rule = _RULES.get((names[-2], "kernel"))
+        rule = None if kernel_rule is None else _ADAPTER_AXES[names[-1]](kernel_rule)
+    else:
+        rule = _RULES.get(tuple(names[-2:]))
     if rule is None:
         raise ValueError(f"no partition rule for parameter {'.'.join(names)}")
     rule = (None,) * (len(shape) - len(rule)) + rule  # leading layer axis when scanned.

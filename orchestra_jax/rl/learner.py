@@ -15,6 +15,12 @@
    state are left untouched, `skipped` = 1 in the metrics, and a warning says
    which values were not finite (`skip_cause`).
 
+With LoRA adapters on the model (`models/lora.py`), `params` are the adapters
+alone: the base weights are frozen, passed to the step as they are stored (e.g.
+bfloat16) and never in the gradients or the optimizer state; the KL reference
+is the base plus reference adapters (0 at the start: the adapters off, no
+second copy of the base).
+
 Shardings are explicit: parameters follow `parallel/mesh.py`'s rules, optimizer
 moments follow their parameters, batch rows split over ("data", "fsdp"), metrics
 are replicated. Without a mesh the step runs on a one-device mesh, same code.
@@ -38,6 +44,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from orchestra_jax.models.lora import LoRAParam, adapters_off, has_adapters
 from orchestra_jax.parallel.mesh import BATCH_AXES, batch_sharding, make_mesh, state_shardings
 from orchestra_jax.parallel.multihost import global_batch
 from orchestra_jax.rl import grpo
@@ -258,7 +265,9 @@ class Learner:
     the old parameter buffers, so arrays read from the model before a step must be
     read again after it. A reference model is kept only when `config.kl_coef != 0`:
     `reference_model`, or a frozen copy of the initial policy, stored in
-    `config.reference_dtype`.
+    `config.reference_dtype`. With LoRA adapters on the model only they are
+    trained (`params`, the optimizer state and `set_reference` hold adapters), and
+    the reference starts as the base with the adapters off.
     """
 
     def __init__(
@@ -272,7 +281,12 @@ class Learner:
         self.config, self.model = config, model
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
         self.tx = make_optimizer(config)
-        self._graphdef, params, self._rest = nnx.split(model, nnx.Param, ...)
+        self.lora = has_adapters(model)
+        trainable = LoRAParam if self.lora else nnx.Param
+        # `frozen`: the base weights under LoRA (as stored), else empty.
+        self._graphdef, params, frozen, self._rest = nnx.split(model, trainable, nnx.Param, ...)
+        self._frozen_shardings = state_shardings(frozen, self.mesh)
+        self._frozen = jax.device_put(frozen, self._frozen_shardings)
         self._model_dtypes = jax.tree.map(lambda x: x.dtype, params)
         self._param_shardings = state_shardings(params, self.mesh)
         self.params = jax.device_put(
@@ -293,11 +307,12 @@ class Learner:
         if reference_model is not None and not config.kl_coef:
             raise ValueError("a reference model was given but kl_coef == 0: it would be unused")
         if config.kl_coef:
-            source = (
-                nnx.state(reference_model, nnx.Param)
-                if reference_model is not None
-                else jax.tree.map(jnp.copy, self.params)
-            )
+            if reference_model is not None:
+                source = nnx.state(reference_model, trainable)
+            elif self.lora:
+                source = adapters_off(self.params)
+            else:
+                source = jax.tree.map(jnp.copy, self.params)
             self.ref_params = self._place_reference(source)
         self.step = 0
         # (objective, #micro-batches[, "proximal"]) -> compiled step
@@ -467,13 +482,13 @@ class Learner:
             self._compiled[key] = self._build_proximal(rows // micro)
         batch = global_batch(batch, batch_sharding(self.mesh))
         with jax.set_mesh(self.mesh):
-            return self._compiled[key](self.params, batch)
+            return self._compiled[key](self.params, self._frozen, batch)
 
     def _build_proximal(self, num_micro: int):
         config, graphdef, rest = self.config, self._graphdef, self._rest
 
-        def logprobs(params, batch):
-            model = nnx.merge(graphdef, params, rest)
+        def logprobs(params, frozen, batch):
+            model = nnx.merge(graphdef, params, frozen, rest)
             micros = _split_micro_batches(batch, num_micro)
 
             def one(_, micro):
@@ -494,7 +509,7 @@ class Learner:
         batch_sh = batch_sharding(self.mesh)
         return jax.jit(
             logprobs,
-            in_shardings=(self._param_shardings, batch_sh),
+            in_shardings=(self._param_shardings, self._frozen_shardings, batch_sh),
             out_shardings=self._replicated,  # every host reads the whole array
         )
 
@@ -524,7 +539,7 @@ class Learner:
         batch = global_batch(batch, batch_sharding(self.mesh))  # the same on every host
         ref_params = self.ref_params if objective == "grpo" else None
         scale = jax.device_put(np.float32(loss_scale), self._replicated)
-        args = (self.params, self.opt_state, ref_params, batch, scale)
+        args = (self.params, self.opt_state, ref_params, self._frozen, batch, scale)
         if proximal is not None:
             args += (global_batch(proximal, batch_sharding(self.mesh)),)
         with jax.set_mesh(self.mesh):  # traced under the mesh: parallel/axes.py
@@ -549,15 +564,15 @@ class Learner:
         use_ref = objective_name == "grpo" and bool(config.kl_coef)
         micro_sharding = NamedSharding(self.mesh, P(None, BATCH_AXES, None))
 
-        def micro_loss(params, ref_params, micro, denominator):
-            model = nnx.merge(graphdef, params, rest)
-            ref = nnx.merge(graphdef, ref_params, rest) if use_ref else None
+        def micro_loss(params, ref_params, frozen, micro, denominator):
+            model = nnx.merge(graphdef, params, frozen, rest)
+            ref = nnx.merge(graphdef, ref_params, frozen, rest) if use_ref else None
             if with_proximal:  # (micro-batch, its π_old log-probs)
                 micro, proximal = micro
                 return objective(model, ref, micro, denominator, config, proximal_logprobs=proximal)
             return objective(model, ref, micro, denominator, config)
 
-        def step(params, opt_state, ref_params, batch, loss_scale, proximal=None):
+        def step(params, opt_state, ref_params, frozen, batch, loss_scale, proximal=None):
             rows = loss_rows(batch)
             denominator = (
                 loss_denominator(
@@ -577,13 +592,13 @@ class Learner:
 
             def accumulate(carry, micro):
                 grads, stats = carry
-                (_, new_stats), new_grads = grad_fn(params, ref_params, micro, denominator)
+                (_, new_stats), new_grads = grad_fn(params, ref_params, frozen, micro, denominator)
                 grads = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads, new_grads)
                 return (grads, combine_stats(stats, new_stats)), None
 
             first_micro = jax.tree.map(lambda x: x[0], micros)
             stats_shape = jax.eval_shape(
-                lambda: grad_fn(params, ref_params, first_micro, denominator)[0][1]
+                lambda: grad_fn(params, ref_params, frozen, first_micro, denominator)[0][1]
             )
             zero_grads = jax.lax.with_sharding_constraint(  # accumulate in the params' layout
                 jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params), param_shardings
@@ -608,7 +623,8 @@ class Learner:
 
         batch_sh = batch_sharding(self.mesh)
         ref_sh = self._param_shardings if use_ref else None
-        in_shardings = (self._param_shardings, self._opt_shardings, ref_sh, batch_sh)
+        in_shardings = (self._param_shardings, self._opt_shardings, ref_sh, self._frozen_shardings)
+        in_shardings += (batch_sh,)
         in_shardings += (self._replicated,)  # the loss scale
         return jax.jit(
             step,

@@ -64,7 +64,10 @@ token index. A cancelled `generate` (a client that went away) frees its rows at
 the next step.
 
 Weights: the model is split once into (graphdef, state); `update_weights` swaps
-the state (same tree, shapes and shardings, so nothing recompiles). The swap is
+the state (same tree, shapes and shardings, so nothing recompiles). A model
+with LoRA adapters (`models/lora.py`) samples with base + adapters, the
+adapters applied in every projection (s · x · A · B beside x · W, no merged
+copy of the base); `update_adapter` swaps in a PEFT adapter folder. The swap is
 a barrier: admission pauses, requests in flight finish on the old weights (or,
 with `abort_in_flight`, end at once with finish reason "abort" and the tokens
 they have), then the state changes, parked rows are dropped and admission
@@ -440,6 +443,26 @@ class JaxEngine:
             self._ensure_worker()
             self._cond.notify()
         await swap.future
+
+    async def update_adapter(
+        self, folder, *, version: int, abort_in_flight: bool = False, partial: bool = False
+    ) -> None:
+        """Swap in the LoRA adapter of a PEFT folder (`models/peft_adapter.py`) on the
+        engine's base, as `update_weights` swaps weights: the model must carry adapters
+        of the folder's rank, alpha and targets; the base stays as it is.
+
+        The in-process form of weight sync by adapter: a serving engine would load the
+        folder under a versioned adapter name and requests would name it."""
+        from orchestra_jax.models.peft_adapter import adapter_state
+
+        current = nnx.merge(self._graphdef, self._state)
+        adapters = dict(nnx.to_flat_state(adapter_state(current, folder)))
+        state = nnx.from_flat_state(
+            [(k, adapters.get(k, v)) for k, v in nnx.to_flat_state(self._state)]
+        )
+        await self.update_weights(
+            state, version=version, abort_in_flight=abort_in_flight, partial=partial
+        )
 
     async def flush_cache(self) -> bool:
         """Drop the parked rows (live rows keep theirs); always possible here."""

@@ -28,6 +28,7 @@ from orchestra_jax.data.splits import file_sources, source_path_key, split_confi
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
+from orchestra_jax.models.lora import LORA_TARGETS, LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel.mesh import (
@@ -133,6 +134,7 @@ def build_model(
         scan_layers=config.model.scan_layers,
         remat=config.model.remat,
         attention=config.model.attention,
+        lora=lora_spec(config),
     )
     if config.model.hf_path:
         model, model_config = load_hf_checkpoint(
@@ -140,6 +142,7 @@ def build_model(
             dtype=runtime.pop("param_dtype"),
             mesh=mesh,
             compute_dtype=runtime.pop("dtype"),
+            seed=config.seed,
             **runtime,
         )
     else:
@@ -157,7 +160,61 @@ def build_model(
         config.model.preset or config.model.hf_path,
         num_params / 1e6,
     )
+    if model_config.lora is not None:
+        adapters = sum(x.size for x in jax.tree.leaves(nnx.state(model, LoRAParam)))
+        log.info("LoRA: %.2fM adapter parameters train, the base is frozen", adapters / 1e6)
     return model, model_config
+
+
+def lora_spec(config: Any) -> LoRASpec | None:
+    """The policy's LoRA adapters (`lora.*`), or None when `lora.rank` is 0."""
+    lora = config.lora
+    if not lora.rank:
+        return None
+    return LoRASpec(
+        rank=lora.rank,
+        alpha=float(lora.alpha),
+        targets=tuple(split_list(lora.targets)),
+        dropout=float(lora.dropout),
+    )
+
+
+# Rollout engines that sample with the policy's adapters (the JAX engine runs the
+# model itself); server engines would need their LoRA endpoints.
+LORA_ENGINES = ("jax",)
+
+
+def check_lora(config: Any) -> list[str]:
+    """lora.*: rank >= 0; with rank > 0 its alpha, targets and dropout, and an engine
+    that samples with the adapters."""
+    lora = config.lora
+    if lora.rank < 0:
+        return [f"lora.rank must be >= 0 (0: full fine-tuning), got {lora.rank}"]
+    if not lora.rank:
+        return []
+    errors = []
+    if lora.alpha <= 0:
+        errors.append(f"lora.alpha must be > 0, got {lora.alpha}")
+    targets = split_list(lora.targets)
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets or len(set(targets)) != len(targets):
+        errors.append(
+            f"lora.targets must be distinct names among {','.join(LORA_TARGETS)}, "
+            f"got {lora.targets!r}"
+        )
+    if lora.dropout != 0:
+        errors.append(
+            f"lora.dropout={lora.dropout}: adapters run without dropout here (GRPO's ratio "
+            "compares the learner's and the engine's log-probabilities of one network); "
+            "set lora.dropout=0"
+        )
+    if config.rollout.engine not in LORA_ENGINES:
+        errors.append(
+            f"rollout.engine={config.rollout.engine!r} with lora.rank > 0: weight sync by "
+            "adapter to serving engines is not available yet; use rollout.engine='jax' "
+            "(the in-process engine samples with the adapters)"
+        )
+    return errors
 
 
 def check_model(config: Any) -> list[str]:
@@ -839,6 +896,7 @@ def check_eval(config: Any) -> list[str]:
 SECTION_CHECKS = (
     check_run,
     check_model,
+    check_lora,
     check_rollout,
     check_data,
     check_env,

@@ -30,6 +30,7 @@ from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.io import paths
+from orchestra_jax.models.peft_adapter import save_adapter
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel import multihost
@@ -377,7 +378,9 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
     if config.rl.max_staleness > 0:  # rollouts overlap learning: training/async_loop.py
         from orchestra_jax.training.async_loop import async_train
 
-        return async_train(run, progress=progress, evaluate=evaluate)
+        final = async_train(run, progress=progress, evaluate=evaluate)
+        write_adapter(run)
+        return final
     iterator = train_task_iterator(config)
     start = restore(run, iterator)
     writer = MetricsWriter(
@@ -414,4 +417,20 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
     finally:
         run.checkpointer.wait_until_finished()
         writer.close()
+    write_adapter(run)
     return config.num_steps
+
+
+def adapter_dir(config: ExperimentConfig) -> str:
+    """Where a LoRA run writes its final adapters in PEFT's format: <workdir>/adapter."""
+    return paths.join(workdir_of(config), "adapter")
+
+
+def write_adapter(run: Run) -> None:
+    """With LoRA, the policy's adapters as a PEFT folder (`adapter_dir`), naming the
+    base they adapt; serving engines and `experiments/evaluate.py --policies=hf:<base>+
+    <adapter>` load it. Every host calls it; process 0 writes."""
+    if not run.learner.lora:
+        return
+    base = run.config.model.hf_path or run.config.model.preset
+    save_adapter(run.model, adapter_dir(run.config), base_model_name_or_path=base)
