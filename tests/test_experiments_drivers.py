@@ -31,7 +31,7 @@ def _run(*args, timeout=600):
         ((f"{CONFIG}:micro", "--config.rl.lr=abc"), "could not convert string to float"),
         ((f"{CONFIG}:micro", "--config.rl.nothing=1"), "no config field 'nothing'"),
         (
-            (f"{CONFIG}:micro", "--config.rl.lr=-1", "--config.rollout.engine=vllm"),
+            (f"{CONFIG}:micro", "--config.rl.lr=-1", "--config.rollout.engine=trt"),
             "rollout.engine must be one of",
         ),
     ],

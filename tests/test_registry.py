@@ -64,7 +64,8 @@ def test_lazy_entries_import_on_first_use():
 
 
 def test_the_library_registries():
-    assert {"jax", "sglang", "scripted"} <= set(ENGINES.names())
+    assert {"jax", "sglang", "vllm", "scripted"} <= set(ENGINES.names())
+    assert ENGINES.problem("vllm") is None  # imports without vLLM installed
     assert ENVIRONMENTS.names() == ["qa", "routed", "synthetic", "tau2"]
     assert SANDBOXES.names() == ["bwrap", "rlimits", "wasm"]
     assert sandbox_config_errors("rlimits", code_is_trusted=True) == []

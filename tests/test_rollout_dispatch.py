@@ -290,7 +290,7 @@ def test_hf_evaluation_serves_the_folders_weights_on_every_server(servers, tmp_p
 @pytest.mark.slow
 def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path):
     from experiments.evaluate import evaluate_policies
-    from orchestra_jax.rollout.sglang_client import _as_model
+    from orchestra_jax.rollout.http_client import as_model
     from orchestra_jax.training import grpo_loop
     from tests.test_training_e2e import micro_config
 
@@ -317,7 +317,7 @@ def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path)
         force=True,
     )
     run.checkpointer.wait_until_finished()
-    policy, _ = _as_model(run.learner.policy_params(), run.model_config)
+    policy, _ = as_model(run.learner.policy_params(), run.model_config)
     before = asyncio.run(_versions(urls))
     [summary] = evaluate_policies(cfg, ["checkpoint"]).values()
     version = summary["weight_version"]

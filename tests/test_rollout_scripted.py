@@ -71,4 +71,4 @@ def test_scripted_list_with_logprobs_and_weights():
 
 def test_make_engine_unknown_name():
     with pytest.raises(ValueError, match="unknown rollout engine"):
-        make_engine("vllm")
+        make_engine("trt")

@@ -25,7 +25,11 @@ def served():
     engine = JaxEngine(
         model,
         JaxEngineConfig(
-            max_batch_size=2, max_seq_len=64, steps_per_call=8, min_prefill_len=32, min_cache_len=64
+            max_batch_size=2,
+            max_seq_len=128,
+            steps_per_call=8,
+            min_prefill_len=32,
+            min_cache_len=64,
         ),
     )
     with serve_in_thread(

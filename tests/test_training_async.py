@@ -392,3 +392,29 @@ def test_a_cold_start_with_nothing_to_train_runs_to_its_end(tmp_path):
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["learner/skipped_no_signal"] == 1.0 for m in lines)
     assert run.engine.weight_version == 3
+
+
+def test_each_published_version_is_verified_and_its_metrics_kept():
+    class Checked(ScriptedEngine):
+        async def update_weights(self, model_state, *, version, abort_in_flight=False):
+            if version == 3:
+                raise RuntimeError("version 3 did not land")
+            await super().update_weights(model_state, version=version)
+
+    engine = Checked([])
+    producer = RolloutProducer(
+        Steps(engine),
+        engine,
+        engine_version=0,
+        max_staleness=1,
+        after_sync=lambda: {"rollout/sync_logprob_max_abs_diff": engine.weight_versions[-1] / 10},
+    )
+    try:
+        producer.publish("w1", 1).result()
+        producer.publish("w2", 2).result()
+        assert engine.weight_versions == [1, 2]
+        assert producer.sync_metrics == {"rollout/sync_logprob_max_abs_diff": 0.2}
+        with pytest.raises(RuntimeError, match="did not land"):  # stops the learner
+            producer.publish("w3", 3).result()
+    finally:
+        producer.stop()

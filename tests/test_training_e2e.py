@@ -157,7 +157,7 @@ def test_checkpoint_restores_the_same_parameters(two_steps):
 def test_config_errors_are_listed_together(tmp_path):
     config = grpo_hle.get_config("micro")
     config.rl.lr = -1.0
-    config.rollout.engine = "vllm"
+    config.rollout.engine = "trt"
     config.data.sources = "synthetic,nonsense"
     config.tools.sandbox = "docker"
     config.rl.format_filter = "drop"

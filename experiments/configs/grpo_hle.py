@@ -120,9 +120,12 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- rollouts --------------------------------------------------------------
     c.rollout = ml_collections.ConfigDict()
-    c.rollout.engine = "jax"  # "jax" (in process) or "sglang" (servers).
-    c.rollout.urls = ""  # sglang: comma-separated server or router URLs.
-    c.rollout.weights_dir = ""  # sglang: where HF weights are written per sync.
+    c.rollout.engine = "jax"  # "jax" (in process), "sglang" or "vllm" (servers).
+    c.rollout.urls = ""  # sglang, vllm: comma-separated server (sglang: or router) URLs.
+    c.rollout.weights_dir = ""  # sglang, vllm: where HF weights are written per sync.
+    # sglang, vllm: largest |served − learner| log-prob of the sync probe's tokens after
+    # a sync (rollout/sync_probe.py); 0: the serving dtype's tolerance.
+    c.rollout.sync_tolerance = 0.0
     c.rollout.max_batch_size = 64  # jax: concurrent sequences in the decode batch.
     c.rollout.max_seq_len = 2048  # jax: KV-cache length per sequence.
     c.rollout.prefix_cache = True  # jax: reuse finished rows' KV for shared prompt prefixes.

@@ -1,7 +1,7 @@
 """The rollout protocol: what the agent loop and the learner ask of any sampler.
 
-Every engine (the in-process JAX sampler, the SGLang client, the scripted test
-engine) is token-in/token-out: it receives prompt token ids and returns the
+Every engine (the in-process JAX sampler, the SGLang and vLLM clients, the
+scripted test engine) is token-in/token-out: it receives prompt token ids and returns the
 sampled token ids with the log-probability of each one, so training always sees
 the tokens that were actually generated, never a re-tokenised text.
 
@@ -233,9 +233,10 @@ class RolloutEngine(Protocol):
 
 @runtime_checkable
 class ServedEngine(Protocol):
-    """An engine whose weights live on inference servers (the SGLang client): its
-    `update_weights` loads them on every server and checks each reports the
-    version, and it can say which version each server holds now."""
+    """An engine whose weights live on inference servers (the SGLang and vLLM clients,
+    `rollout/http_client.py`): its `update_weights` loads them on every server and
+    verifies each (version and sync probe), and it can say which version each server
+    holds now."""
 
     async def weight_versions(self) -> dict[str, str | None]:
         """Server URL -> the weight version it reports (None: it did not answer)."""
@@ -256,9 +257,10 @@ class StreamingEngine(Protocol):
 ENGINES: Registry[type] = Registry("rollout engine")
 ENGINES.register_lazy("jax", "orchestra_jax.rollout.jax_engine:make_jax_engine")
 ENGINES.register_lazy("sglang", "orchestra_jax.rollout.sglang_client:SGLangClient")
+ENGINES.register_lazy("vllm", "orchestra_jax.rollout.vllm_client:VLLMClient")
 ENGINES.register_lazy("scripted", "orchestra_jax.rollout.scripted:ScriptedEngine")
 
 
 def make_engine(name: str, **kwargs) -> RolloutEngine:
-    """Build the engine registered under `name` ("jax", "sglang", "scripted")."""
+    """Build the engine registered under `name` ("jax", "sglang", "vllm", "scripted")."""
     return ENGINES.get(name)(**kwargs)

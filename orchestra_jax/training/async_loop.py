@@ -26,9 +26,13 @@ no weight, so rollouts from before it are as on-policy as after it).
   whose turns span versions straddles them. With `rl.partial_rollouts` the JAX
   engine takes each update between decode chunks: turns in flight continue on the
   new weights, none is dropped, and such a turn records both versions
-  (`Turn.first_weight_version`; the staleness bound counts its oldest). Without
-  it the engine swaps between requests. SGLang servers load versioned folders
-  (`rollout/sglang_client.py`) between requests. Weight updates run on the
+  (`Turn.first_weight_version`; the staleness bound counts its oldest); vLLM
+  servers freeze the requests in flight while they reload (`/pause?mode=keep`,
+  `rollout/vllm_client.py`). Without it the engine swaps between requests.
+  SGLang servers load versioned folders (`rollout/sglang_client.py`) between
+  requests. Every update to servers is verified by the client
+  (`rollout/http_client.py`: version and sync probe,
+  `rollout/sync_logprob_max_abs_diff`). Weight updates run on the
   producer's event loop, in version order, while the learner goes on.
 - Off-policy correction: the learner's behaviour log-probs are the engine's, and
   with `rl.tis_cap` the truncated importance weights min(exp(log π_θ − log
@@ -187,9 +191,13 @@ class RolloutProducer:
         engine_version: int,
         max_staleness: int,
         partial: bool = False,
+        after_sync: Callable[[], dict[str, float]] | None = None,
     ):
         self._play, self._engine, self.max_staleness = play, engine, max_staleness
-        self.partial = partial  # updates land between decode chunks (JaxEngine)
+        self.partial = partial  # updates land while requests are in flight
+        # After each weight update: its metrics (grpo_loop.sync_report; the engine verifies).
+        self._after_sync = after_sync
+        self.sync_metrics: dict[str, float] = {}  # the last update's
         self._out: queue.Queue[StepRollouts | RolloutFailure] = queue.Queue()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -361,6 +369,8 @@ class RolloutProducer:
                 await self._engine.update_weights(params, version=version, partial=True)  # type: ignore[call-arg]
             else:
                 await self._engine.update_weights(params, version=version)
+            if self._after_sync is not None:
+                self.sync_metrics = self._after_sync()
             async with self._changed:
                 self._applied = version
                 if version in self._queued:
@@ -478,6 +488,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
         engine_version=start,
         max_staleness=k,
         partial=config.rl.partial_rollouts,
+        after_sync=lambda: grpo_loop.sync_report(run.engine),
     )
     # The engine plays on its own copy of the weights while the learner's step donates
     # (frees) the buffers it updates, which the model and an in-process engine may share.
@@ -527,6 +538,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
                     "async/rollout_idle_s": producer.take_idle_seconds(),
                     "async/rollout_s": item.seconds,
                     "async/engine_version": float(producer.engine_version),
+                    **producer.sync_metrics,
                 }
             )
             if trajectories:

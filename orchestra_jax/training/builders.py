@@ -263,6 +263,7 @@ def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) 
         prefix_cache=r.prefix_cache,
         urls=split_list(r.urls),
         weights_dir=r.weights_dir,
+        sync_tolerance=r.sync_tolerance or None,
     )
 
 
@@ -276,7 +277,8 @@ def _engine_parameters(engine_class: Any) -> dict[str, inspect.Parameter]:
 
 
 def build_engine(config: Any, model: Any, model_config: Any) -> RolloutEngine:
-    """The rollout engine `rollout.engine` names ("jax": in process, "sglang": servers),
+    """The rollout engine `rollout.engine` names ("jax": in process, "sglang", "vllm":
+    servers),
     given the config's arguments its constructor takes."""
     engine_class = ENGINES.get(config.rollout.engine)
     parameters = _engine_parameters(engine_class)
@@ -351,6 +353,7 @@ def check_rollout(config: Any) -> list[str]:
     errors += _positive(
         config,
         "rollout.temperature",
+        "rollout.sync_tolerance",
         "agent.seconds_per_generated_token",
         "agent.max_concurrent_episodes",
         "rollout.infra_retries",
@@ -713,10 +716,10 @@ def check_rl(config: Any) -> list[str]:
         errors.append(f"rl.drop_no_answer must be True or False, got {rl.drop_no_answer!r}")
     if rl.stale_groups not in ("regenerate", "drop"):
         errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
-    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine != "jax":
+    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine not in ("jax", "vllm"):
         errors.append(
-            "rl.partial_rollouts needs rollout.engine='jax' (SGLang servers load versioned "
-            "folders between requests): set rl.partial_rollouts = False"
+            "rl.partial_rollouts needs rollout.engine='jax' or 'vllm' (SGLang servers load "
+            "versioned folders between requests): set rl.partial_rollouts = False"
         )
     if rl.reference_dtype:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)

@@ -40,7 +40,7 @@ from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_m
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.rollout.engine import RolloutEngine, ServedEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
 from orchestra_jax.training import builders, config_checks, host_rollouts, infra_failures, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
@@ -181,6 +181,8 @@ def restore(run: Run, iterator, *, sync_engine: bool = True) -> int:
     """
     step = run.checkpointer.latest_step()
     if step is None:
+        if sync_engine and isinstance(run.engine, ServedEngine):  # servers start on their own
+            run_sync(sync_weights(run, 0))
         return 0
     restored = run.checkpointer.restore(
         step,
@@ -288,9 +290,19 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     return out
 
 
-async def sync_weights(run: Run, version: int) -> None:
+async def sync_weights(run: Run, version: int) -> dict[str, float]:
+    """The learner's weights to the engine as `version`; on servers, each server's load
+    is verified by the client (`rollout/http_client.py`: version and sync probe)."""
     params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
     await run.engine.update_weights(params, version=version)
+    return sync_report(run.engine)
+
+
+def sync_report(engine: RolloutEngine) -> dict[str, float]:
+    """The last weight sync's probe metrics (`rollout/sync_logprob_max_abs_diff`) on
+    engines that serve from servers; {} in process."""
+    report = getattr(engine, "sync_metrics", None)
+    return report() if report is not None else {}
 
 
 def server_metrics(engine: Any) -> dict[str, float]:
@@ -388,7 +400,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
             with timer("learner"):
                 learner_metrics = train_step(run, experience)
             with timer("weight_sync"):
-                run_sync(sync_weights(run, step + 1))
+                sync_metrics = run_sync(sync_weights(run, step + 1))
             end_step(
                 run,
                 step,
@@ -398,6 +410,7 @@ def grpo_train(run: Run, *, progress=None, evaluate=None) -> int:
                 timer=timer,
                 writer=writer,
                 evaluate=evaluate,
+                extra=sync_metrics,
             )
             if progress is not None:
                 progress(step + 1, experience.metrics)

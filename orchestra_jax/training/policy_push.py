@@ -5,7 +5,7 @@ whatever they loaded last, so an evaluation that names a policy (an `hf:`
 folder, a checkpoint) must load it there and know it landed before the first
 request: `push_policy` writes it under a weight version no server reports,
 loads it on every server (`RolloutEngine.update_weights`, which checks each
-server's version and is where a served-log-probability probe belongs), asks
+server's version and its log-probs of the sync probe), asks
 every server for its version again, and raises `PolicyNotServed` unless each
 reports the new one.
 """

