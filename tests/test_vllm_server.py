@@ -187,9 +187,11 @@ def test_partial_rollout_continues_across_a_pause(served, tmp_path):
         client = VLLMClient(served["url"], weights_dir=str(tmp_path), model_config=config)
         try:
             await client.update_weights(model, version=200)
-            long = GenerateRequest([9707, 11], SamplingParams(max_new_tokens=400, seed=3))
+            # Long enough to be in flight through the whole update on a quiet machine
+            # (the tiny model decodes ~1,000 tokens/s), within the served 4,096 positions.
+            long = GenerateRequest([9707, 11], SamplingParams(max_new_tokens=3000, seed=3))
             pending = asyncio.ensure_future(client.generate([long]))
-            await asyncio.sleep(1.0)  # in flight
+            await asyncio.sleep(0.3)  # sent
             await client.update_weights(other, version=201, partial=True)
             [out] = await pending
             metrics = client.sync_metrics()  # the probe of version 201
@@ -198,7 +200,7 @@ def test_partial_rollout_continues_across_a_pause(served, tmp_path):
             await client.aclose()
 
     out, metrics = asyncio.run(go())
-    assert out.finish_reason == "length" and len(out.output_ids) == 400  # not aborted
+    assert out.finish_reason == "length" and len(out.output_ids) == 3000  # not aborted
     assert (out.first_weight_version, out.weight_version) == (200, 201)
     assert metrics["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
 
