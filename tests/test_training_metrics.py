@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from orchestra_jax.io.jsonl_log import JsonlLogError
 from orchestra_jax.training import metrics as metrics_lib
 from orchestra_jax.training.metrics import MetricsWriter, plot_metrics, read_metrics
 
@@ -137,3 +138,12 @@ def test_a_disabled_writer_writes_nothing(tmp_path, capsys):
     writer.close()
     assert not (tmp_path / "run").exists()
     assert capsys.readouterr().err == ""
+
+
+def test_read_metrics_refuses_a_bad_line_before_the_last(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 3}\n{"step": 4, "rew')
+    with pytest.raises(JsonlLogError, match="line 2"):
+        read_metrics(path)
+    path.write_text('{"step": 1}\n{"step": 2, "rew')
+    assert read_metrics(path) == [{"step": 1}]

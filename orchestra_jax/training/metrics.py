@@ -23,7 +23,6 @@ is also how TensorBoard groups them.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
@@ -196,14 +195,9 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """All records of a metrics.jsonl, skipping a torn last line."""
-    records = []
-    for line in paths.as_path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    """All records of a metrics.jsonl, a torn last line skipped; any other line that
+    is not a JSON object raises `JsonlLogError` naming the file and line."""
+    return JsonlLog.read(path, what="metrics record")
 
 
 def plot_metrics(
