@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
+from orchestra_jax.tools.pricing import token_cost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +56,6 @@ class Generator(Protocol):
     model: str
 
     async def generate(self, call: Call) -> Reply: ...
-
-
-def price(prompt_tokens: int, completion_tokens: int, price_in: float, price_out: float) -> float:
-    """USD for a call at `price_in` / `price_out` USD per million tokens."""
-    return (prompt_tokens * price_in + completion_tokens * price_out) / 1e6
 
 
 class CatalogueGenerator:
@@ -107,7 +103,7 @@ class CatalogueGenerator:
             text=reply.text,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
-            cost_usd=price(
+            cost_usd=token_cost(
                 reply.prompt_tokens, reply.completion_tokens, self.price_in, self.price_out
             ),
         )
@@ -140,7 +136,7 @@ class ScriptedGenerator:
         prompt = sum(len(m["content"].split()) for m in call.messages)
         completion = len(text.split())
         return Reply(
-            text, prompt, completion, price(prompt, completion, self.price_in, self.price_out)
+            text, prompt, completion, token_cost(prompt, completion, self.price_in, self.price_out)
         )
 
 
