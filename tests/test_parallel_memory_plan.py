@@ -113,3 +113,23 @@ def test_qwen3_8b_shape_without_its_checkpoint():
     config.model.hf_path = "/nowhere/my-model"
     with pytest.raises(ValueError, match="--preset"):
         plan_cli.model_config(config)
+
+
+def test_weights_stored_in_bfloat16_with_float32_masters():
+    # The model keeps its bf16 weights; the learner trains float32 masters beside them,
+    # with float32 moments and gradients, and a reference in `reference_dtype`.
+    config = Qwen3Config.preset("tiny", param_dtype=jnp.bfloat16)
+    shape = StepShape(1, 16, 8, 1)
+    plan = plan_memory(config, {"fsdp": 1}, LearnerConfig(kl_coef=1e-4), shape)
+    assert plan.items["parameters"] == 106_880 * 2
+    assert plan.items["master weights"] == 106_880 * 4
+    assert plan.items["optimizer state"] == 2 * 106_880 * 4 + 8
+    assert plan.items["gradients"] == 2 * 106_880 * 4
+    assert plan.items["KL reference"] == 106_880 * 4
+    half_reference = LearnerConfig(kl_coef=1e-4, reference_dtype="bfloat16")
+    assert plan_memory(config, {"fsdp": 1}, half_reference, shape).items["KL reference"] == (
+        106_880 * 2
+    )
+    # Stored as trained: no separate masters.
+    f32 = plan_memory(Qwen3Config.preset("tiny"), {"fsdp": 1}, LearnerConfig(kl_coef=1e-4), shape)
+    assert f32.items["master weights"] == 0

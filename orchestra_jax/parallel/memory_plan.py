@@ -6,11 +6,15 @@ Per device, with S = data × fsdp batch shards and t = the tensor axis:
 
     parameters        each parameter's shard under parallel/mesh.py's rules,
                       in the parameter dtype
+    master weights    the learner's trained copy in `master_dtype` (float32),
+                      when the model stores its weights in another dtype
+                      (else the masters are the parameters themselves)
     gradients         the float32 accumulator in the parameters' layout, plus
-                      one micro-batch's gradient in the parameter dtype
-    optimizer state   optax's state (AdamW: two moments), laid out like the
-                      parameters
-    KL reference      a frozen copy of the parameters (when rl.kl_coef > 0)
+                      one micro-batch's gradient in the master dtype
+    optimizer state   optax's state (AdamW: two moments) of the masters, laid
+                      out like the parameters
+    KL reference      a frozen copy of the masters in `reference_dtype` (when
+                      rl.kl_coef > 0)
     gathered weights  FSDP all-gathers one unit at a time (a decoder layer, the
                       embedding, the LM head), split only by t: the largest
                       unit, for the policy and the reference, plus its
@@ -181,7 +185,7 @@ def _param_specs(state, mesh_sizes):
 def _sharded_bytes(state, specs, mesh_sizes, dtype=None) -> int:
     total = 0
     for x, spec in zip(jax.tree.leaves(state), jax.tree.leaves(specs, is_leaf=_is_spec)):
-        item = jnp.dtype(dtype or x.dtype).itemsize
+        item = jnp.dtype(x.dtype if dtype is None else dtype).itemsize
         total += math.prod(shard_shape(x.shape, spec, mesh_sizes)) * item
     return total
 
@@ -294,11 +298,22 @@ def plan_memory(
     trained = nnx.state(abstract, LoRAParam) if lora else params
     trained_specs = _param_specs(trained, sizes)
     param_bytes = _sharded_bytes(params, specs, sizes)
-    trained_bytes = _sharded_bytes(trained, trained_specs, sizes)
     grads_f32 = _sharded_bytes(trained, trained_specs, sizes, jnp.float32)
+    # The learner trains master weights in `master_dtype` (None: as stored); where the
+    # model stores its weights in another dtype it keeps them beside the masters.
+    master_dtype = getattr(learner_config, "master_dtype", "float32")
+    trained_leaves = jax.tree.leaves(trained)
+    master = jnp.dtype(master_dtype) if master_dtype else None
+    master_bytes = _sharded_bytes(trained, trained_specs, sizes, master)
+    separate_masters = master is not None and any(x.dtype != master for x in trained_leaves)
+    reference_dtype = getattr(learner_config, "reference_dtype", None) or master_dtype
+    reference_bytes = _sharded_bytes(
+        trained, trained_specs, sizes, jnp.dtype(reference_dtype) if reference_dtype else None
+    )
 
     tx = make_optimizer(learner_config)
-    opt = jax.eval_shape(tx.init, trained)
+    masters = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, master or x.dtype), trained)
+    opt = jax.eval_shape(tx.init, masters)
     import optax  # pylint: disable=g-import-not-at-top
 
     opt_specs = optax.tree_map_params(
@@ -333,9 +348,10 @@ def plan_memory(
 
     items = {
         "parameters": param_bytes,
-        "gradients": grads_f32 + trained_bytes,
+        "master weights": master_bytes if separate_masters else 0,
+        "gradients": grads_f32 + master_bytes,
         "optimizer state": opt_bytes,
-        "KL reference": trained_bytes if shape.kl_reference else 0,
+        "KL reference": reference_bytes if shape.kl_reference else 0,
         "gathered weights": gathered if shards > 1 else 0,
     }
     items.update(
