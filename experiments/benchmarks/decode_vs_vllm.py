@@ -14,9 +14,17 @@ exactly batch × NEW_TOKENS tokens; the two are timed alternately
 tokens/s are reported as medians, with vLLM's over HTTP (VLLMClient, one request
 per prompt, as rollouts send them).
 
+Continuous batching (`--mixed`, on by default): one stream of MIXED_REQUESTS
+requests with prompt lengths and new-token counts drawn uniformly from
+[MIXED_MIN, MIXED_MAX], each sent as its own call at once (as rollouts send
+turns), at most MIXED_SLOTS decoding together on both sides (the JAX engine's
+`max_batch_size`, vLLM's client `max_in_flight`), so each scheduler must refill
+slots as short requests end: new tokens/s over the whole stream and the mean
+request latency, timed alternately like the batch cells.
+
 Shapes: "demo" (vocab 4096, hidden 256, 4 layers, the CPU demo's) and
 "qwen3_0p6b_4l" (Qwen3-0.6B's layer and vocabulary dimensions with 4 layers).
-Writes experiments/benchmarks/results/decode_vs_vllm.json (CPU model and flags
+Writes experiments/benchmarks/results/decode_vs_vllm.json (`--result-name`) (CPU model and flags
 recorded by `common.write_result`).
 """
 
@@ -50,6 +58,7 @@ SHAPES = {
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 START_TIMEOUT_S = 1800
+MIXED_REQUESTS, MIXED_SLOTS, MIXED_MIN, MIXED_MAX = 64, 16, 8, 256
 
 
 def free_port() -> int:
@@ -115,6 +124,77 @@ def generated(engine, requests) -> int:
     return sum(c.completion_tokens for c in asyncio.run(run()))
 
 
+def mixed_requests(rng, vocab: int) -> list[GenerateRequest]:
+    """The continuous-batching stream: mixed prompt lengths and new-token counts."""
+    lengths = rng.integers(MIXED_MIN, MIXED_MAX + 1, (MIXED_REQUESTS, 2))
+    return [
+        GenerateRequest(
+            rng.integers(3, min(vocab, 100_000), int(prompt)).tolist(),
+            SamplingParams(temperature=1.0, max_new_tokens=int(new), seed=i),
+        )
+        for i, (prompt, new) in enumerate(lengths)
+    ]
+
+
+def streamed(engine, requests, latencies: list[float]) -> int:
+    """New tokens of `requests` sent as separate concurrent calls; each call's seconds
+    are appended to `latencies`."""
+
+    async def one(request):
+        start = time.perf_counter()
+        [completion] = await engine.generate([request])
+        latencies.append(time.perf_counter() - start)
+        return completion.completion_tokens
+
+    async def run():
+        try:
+            return await asyncio.gather(*(one(r) for r in requests))
+        finally:
+            if isinstance(engine, VLLMClient):
+                await engine.aclose()
+
+    return sum(asyncio.run(run()))
+
+
+def mixed_cell(model, config, url: str, repeats: int, rng) -> dict:
+    """The continuous-batching stream on both engines (module docstring)."""
+    requests = mixed_requests(rng, config.vocab_size)
+    expected = sum(r.sampling.max_new_tokens for r in requests)
+    engine = JaxEngine(
+        model,
+        JaxEngineConfig(max_batch_size=MIXED_SLOTS, max_seq_len=2 * MIXED_MAX),
+    )
+    client = VLLMClient(url, model_config=config, max_in_flight=MIXED_SLOTS)
+    latencies: dict[str, list[float]] = {"jax": [], "vllm": []}
+    counts = {}
+
+    def jax_run():
+        latencies["jax"].clear()
+        counts["jax"] = streamed(engine, requests, latencies["jax"])
+
+    def vllm_run():
+        latencies["vllm"].clear()
+        counts["vllm"] = streamed(client, requests, latencies["vllm"])
+
+    try:
+        timings = common.alternate_timings({"jax": jax_run, "vllm": vllm_run}, repeats, warmup=1)
+    finally:
+        engine.close()
+        client.close()
+    assert counts == {"jax": expected, "vllm": expected}, (counts, expected)
+    summary = common.summarize(timings)
+    rates = {n: expected / s["median_s"] for n, s in summary.items()}
+    return {
+        "requests": MIXED_REQUESTS,
+        "slots": MIXED_SLOTS,
+        "new_tokens": expected,
+        "seconds": summary,
+        "new_tokens_per_s": rates,
+        "jax_over_vllm": rates["jax"] / rates["vllm"],
+        "mean_latency_s_last_round": {n: float(np.mean(v)) for n, v in latencies.items()},
+    }
+
+
 def time_both(engine, client, requests, repeats: int):
     """Alternate timings of `requests` on the JAX engine and on vLLM, and the tokens each made."""
     counts = {}
@@ -129,7 +209,9 @@ def time_both(engine, client, requests, repeats: int):
     return timings, counts
 
 
-def one_setting(shape: str, dtype: str, batches, repeats: int, tmp: str) -> dict:
+def one_setting(
+    shape: str, dtype: str, batches, repeats: int, tmp: str, mixed: bool = True
+) -> dict:
     preset, overrides = SHAPES[shape]
     config = Qwen3Config.preset(preset, **overrides).replace(
         param_dtype=DTYPES[dtype], dtype=DTYPES[dtype]
@@ -163,6 +245,12 @@ def one_setting(shape: str, dtype: str, batches, repeats: int, tmp: str) -> dict
                 f"{shape} {dtype} batch {rows}: "
                 + ", ".join(f"{n} {r:.0f} tok/s" for n, r in rates.items())
             )
+        if mixed:
+            out["mixed"] = cell = mixed_cell(model, config, url, repeats, rng)
+            print(
+                f"{shape} {dtype} mixed stream: "
+                + ", ".join(f"{n} {r:.0f} tok/s" for n, r in cell["new_tokens_per_s"].items())
+            )
     finally:
         client.close()
         stop(process)
@@ -174,16 +262,22 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--dtypes", default=",".join(DTYPES))
-    parser.add_argument("--batches", default="16,64")
+    parser.add_argument("--batches", default="16,64", help="'' for none")
+    parser.add_argument("--mixed", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--result-name", default="decode_vs_vllm", help="results/<name>.json (a partial run's own)"
+    )
     args = parser.parse_args(argv)
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in args.batches.split(",") if b]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             for dtype in args.dtypes.split(","):
-                results[f"{shape}/{dtype}"] = one_setting(shape, dtype, batches, args.repeats, tmp)
+                results[f"{shape}/{dtype}"] = one_setting(
+                    shape, dtype, batches, args.repeats, tmp, args.mixed
+                )
     path = common.write_result(
-        "decode_vs_vllm",
+        args.result_name,
         {
             "new_tokens": NEW_TOKENS,
             "prompt_len": PROMPT_LEN,
