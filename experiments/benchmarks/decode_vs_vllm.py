@@ -58,7 +58,7 @@ SHAPES = {
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 START_TIMEOUT_S = 1800
-MIXED_REQUESTS, MIXED_SLOTS, MIXED_MIN, MIXED_MAX = 64, 16, 8, 256
+MIXED_REQUESTS, MIXED_SLOTS, MIXED_MIN, MIXED_MAX = 32, 16, 8, 192
 
 
 def free_port() -> int:
