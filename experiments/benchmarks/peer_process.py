@@ -61,9 +61,10 @@ class PeerProcess:
             peer.close()
         return peer
 
-    def step(self) -> float:
-        """Runs one step in the peer; its own timing of it in seconds."""
-        self.proc.stdin.write("step\n")
+    def step(self, request: str = "step") -> float:
+        """Runs one step in the peer (`request`: the line sent, for workers that time
+        more than one thing); its own timing of it in seconds."""
+        self.proc.stdin.write(request + "\n")
         self.proc.stdin.flush()
         reply = json.loads(self.proc.stdout.readline())
         self.last = reply
