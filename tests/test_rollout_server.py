@@ -8,6 +8,7 @@ import pytest
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
 
 STOP = 9
@@ -145,7 +146,7 @@ def test_engine_failure_is_500_and_server_survives():
 def test_killed_server_retries_then_raises_clearly():
     engine = ScriptedEngine(echo_policy, latency_s=0.5)
     server = serve_in_thread(engine)
-    client = SGLangClient(server.url, max_retries=2, backoff_s=0.01)
+    client = SGLangClient(server.url, settings=ServerPoolSettings(max_retries=2, backoff_s=0.01))
 
     async def go():
         try:
@@ -162,7 +163,9 @@ def test_killed_server_retries_then_raises_clearly():
 
 
 def test_unreachable_server_one_clear_error():
-    client = SGLangClient("http://127.0.0.1:9", max_retries=1, backoff_s=0.01)
+    client = SGLangClient(
+        "http://127.0.0.1:9", settings=ServerPoolSettings(max_retries=1, backoff_s=0.01)
+    )
 
     async def go():
         try:
@@ -226,7 +229,7 @@ def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
         for i, e in enumerate(engines)
     ]
     a, b = (t.url for t in threads)
-    client = SGLangClient([a, b], max_retries=1, backoff_s=0.01)
+    client = SGLangClient([a, b], settings=ServerPoolSettings(max_retries=1, backoff_s=0.01))
     request = GenerateRequest([1, 2], SamplingParams(max_new_tokens=2))
 
     async def go():
@@ -254,7 +257,9 @@ def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
 
 
 def test_with_every_server_stale_generate_fails_naming_why():
-    client = SGLangClient(["http://127.0.0.1:9", "http://127.0.0.1:10"], max_retries=1)
+    client = SGLangClient(
+        ["http://127.0.0.1:9", "http://127.0.0.1:10"], settings=ServerPoolSettings(max_retries=1)
+    )
     for url in client.urls:
         client.pool.mark_down(url, f"weight sync to version 2 failed at {url}", stale=True)
 

@@ -18,6 +18,7 @@ from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout import vllm_protocol as proto
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.http_client import RolloutServerError
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.vllm_client import VLLMClient
 
 CONFIG = Qwen3Config.preset("tiny")
@@ -117,7 +118,8 @@ class FakeVLLM:
 
 
 def client(url, **kw):
-    return VLLMClient(url, max_retries=kw.pop("max_retries", 1), backoff_s=0.01, **kw)
+    settings = ServerPoolSettings(max_retries=kw.pop("max_retries", 1), backoff_s=0.01)
+    return VLLMClient(url, settings=settings, **kw)
 
 
 def run(coro):

@@ -57,6 +57,7 @@ import numpy as np
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_protocol import MalformedResponse
 from orchestra_jax.rollout.sync_probe import SyncNotLanded
 
@@ -145,38 +146,35 @@ class HttpEngineClient:
     """RolloutEngine plumbing over one or more HTTP inference servers (module docstring);
     subclasses implement `_generate_on`, `_load_on` and `_served_version`."""
 
+    # Calls open at once when `settings.max_in_flight` is 0 (None: every chunk).
+    default_max_in_flight: int | None = None
+
     def __init__(
         self,
         urls: str | Sequence[str] | None,
         *,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
+        settings: ServerPoolSettings | None = None,
         max_batch_per_request: int = 64,
-        max_in_flight: int | None = None,
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
-        max_consecutive_errors: int = 3,
-        recheck_s: float = 10.0,
-        health_interval_s: float = 60.0,
-        health_timeout_s: float = 30.0,
     ):
         self.urls = server_urls(urls)
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.settings = settings = settings or ServerPoolSettings()
+        self.timeout_s = settings.timeout_s
+        self.max_retries = settings.max_retries
+        self.backoff_s = settings.backoff_s
+        self.health_timeout_s = settings.health_timeout_s
         self.max_batch_per_request = max_batch_per_request
-        self.max_in_flight = max_in_flight  # chunks in flight at once (None: all)
+        self.max_in_flight = settings.max_in_flight or self.default_max_in_flight
         self.weights_dir = weights_dir
         self.model_config = model_config
         self.sync_tolerance = sync_tolerance  # None: the probe's tolerance for the dtype
-        self.health_timeout_s = health_timeout_s
         self.pool = ServerPool(
             self.urls,
-            max_consecutive_errors=max_consecutive_errors,
-            recheck_s=recheck_s,
-            health_interval_s=health_interval_s,
+            max_consecutive_errors=settings.max_consecutive_errors,
+            recheck_s=settings.recheck_s,
+            health_interval_s=settings.health_interval_s,
         )
         # (folder, version) of the last weights every server was asked to load: what a
         # server coming back must hold first. None until the first sync.

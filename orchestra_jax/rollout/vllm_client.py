@@ -56,6 +56,7 @@ from orchestra_jax.rollout.http_client import (
     RolloutServerError,
     attempt_rid,
 )
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 
 log = logging.getLogger(__name__)
 
@@ -76,36 +77,24 @@ LOGPROBS_MODE = "processed_logprobs"
 class VLLMClient(HttpEngineClient):
     """RolloutEngine over one or more vLLM servers (see the module docstring)."""
 
+    default_max_in_flight = 256  # requests open at once over all servers
+
     def __init__(
         self,
         urls: str | Sequence[str],
         *,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
+        settings: ServerPoolSettings | None = None,
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
-        max_in_flight: int = 256,
-        max_consecutive_errors: int = 3,
-        recheck_s: float = 10.0,
-        health_interval_s: float = 60.0,
-        health_timeout_s: float = 30.0,
     ):
         super().__init__(
             urls,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
+            settings=settings,
             max_batch_per_request=1,  # /v1/completions takes token ids one prompt at a time
-            max_in_flight=max_in_flight,
             weights_dir=weights_dir,
             model_config=model_config,
             sync_tolerance=sync_tolerance,
-            max_consecutive_errors=max_consecutive_errors,
-            recheck_s=recheck_s,
-            health_interval_s=health_interval_s,
-            health_timeout_s=health_timeout_s,
         )
         self._checked = False
         self._version: int | None = None  # the weights' version this client synced last
