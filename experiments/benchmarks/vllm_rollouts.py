@@ -318,14 +318,15 @@ def main(argv=None):
     parser.add_argument("--group", type=int, default=4, help="rl.group_size")
     parser.add_argument("--sizes", default=",".join(SHAPES))
     parser.add_argument("--sync_repeats", type=int, default=2)
+    parser.add_argument("--tokenizer_dir", default=QWEN3_TOKENIZER_DIR, help="Qwen3's tokenizer")
     parser.add_argument("--skip_grpo", action="store_true")
     parser.add_argument(
         "--eager", action="store_true", help="serve the GRPO policy uncompiled (a quick check)"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    if not os.path.exists(os.path.join(QWEN3_TOKENIZER_DIR, "tokenizer.json")):
-        raise SystemExit(f"no Qwen3 tokenizer at {QWEN3_TOKENIZER_DIR}")
+    if not os.path.exists(os.path.join(args.tokenizer_dir, "tokenizer.json")):
+        raise SystemExit(f"no Qwen3 tokenizer at {args.tokenizer_dir}")
     grpo: list[dict] = []
     syncs: list[dict] = []
 
@@ -353,7 +354,7 @@ def main(argv=None):
         folder = os.path.join(tmp, "policy")
         model, config = make_model(GRPO_SHAPE, folder)
         for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(QWEN3_TOKENIZER_DIR, name), folder)
+            shutil.copy(os.path.join(args.tokenizer_dir, name), folder)
         process, url = serve(folder, folder + ".log", eager=args.eager)
         try:
             if not args.skip_grpo:
