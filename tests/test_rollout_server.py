@@ -10,6 +10,7 @@ from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
 from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from tests.live_helpers import free_port
 
 STOP = 9
 
@@ -254,6 +255,29 @@ def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
     assert [c.weight_version for c in served] == [3] * 4  # none from b's old weights
     assert versions == {a: "3", b: "0"}
     assert healthy and after == {a: "3", b: "3"} and client.pool.healthy() == [a, b]
+
+
+def test_a_server_dead_at_start_up_is_taken_out_by_the_first_sync_and_the_other_serves():
+    thread = serve_in_thread(ScriptedEngine(echo_policy), weight_loader=lambda path: {})
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = SGLangClient(
+        [dead, thread.url], settings=ServerPoolSettings(max_retries=1, backoff_s=0.01)
+    )
+
+    async def go():
+        try:
+            await client.update_weights_from_disk("/w/v1", version=1)
+            served = await client.generate([GenerateRequest([1, 2])] * 2)
+            return client.pool.down(), served
+        finally:
+            await client.aclose()
+
+    try:
+        down, served = run(go())
+    finally:
+        thread.stop()
+    assert list(down) == [dead] and "weight sync to version 1 failed" in down[dead]
+    assert [c.weight_version for c in served] == [1, 1]
 
 
 def test_with_every_server_stale_generate_fails_naming_why():

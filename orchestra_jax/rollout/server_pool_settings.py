@@ -78,5 +78,7 @@ def settings_problems(values: dict, prefix: str = "") -> list[str]:
         elif integer and value != int(value):
             problems.append(f"{prefix}{name} must be an integer, got {value!r}")
         elif value < low or (value == low and not inclusive):
-            problems.append(f"{prefix}{name} must be {'>=' if inclusive else '>'} {low}, got {value!r}")
+            problems.append(
+                f"{prefix}{name} must be {'>=' if inclusive else '>'} {low}, got {value!r}"
+            )
     return problems
