@@ -19,6 +19,9 @@ all at once. A server that does not answer within the retries is taken out
 (logged, naming it) and the others serve; when none answers, `check_servers`
 raises `ServerUnreachable` (a `RolloutServerError`) naming each. A server that
 answers but fails a check raises `RolloutServerError` saying what is wrong.
+SGLang's client checks nothing at start-up: a server that does not answer is
+taken out by the first weight sync (the sync goes on with the others) or by
+`max_consecutive_errors` failed requests (retried on the others).
 
 Failures: a connection error, timeout, 5xx or malformed reply (not JSON where
 its content type says JSON, or refused by the protocol's parser:
