@@ -17,6 +17,7 @@ from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.rollout.server import RolloutServer, ServerConfig, ServerThread, load_model
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
 from tests.test_rollout_serving import greedy_continuation
 
@@ -141,9 +142,7 @@ def test_a_server_killed_mid_step_its_requests_finish_on_the_other_and_it_return
     a, b = both
     client = SGLangClient(
         [a.url, b.url],
-        backoff_s=0.05,
-        max_consecutive_errors=2,
-        recheck_s=0.0,
+        settings=ServerPoolSettings(backoff_s=0.05, max_consecutive_errors=2, recheck_s=0.0),
         weights_dir=str(tmp_path),
     )
     requests = [
@@ -221,7 +220,7 @@ def test_weight_sync_reaches_both_servers_at_once_and_checks_their_versions(serv
 
 def test_a_sync_that_no_server_takes_fails_naming_each(servers):
     both, _, _ = servers
-    client = SGLangClient([s.url for s in both], max_retries=0)
+    client = SGLangClient([s.url for s in both], settings=ServerPoolSettings(max_retries=0))
 
     async def go():
         try:

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from orchestra_jax.rollout.engine import GenerateRequest
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
 
 
@@ -42,7 +43,9 @@ async def generate_against(bodies, *, content_type="application/json"):
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = SGLangClient(f"http://127.0.0.1:{port}", max_retries=2, backoff_s=0.01)
+    client = SGLangClient(
+        f"http://127.0.0.1:{port}", settings=ServerPoolSettings(max_retries=2, backoff_s=0.01)
+    )
     try:
         return await client.generate([GenerateRequest([1])]), len(attempts)
     except Exception as e:  # noqa: BLE001 - the test looks at which exception it is

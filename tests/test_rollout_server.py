@@ -8,7 +8,9 @@ import pytest
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from tests.live_helpers import free_port
 
 STOP = 9
 
@@ -145,7 +147,7 @@ def test_engine_failure_is_500_and_server_survives():
 def test_killed_server_retries_then_raises_clearly():
     engine = ScriptedEngine(echo_policy, latency_s=0.5)
     server = serve_in_thread(engine)
-    client = SGLangClient(server.url, max_retries=2, backoff_s=0.01)
+    client = SGLangClient(server.url, settings=ServerPoolSettings(max_retries=2, backoff_s=0.01))
 
     async def go():
         try:
@@ -162,7 +164,9 @@ def test_killed_server_retries_then_raises_clearly():
 
 
 def test_unreachable_server_one_clear_error():
-    client = SGLangClient("http://127.0.0.1:9", max_retries=1, backoff_s=0.01)
+    client = SGLangClient(
+        "http://127.0.0.1:9", settings=ServerPoolSettings(max_retries=1, backoff_s=0.01)
+    )
 
     async def go():
         try:
@@ -226,7 +230,7 @@ def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
         for i, e in enumerate(engines)
     ]
     a, b = (t.url for t in threads)
-    client = SGLangClient([a, b], max_retries=1, backoff_s=0.01)
+    client = SGLangClient([a, b], settings=ServerPoolSettings(max_retries=1, backoff_s=0.01))
     request = GenerateRequest([1, 2], SamplingParams(max_new_tokens=2))
 
     async def go():
@@ -253,8 +257,33 @@ def test_a_server_out_during_a_sync_serves_nothing_until_it_has_caught_up():
     assert healthy and after == {a: "3", b: "3"} and client.pool.healthy() == [a, b]
 
 
+def test_a_server_dead_at_start_up_is_taken_out_by_the_first_sync_and_the_other_serves():
+    thread = serve_in_thread(ScriptedEngine(echo_policy), weight_loader=lambda path: {})
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = SGLangClient(
+        [dead, thread.url], settings=ServerPoolSettings(max_retries=1, backoff_s=0.01)
+    )
+
+    async def go():
+        try:
+            await client.update_weights_from_disk("/w/v1", version=1)
+            served = await client.generate([GenerateRequest([1, 2])] * 2)
+            return client.pool.down(), served
+        finally:
+            await client.aclose()
+
+    try:
+        down, served = run(go())
+    finally:
+        thread.stop()
+    assert list(down) == [dead] and "weight sync to version 1 failed" in down[dead]
+    assert [c.weight_version for c in served] == [1, 1]
+
+
 def test_with_every_server_stale_generate_fails_naming_why():
-    client = SGLangClient(["http://127.0.0.1:9", "http://127.0.0.1:10"], max_retries=1)
+    client = SGLangClient(
+        ["http://127.0.0.1:9", "http://127.0.0.1:10"], settings=ServerPoolSettings(max_retries=1)
+    )
     for url in client.urls:
         client.pool.mark_down(url, f"weight sync to version 2 failed at {url}", stale=True)
 

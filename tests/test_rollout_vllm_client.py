@@ -4,6 +4,7 @@ or fails on purpose. The real server: tests/test_vllm_server.py."""
 
 import asyncio
 import json
+import logging
 import os
 
 import jax.numpy as jnp
@@ -17,8 +18,10 @@ from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout import vllm_protocol as proto
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.http_client import RolloutServerError
+from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.vllm_client import VLLMClient
+from tests.live_helpers import free_port
 
 CONFIG = Qwen3Config.preset("tiny")
 
@@ -45,7 +48,10 @@ class FakeVLLM:
     """A loopback server with vLLM's endpoints; `completions` answers /v1/completions,
     `model` (shifted by `probe_error`) the sync probe (a request for prompt log-probs)."""
 
-    def __init__(self, completions=None, *, info=None, dev_mode=True, model=None, probe_error=0.0):
+    def __init__(
+        self, completions=None, *, info=None, dev_mode=True, model=None, probe_error=0.0, port=0
+    ):
+        self.port = port  # 0: any free port
         self.calls: list[tuple[str, object]] = []
         self.model, self.probe_error = model, probe_error
         self.completions = completions or (lambda body: reply([5, 6], [-0.5, -1.5]))
@@ -58,6 +64,7 @@ class FakeVLLM:
     async def __aenter__(self):
         app = web.Application()
         app.router.add_get("/v1/models", self._json(lambda b: {"data": [{"id": "m"}]}))
+        app.router.add_get("/health", self._json(lambda b: {}))
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/pause", self._json(lambda b: {"status": "paused"}))
         app.router.add_post("/resume", self._json(lambda b: {"status": "resumed"}))
@@ -68,7 +75,7 @@ class FakeVLLM:
             app.router.add_post("/collective_rpc", self._reload)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         await site.start()
         self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         return self
@@ -117,7 +124,8 @@ class FakeVLLM:
 
 
 def client(url, **kw):
-    return VLLMClient(url, max_retries=kw.pop("max_retries", 1), backoff_s=0.01, **kw)
+    settings = ServerPoolSettings(max_retries=kw.pop("max_retries", 1), backoff_s=0.01)
+    return VLLMClient(url, settings=settings, **kw)
 
 
 def run(coro):
@@ -231,6 +239,48 @@ def test_a_server_that_is_not_up_is_named():
             await c.aclose()
 
     run(go())
+
+
+def test_a_server_dead_at_start_up_is_taken_out_the_others_serve_and_it_comes_back(caplog):
+    port = free_port()  # nothing listens there yet
+    dead = f"http://127.0.0.1:{port}"
+
+    async def go():
+        async with FakeVLLM() as alive:
+            c = client([dead, alive.url])
+            try:
+                requests = [GenerateRequest([1], affinity_key=f"e{k}") for k in range(3)]
+                outs = await c.generate(requests)
+                down = c.pool.down()
+                async with FakeVLLM(port=port) as back:  # the dead one starts
+                    healthy = await c.health()  # passes the start-up checks, is back
+                    return outs, down, alive.paths(), healthy, c.pool.healthy(), back.paths()
+            finally:
+                await c.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="orchestra_jax.rollout.server_pool"):
+        outs, down, served, healthy, up, checked = run(go())
+    assert [o.output_ids for o in outs] == [[5, 6]] * 3
+    assert served.count("/v1/completions") == 3
+    assert list(down) == [dead] and "did not answer at start-up" in down[dead]
+    assert f"rollout server {dead} taken out" in caplog.text
+    assert healthy and len(up) == 2 and "/server_info?config_format=json" in checked
+
+
+@pytest.mark.parametrize("dead_servers", [1, 2])
+def test_with_no_server_answering_at_start_up_the_error_names_each(dead_servers):
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(dead_servers)]
+
+    async def go():
+        c = client(dead, max_retries=1)
+        try:
+            await c.generate([GenerateRequest([1])])
+        finally:
+            await c.aclose()
+
+    with pytest.raises(ServerUnreachable, match="no rollout server answered at start-up") as e:
+        run(go())
+    assert all(f"{url}: GET /v1/models failed after 2 attempts" in str(e.value) for url in dead)
 
 
 @pytest.mark.parametrize(
@@ -454,3 +504,38 @@ def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():
     assert any("rl.partial_rollouts needs" in e for e in builders.check_rl(c))
     c.rollout.sync_tolerance = -1.0
     assert any("rollout.sync_tolerance" in e for e in builders.check_rollout(c))
+
+
+def test_rollout_server_pool_settings_are_checked_and_reach_each_client_and_its_pool():
+    from experiments.configs import grpo_hle
+    from orchestra_jax.rollout.sglang_client import SGLangClient
+    from orchestra_jax.training import builders
+
+    c = grpo_hle.get_config("micro")
+    c.rollout.engine, c.rollout.urls, c.rollout.weights_dir = "vllm", "http://a:8000", "/w"
+    pool = c.rollout.server_pool
+    pool.timeout_s, pool.max_retries, pool.max_consecutive_errors = 0.0, -1, 0
+    assert builders.check_rollout(c) == [
+        "rollout.server_pool.timeout_s must be > 0.0, got 0.0",
+        "rollout.server_pool.max_retries must be >= 0, got -1",
+        "rollout.server_pool.max_consecutive_errors must be >= 1, got 0",
+    ]
+    with pytest.raises(ValueError, match="max_retries must be >= 0"):
+        ServerPoolSettings(max_retries=-1)
+    pool.timeout_s, pool.max_retries, pool.backoff_s = 5.0, 1, 0.25
+    pool.max_consecutive_errors, pool.recheck_s, pool.health_interval_s = 2, 3.0, 0.0
+    pool.health_timeout_s, pool.max_in_flight = 2.0, 8
+    assert builders.check_rollout(c) == []
+    for engine, engine_class in (("vllm", VLLMClient), ("sglang", SGLangClient)):
+        c.rollout.engine = engine
+        built = builders.build_engine(c, None, CONFIG)
+        assert isinstance(built, engine_class)
+        assert built.settings == ServerPoolSettings(**pool)
+        assert (built.timeout_s, built.max_retries, built.backoff_s) == (5.0, 1, 0.25)
+        assert (built.health_timeout_s, built.max_in_flight) == (2.0, 8)
+        p = built.pool
+        assert (p.max_consecutive_errors, p.recheck_s, p.health_interval_s) == (2, 3.0, 0.0)
+    pool.max_in_flight = 0  # each client's own bound
+    assert builders.build_engine(c, None, CONFIG).max_in_flight is None  # sglang: every chunk
+    c.rollout.engine = "vllm"
+    assert builders.build_engine(c, None, CONFIG).max_in_flight == 256

@@ -137,6 +137,21 @@ def _base() -> ml_collections.ConfigDict:
     # the user simulator retry in their own clients). An episode whose service
     # still fails is an infrastructure failure: neither trained on nor scored.
     c.rollout.infra_retries = 2
+    # sglang, vllm: how the client treats its servers (rollout/server_pool_settings.py).
+    c.rollout.server_pool = ml_collections.ConfigDict()
+    c.rollout.server_pool.timeout_s = 600.0  # The longest one HTTP call may take.
+    # A call that meets a server fault is retried this many times (on another server
+    # where one is up), after backoff_s * 2**attempt seconds; at start-up the same
+    # bound decides when a server that never answers is out.
+    c.rollout.server_pool.max_retries = 4
+    c.rollout.server_pool.backoff_s = 0.5
+    c.rollout.server_pool.max_consecutive_errors = 3  # Failed calls in a row: out.
+    c.rollout.server_pool.recheck_s = 10.0  # Seconds between checks of a server that is out,
+    c.rollout.server_pool.health_interval_s = 60.0  # and of one that is up (0: none).
+    c.rollout.server_pool.health_timeout_s = 30.0  # The longest a /health check may take.
+    # Calls open at once over all servers; 0: the client's own bound (SGLang: every
+    # chunk, vLLM: 256 requests).
+    c.rollout.server_pool.max_in_flight = 0
 
     # --- episodes --------------------------------------------------------------
     c.agent = ml_collections.ConfigDict()

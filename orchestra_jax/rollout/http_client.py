@@ -10,7 +10,18 @@ every turn of an episode goes to the server that served its previous turn and
 holds its prefix (`GenerateRequest.affinity_key`), new episodes to the least
 loaded server; requests to one server go in chunks of at most
 `max_batch_per_request`, all in flight at once (at most `max_in_flight` chunks
-when set).
+when set). The time limits, retries and health-check intervals below are one
+`ServerPoolSettings` (`server_pool_settings.py`; a config's `rollout.server_pool.*`).
+
+Start-up: before the first request or sync every server passes the client's
+start-up checks (`_startup_check`: none for SGLang; vLLM's in `vllm_client.py`),
+all at once. A server that does not answer within the retries is taken out
+(logged, naming it) and the others serve; when none answers, `check_servers`
+raises `ServerUnreachable` (a `RolloutServerError`) naming each. A server that
+answers but fails a check raises `RolloutServerError` saying what is wrong.
+SGLang's client checks nothing at start-up: a server that does not answer is
+taken out by the first weight sync (the sync goes on with the others) or by
+`max_consecutive_errors` failed requests (retried on the others).
 
 Failures: a connection error, timeout, 5xx or malformed reply (not JSON where
 its content type says JSON, or refused by the protocol's parser:
@@ -23,7 +34,8 @@ failed `/health` check (every `health_interval_s`, in the background), take a
 server out (its episodes move to the others); a server that is out gets a
 `/health` check every `recheck_s` seconds, and once it passes and holds the
 current weights (they are loaded on it if not: a restarted server comes back
-with its start-up weights) it is back.
+with its start-up weights), after passing the start-up checks if it never did,
+it is back.
 
 Weight sync: `update_weights(model, version=v)` writes HF safetensors in the
 compute (serving) dtype into `<weights_dir>/v<version>` (`save_hf_checkpoint`;
@@ -57,6 +69,7 @@ import numpy as np
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_protocol import MalformedResponse
 from orchestra_jax.rollout.sync_probe import SyncNotLanded
 
@@ -68,6 +81,10 @@ log = logging.getLogger(__name__)
 
 class RolloutServerError(RuntimeError):
     """The rollout server(s) failed or stayed unreachable after all retries."""
+
+
+class ServerUnreachable(RolloutServerError):
+    """A server that did not answer within the retries."""
 
 
 class RefusedRequest(Exception):
@@ -145,38 +162,35 @@ class HttpEngineClient:
     """RolloutEngine plumbing over one or more HTTP inference servers (module docstring);
     subclasses implement `_generate_on`, `_load_on` and `_served_version`."""
 
+    # Calls open at once when `settings.max_in_flight` is 0 (None: every chunk).
+    default_max_in_flight: int | None = None
+
     def __init__(
         self,
         urls: str | Sequence[str] | None,
         *,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
+        settings: ServerPoolSettings | None = None,
         max_batch_per_request: int = 64,
-        max_in_flight: int | None = None,
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
-        max_consecutive_errors: int = 3,
-        recheck_s: float = 10.0,
-        health_interval_s: float = 60.0,
-        health_timeout_s: float = 30.0,
     ):
         self.urls = server_urls(urls)
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.settings = settings = settings or ServerPoolSettings()
+        self.timeout_s = settings.timeout_s
+        self.max_retries = settings.max_retries
+        self.backoff_s = settings.backoff_s
+        self.health_timeout_s = settings.health_timeout_s
         self.max_batch_per_request = max_batch_per_request
-        self.max_in_flight = max_in_flight  # chunks in flight at once (None: all)
+        self.max_in_flight = settings.max_in_flight or self.default_max_in_flight
         self.weights_dir = weights_dir
         self.model_config = model_config
         self.sync_tolerance = sync_tolerance  # None: the probe's tolerance for the dtype
-        self.health_timeout_s = health_timeout_s
         self.pool = ServerPool(
             self.urls,
-            max_consecutive_errors=max_consecutive_errors,
-            recheck_s=recheck_s,
-            health_interval_s=health_interval_s,
+            max_consecutive_errors=settings.max_consecutive_errors,
+            recheck_s=settings.recheck_s,
+            health_interval_s=settings.health_interval_s,
         )
         # (folder, version) of the last weights every server was asked to load: what a
         # server coming back must hold first. None until the first sync.
@@ -185,6 +199,9 @@ class HttpEngineClient:
         self._sync_metrics: dict[str, float] = {}
         self._syncing = 0  # weight syncs under way: a server's version is in flux
         self._checks: set[asyncio.Task] = set()  # health checks of servers that are out
+        self._admitted: set[str] = set()  # servers that passed the start-up checks
+        self._started = False  # every server checked once (`check_servers`)
+        self._start_up: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -209,8 +226,62 @@ class HttpEngineClient:
         """The sync probe's `request` answered by `url` (`_generate_on`, by default)."""
         return (await self._generate_on(url, [request]))[0]
 
+    async def _startup_check(self, url: str) -> None:
+        """What server `url` must pass before it serves, beyond answering /health (nothing
+        here): raises ServerUnreachable when it does not answer, RolloutServerError naming
+        what is wrong with it otherwise."""
+
+    # -- start-up --------------------------------------------------------------------------
+
     async def _ready(self) -> None:
-        """Checks to pass before the first request or sync (none here)."""
+        """Before the first request or sync: `check_servers`."""
+        await self.check_servers()
+
+    async def check_servers(self) -> None:
+        """Every server passes `_startup_check`, once per client, all at once (concurrent
+        callers wait for the same check). A server that does not answer within the retries
+        is taken out (stale: it serves nothing until a health check finds it answering, it
+        passes the checks and loads the current weights); raises ServerUnreachable naming
+        every server when none answered, and RolloutServerError when a server answered
+        but failed a check."""
+        if self._started:
+            return
+        loop = asyncio.get_running_loop()
+        task = self._start_up
+        if task is None or task.get_loop() is not loop or task.cancelled():
+            task = self._start_up = loop.create_task(self._check_all())
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            if self._start_up is task and task.done():
+                self._start_up = None  # failed: the next call checks again
+            raise
+
+    async def _check_all(self) -> None:
+        self._get_session()
+        outcomes = await asyncio.gather(
+            *(self._admit(u) for u in self.urls), return_exceptions=True
+        )
+        unreachable: dict[str, ServerUnreachable] = {}
+        for url, outcome in zip(self.urls, outcomes, strict=True):
+            if isinstance(outcome, ServerUnreachable):
+                unreachable[url] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        if len(unreachable) == len(self.urls):
+            raise ServerUnreachable(
+                "no rollout server answered at start-up: "
+                + " | ".join(f"{u}: {e}" for u, e in unreachable.items())
+            )
+        for url, error in unreachable.items():
+            self.pool.mark_down(url, f"did not answer at start-up: {error}", stale=True)
+        self._started = True
+
+    async def _admit(self, url: str) -> None:
+        """`_startup_check(url)`, once per server that passes it."""
+        if url not in self._admitted:
+            await self._startup_check(url)
+            self._admitted.add(url)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -227,6 +298,8 @@ class HttpEngineClient:
 
     async def aclose(self) -> None:
         """Closes the HTTP session (and stops health checks) from inside its event loop."""
+        if self._start_up is not None and not self._start_up.done():
+            self._start_up.cancel()
         for task in list(self._checks):
             task.cancel()
         if self._checks:
@@ -429,6 +502,11 @@ class HttpEngineClient:
         if not await self._healthy(url):
             self.pool.mark_down(url, "failed its /health check")
             return False
+        try:
+            await self._admit(url)
+        except (RolloutServerError, *SERVER_FAULTS, RefusedRequest) as e:
+            self.pool.mark_down(url, f"failed its start-up checks: {e}", stale=True)
+            return False
         if self._weights is not None:
             path, version = self._weights
             try:
@@ -514,8 +592,8 @@ class HttpEngineClient:
         `model_path` as `version`, all at once, and passes `verify_weights`. A server
         that fails, or is out, is kept out until it has caught up; raises when none
         succeeded (module docstring)."""
+        await self._ready()
         self._weights = (model_path, int(version))
-        self._get_session()
         targets = self.pool.healthy() or list(self.urls)
         for url in self.urls:
             if url not in targets:  # loaded when its health check readmits it

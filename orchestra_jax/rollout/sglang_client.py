@@ -41,6 +41,7 @@ from orchestra_jax.rollout.http_client import (
     RolloutServerError,
     attempt_rid,
 )
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 
 __all__ = ["RolloutServerError", "SGLangClient"]
 
@@ -55,33 +56,21 @@ class SGLangClient(HttpEngineClient):
         urls: str | Sequence[str] | None = None,
         *,
         router_url: str | None = None,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
+        settings: ServerPoolSettings | None = None,
         max_batch_per_request: int = 64,
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
-        max_consecutive_errors: int = 3,
-        recheck_s: float = 10.0,
-        health_interval_s: float = 60.0,
-        health_timeout_s: float = 30.0,
     ):
         if (urls is None) == (router_url is None):
             raise ValueError("give either urls (one or more servers) or router_url, not both")
         super().__init__(
             [router_url] if router_url is not None else urls,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
+            settings=settings,
             max_batch_per_request=max_batch_per_request,
             weights_dir=weights_dir,
             model_config=model_config,
             sync_tolerance=sync_tolerance,
-            max_consecutive_errors=max_consecutive_errors,
-            recheck_s=recheck_s,
-            health_interval_s=health_interval_s,
-            health_timeout_s=health_timeout_s,
         )
 
     # -- the protocol (HttpEngineClient) ----------------------------------------------------

@@ -26,15 +26,19 @@ the one this client had synced when it sent the request (and, for a request
 in flight across a partial update, the one after it, whether or not the
 request produced tokens before the update).
 
-Start-up checks, before the first request or sync, on every server: it answers
-(`GET /v1/models`, retried), its development endpoints are on
+Start-up checks, before the first request or sync, on every server
+(`HttpEngineClient.check_servers`): it answers (`GET /v1/models`, retried
+`settings.max_retries` times), its development endpoints are on
 (`GET /server_info`: VLLM_SERVER_DEV_MODE=1, needed to reload weights), it
 reports log-probs under the request's temperature (`--logprobs-mode
 processed_logprobs`), and, when `model_config` is given, it serves in the
 learner's compute dtype and a model of the learner's shape (its config.json,
 where this process can read the served folder; otherwise the first reload and
-the sync probe find a wrong shape). Each failure raises `RolloutServerError`
-naming it.
+the sync probe find a wrong shape). A server that does not answer is taken out
+(logged, naming it) and the others serve; it is back once a health check finds
+it answering, passing these checks and holding the current weights. When no
+server answers, or one answers but fails a check, `RolloutServerError` names
+the server and what is wrong.
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ from orchestra_jax.rollout.http_client import (
     HttpEngineClient,
     RefusedRequest,
     RolloutServerError,
+    ServerUnreachable,
     attempt_rid,
 )
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 
 log = logging.getLogger(__name__)
 
@@ -76,56 +82,39 @@ LOGPROBS_MODE = "processed_logprobs"
 class VLLMClient(HttpEngineClient):
     """RolloutEngine over one or more vLLM servers (see the module docstring)."""
 
+    default_max_in_flight = 256  # requests open at once over all servers
+
     def __init__(
         self,
         urls: str | Sequence[str],
         *,
-        timeout_s: float = 600.0,
-        max_retries: int = 4,
-        backoff_s: float = 0.5,
+        settings: ServerPoolSettings | None = None,
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
-        max_in_flight: int = 256,
-        max_consecutive_errors: int = 3,
-        recheck_s: float = 10.0,
-        health_interval_s: float = 60.0,
-        health_timeout_s: float = 30.0,
     ):
         super().__init__(
             urls,
-            timeout_s=timeout_s,
-            max_retries=max_retries,
-            backoff_s=backoff_s,
+            settings=settings,
             max_batch_per_request=1,  # /v1/completions takes token ids one prompt at a time
-            max_in_flight=max_in_flight,
             weights_dir=weights_dir,
             model_config=model_config,
             sync_tolerance=sync_tolerance,
-            max_consecutive_errors=max_consecutive_errors,
-            recheck_s=recheck_s,
-            health_interval_s=health_interval_s,
-            health_timeout_s=health_timeout_s,
         )
-        self._checked = False
         self._version: int | None = None  # the weights' version this client synced last
         self._last_partial = False  # whether that sync let requests continue across it
         self._holding = 0  # syncs under way that new requests wait for
 
     # -- start-up checks ----------------------------------------------------------------
 
-    async def _ready(self) -> None:
-        await self.check_servers()
-
-    async def check_servers(self) -> None:
-        """The start-up checks of the module docstring, once per client."""
-        if self._checked:
-            return
-        await asyncio.gather(*(self._check_server(u) for u in self.urls))
-        self._checked = True
-
-    async def _check_server(self, url: str) -> None:
-        await self._call("GET", "/v1/models", url=url)  # up (retried), else RolloutServerError
+    async def _startup_check(self, url: str) -> None:
+        """The start-up checks of the module docstring on `url`."""
+        try:
+            await self._request("GET", "/v1/models", url=url)  # retried
+        except RefusedRequest as e:
+            raise RolloutServerError(f"{url} refused GET /v1/models: {e}") from None
+        except RolloutServerError as e:
+            raise ServerUnreachable(str(e)) from None
         try:
             info = await self._request(
                 "GET",

@@ -46,6 +46,7 @@ from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
 from orchestra_jax.rl.samples import SAMPLE_UNITS
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
@@ -264,7 +265,19 @@ def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) 
         urls=split_list(r.urls),
         weights_dir=r.weights_dir,
         sync_tolerance=r.sync_tolerance or None,
+        settings=server_pool_settings(config),
     )
+
+
+def _server_pool_values(config: Any) -> dict:
+    return dict(config.rollout.get("server_pool", None) or {})
+
+
+def server_pool_settings(config: Any) -> ServerPoolSettings | None:
+    """`rollout.server_pool.*` as the HTTP clients' settings; None when a value is out of
+    range (`check_rollout` names it)."""
+    values = _server_pool_values(config)
+    return None if settings_problems(values) else ServerPoolSettings(**values)
 
 
 # The config field behind each engine argument that a config must set when the
@@ -359,6 +372,7 @@ def check_rollout(config: Any) -> list[str]:
         "rollout.infra_retries",
         allow_zero=True,
     )
+    errors += settings_problems(_server_pool_values(config), "rollout.server_pool.")
     if not 0 < rollout.top_p <= 1:
         errors.append(f"rollout.top_p must be in (0, 1], got {rollout.top_p}")
     if config.agent.max_context_tokens > rollout.max_seq_len and rollout.engine == "jax":
