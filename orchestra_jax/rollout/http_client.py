@@ -208,9 +208,8 @@ class HttpEngineClient:
         # The policy's LoRA spec when syncs send adapters (the model config's, or the
         # synced model's), else None: syncs send full weights.
         self.lora = getattr(model_config, "lora", None)
-        self._adapters_on: dict[
-            str, list[str]
-        ] = {}  # per server, the adapters it holds, oldest first
+        # Per server, the adapters this client loaded there and did not unload, oldest first.
+        self._adapters_on: dict[str, list[str]] = {}
         self._probe: _Probe | None = None  # the last sync's, when it came with a model
         self._sync_metrics: dict[str, float] = {}
         self._syncing = 0  # weight syncs under way: a server's version is in flux
