@@ -7,7 +7,13 @@
 # by save_hf_checkpoint. Flags and the pinned version: third_party/sglang/README.md.
 # Override with environment variables: HOST, TP_SIZE, DP_SIZE, MEM_FRACTION,
 # CONTEXT_LENGTH, ATTENTION_BACKEND, SEED, DETERMINISTIC (1/0), PARSERS (1/0),
-# SGLANG_PYTHON.
+# SGLANG_PYTHON, LORA_RANK (default 0: no LoRA).
+#
+# LORA_RANK=r (lora.rank > 0): MODEL_DIR is the base, loaded once; adds
+# --enable-lora --max-lora-rank r --lora-target-modules all
+# --max-loras-per-batch 2 (the adapter being synced and the one requests in
+# flight may still name); each weight sync loads the policy's adapter as
+# policy-v<version> (/load_lora_adapter, rollout/sglang_client.py).
 #
 # DETERMINISTIC=1 (the default) adds --enable-deterministic-inference: without it
 # SGLang ignores every request's sampling_seed, so seeded rollouts (as JaxEngine
@@ -48,6 +54,10 @@ if [[ "${DETERMINISTIC:-1}" == "1" ]]; then
   args+=(--enable-deterministic-inference)
 else
   echo "note: DETERMINISTIC=0: SGLang ignores sampling_seed (samples are not reproducible)" >&2
+fi
+if [[ "${LORA_RANK:-0}" != "0" ]]; then
+  args+=(--enable-lora --max-lora-rank "${LORA_RANK}" --lora-target-modules all
+    --max-loras-per-batch 2)
 fi
 if [[ "${PARSERS:-0}" == "1" ]]; then
   args+=(--tool-call-parser qwen25 --reasoning-parser qwen3)

@@ -12,7 +12,15 @@
 # KV_CACHE_GIB (CPU: the KV cache's size), OMP_CPUS (CPU: the cores the model's
 # threads run on, a comma-separated list; default all the process may use),
 # EAGER (1/0), VLLM_PYTHON (the venv's python; default
-# $ORCHESTRA_VLLM_VENV/bin/python).
+# $ORCHESTRA_VLLM_VENV/bin/python), LORA_RANK (the largest LoRA rank to serve,
+# one of vLLM's 1, 8, 16, 32, 64, 128, 256, 320, 512; default 0: no LoRA).
+#
+# LoRA (lora.rank > 0): MODEL_DIR is the base, loaded once; LORA_RANK turns on
+# --enable-lora, --max-lora-rank LORA_RANK, --max-loras 2 (the adapter being
+# synced and the one requests in flight may still name) and runtime adapter
+# loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter and
+# /v1/unload_lora_adapter); each weight sync loads the policy's adapter as
+# policy-v<version>.
 #
 # The client needs:
 # - VLLM_SERVER_DEV_MODE=1: weight reload (/collective_rpc) and /server_info;
@@ -63,6 +71,10 @@ args=(
   --no-enable-chunked-prefill
   --served-model-name "${names[@]}"
 )
+if [[ "${LORA_RANK:-0}" != "0" ]]; then
+  export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+  args+=(--enable-lora --max-lora-rank "${LORA_RANK}" --max-loras 2 --max-cpu-loras 2)
+fi
 if [[ "${EAGER:-0}" == "1" ]]; then
   args+=(--enforce-eager)
 fi

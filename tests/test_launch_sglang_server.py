@@ -31,3 +31,12 @@ def test_parsers_for_an_expert_server(tmp_path):
     args, _ = launch(tmp_path, PARSERS="1")
     assert args[args.index("--tool-call-parser") + 1] == "qwen25"
     assert args[args.index("--reasoning-parser") + 1] == "qwen3"
+
+
+def test_lora_rank_serves_adapters_beside_the_base(tmp_path):
+    args, _ = launch(tmp_path)
+    assert "--enable-lora" not in args
+    args, _ = launch(tmp_path, LORA_RANK="64")
+    assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "64"
+    assert args[args.index("--lora-target-modules") + 1] == "all"
+    assert args[args.index("--max-loras-per-batch") + 1] == "2"

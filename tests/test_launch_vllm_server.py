@@ -70,3 +70,22 @@ def test_make_vllm_venv_skips_a_venv_built_with_the_same_pins(tmp_path):
         text=True,
     )
     assert out.returncode == 0 and "already built" in out.stderr
+
+
+def test_lora_rank_serves_adapters_beside_the_base(tmp_path):
+    args, _ = launch(tmp_path)
+    assert "--enable-lora" not in args
+    args, _ = launch(tmp_path, LORA_RANK="64")
+    assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "64"
+    assert args[args.index("--max-loras") + 1] == "2"  # the synced adapter and the one before
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nenv\n")  # prints the environment vLLM would get
+    python.chmod(0o755)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path)],
+        env={**os.environ, "VLLM_PYTHON": str(python), "LORA_RANK": "8"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in out.splitlines()  # /v1/load_lora_adapter

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from flax import nnx
 
+from orchestra_jax.models.lora import LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.rollout import sync_probe
@@ -70,6 +71,8 @@ class FakeVLLM:
         app.router.add_post("/resume", self._json(lambda b: {"status": "resumed"}))
         app.router.add_post("/update_weight_version", self._json(self._set_version))
         app.router.add_get("/weight_info", self._json(lambda b: {"weight_version": self.version}))
+        app.router.add_post("/v1/load_lora_adapter", self._json(lambda b: "Success"))
+        app.router.add_post("/v1/unload_lora_adapter", self._json(lambda b: "Success"))
         if self.dev_mode:
             app.router.add_get("/server_info", self._json(lambda b: self.info))
             app.router.add_post("/collective_rpc", self._reload)
@@ -364,6 +367,57 @@ def test_weight_sync_reloads_labels_checks_and_keeps_two_versions(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["v2", "v3"]
     assert json.load(open(tmp_path / "v3" / "config.json"))["hidden_size"] == CONFIG.hidden_size
     assert out.weight_version == 3 and out.first_weight_version is None
+
+
+def test_adapter_sync_loads_names_probes_and_unloads_versioned_adapters(tmp_path):
+    config = CONFIG.replace(lora=LoRASpec(rank=4, alpha=8.0))
+    model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
+    lora = {"max_lora_rank": 8, "max_loras": 2}
+
+    async def go():
+        async with FakeVLLM(model=model) as fake:
+            fake.info["vllm_config"]["lora_config"] = lora
+            c = client(fake.url, weights_dir=str(tmp_path), model_config=config)
+            try:
+                for version in (1, 2, 3):
+                    await c.update_weights(model, version=version)
+                [out] = await c.generate([GenerateRequest([1])])
+            finally:
+                await c.aclose()
+            return fake, out
+
+    fake, out = run(go())
+    syncs = [(p, b) for p, b in fake.calls if not p.startswith(("/v1/models", "/server_info"))]
+    assert [p for p, _ in syncs[:6]] == [
+        "/pause?mode=wait",
+        "/v1/load_lora_adapter",
+        "/update_weight_version",
+        "/resume",
+        "/weight_info",
+        "/v1/completions",  # the probe, with the new adapter
+    ]
+    assert syncs[1][1] == {"lora_name": "policy-v1", "lora_path": os.path.join(tmp_path, "v1")}
+    assert syncs[5][1]["model"] == "policy-v1" and syncs[5][1]["prompt_logprobs"] == 0
+    assert ("/v1/unload_lora_adapter", {"lora_name": "policy-v1"}) in syncs  # at the third
+    assert not any(p.startswith("/collective_rpc") for p, _ in syncs)  # the base stays
+    assert syncs[-1][1]["model"] == "policy-v3" and out.weight_version == 3
+    assert sorted(os.listdir(tmp_path / "v3")) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+
+    async def refused(lora_config, message):
+        async with FakeVLLM() as fake:
+            fake.info["vllm_config"]["lora_config"] = lora_config
+            c = client(fake.url, model_config=config)
+            try:
+                with pytest.raises(RolloutServerError, match=message):
+                    await c.generate([GenerateRequest([1])])
+            finally:
+                await c.aclose()
+
+    run(refused(None, "serves no LoRA adapters"))
+    run(refused({"max_lora_rank": 1, "max_loras": 2}, "up to rank 1"))
 
 
 def test_a_sync_the_server_did_not_label_fails_and_resumes(tmp_path):

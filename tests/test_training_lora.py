@@ -143,10 +143,10 @@ def test_lora_config_errors_name_the_fields(tmp_path):
                 "lora.rank": 4,
                 "lora.dropout": 0.1,
                 "lora.targets": "q,lm_head",
-                "rollout.engine": "sglang",
+                "rollout.engine": "scripted",
             },
         )
-    for needle in ("lora.dropout", "lora.targets", "rollout.engine='sglang' with lora.rank"):
+    for needle in ("lora.dropout", "lora.targets", "rollout.engine='scripted' with lora.rank"):
         assert needle in str(e.value)
 
 

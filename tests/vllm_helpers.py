@@ -82,9 +82,16 @@ def export_tiny_qwen3(folder: str, *, seed: int = 0, dtype: str = "float32"):
 
 
 def start_vllm(
-    model_dir: str, port: int, *, log_path: str, names: str, dtype: str = "float32"
+    model_dir: str,
+    port: int,
+    *,
+    log_path: str,
+    names: str,
+    dtype: str = "float32",
+    lora_rank: int = 0,
 ) -> subprocess.Popen:
-    """launch/vllm_server.sh serving `model_dir` on 127.0.0.1:`port` as `names`."""
+    """launch/vllm_server.sh serving `model_dir` on 127.0.0.1:`port` as `names`; with
+    `lora_rank`, LoRA adapters up to that rank beside it (LORA_RANK)."""
     env = {
         **os.environ,
         "VLLM_PYTHON": vllm_python(),
@@ -93,6 +100,7 @@ def start_vllm(
         "SERVED_NAMES": names,
         "MAX_MODEL_LEN": "4096",
         "EAGER": "1",  # starts in about a minute
+        "LORA_RANK": str(lora_rank),
     }
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
     return subprocess.Popen(

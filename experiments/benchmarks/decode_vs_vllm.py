@@ -48,6 +48,7 @@ from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.vllm_client import VLLMClient
 
 NEW_TOKENS, PROMPT_LEN = 128, 32
@@ -164,7 +165,9 @@ def mixed_cell(model, config, url: str, repeats: int, rng) -> dict:
         model,
         JaxEngineConfig(max_batch_size=MIXED_SLOTS, max_seq_len=2 * MIXED_MAX),
     )
-    client = VLLMClient(url, model_config=config, max_in_flight=MIXED_SLOTS)
+    client = VLLMClient(
+        url, model_config=config, settings=ServerPoolSettings(max_in_flight=MIXED_SLOTS)
+    )
     latencies: dict[str, list[float]] = {"jax": [], "vllm": []}
     counts = {}
 

@@ -3,7 +3,8 @@
 `HttpEngineClient` is the plumbing of SGLangClient (`sglang_client.py`) and
 VLLMClient (`vllm_client.py`); each implements the protocol: how one server
 generates a chunk of requests (`_generate_on`), loads weights from a folder
-(`_load_on`) and reports its weight version (`_served_version`).
+(`_load_on`) or a LoRA adapter (`_load_adapter_on`) and reports its weight
+version (`_served_version`).
 
 Choice: several servers share the work through a `ServerPool` (`server_pool.py`):
 every turn of an episode goes to the server that served its previous turn and
@@ -49,6 +50,19 @@ the version check, `RolloutServerError` when none took the weights for another
 reason. `sync_metrics()` gives the last sync's probe difference. The folder
 must be readable by the servers (a shared disk, or `gs://` for servers that
 load from GCS).
+
+Weight sync by adapter: when the model carries LoRA adapters (its config's
+`lora`, `models/lora.py`), the servers hold the frozen base from their start
+and each sync writes only the adapters, as a PEFT folder
+(`models/peft_adapter.save_adapter`), into `<weights_dir>/v<version>`; each
+server loads it under the versioned name `adapter_name(version)`
+("policy-v<version>"), labels its weights `version`, and requests from then on
+name that adapter; the same `verify_weights` follows (the probe scored with the
+adapter, against the learner with adapters on), and each server keeps the two
+adapters it loaded last (the new one and the one requests in flight may still
+name), unloading older ones. The first sync of a run sends fresh adapters
+(B = 0: base + adapter = base), so its probe also checks that the servers hold
+the learner's base.
 """
 
 from __future__ import annotations
@@ -146,6 +160,15 @@ def as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
     return nnx.merge(graphdef, model_state), config
 
 
+ADAPTER_PREFIX = "policy-v"  # the served name of the adapter of weight version v: policy-v<v>
+ADAPTERS_KEPT = 2  # adapters a server keeps loaded: the synced one and the one before it
+
+
+def adapter_name(version: int) -> str:
+    """The name a server serves the adapter of weight version `version` under."""
+    return f"{ADAPTER_PREFIX}{int(version)}"
+
+
 @dataclasses.dataclass
 class _Probe:
     """The sync probe of one weight version: the sequence and the learner's log-probs."""
@@ -160,7 +183,8 @@ class _Probe:
 
 class HttpEngineClient:
     """RolloutEngine plumbing over one or more HTTP inference servers (module docstring);
-    subclasses implement `_generate_on`, `_load_on` and `_served_version`."""
+    subclasses implement `_generate_on`, `_load_on`, `_served_version` and, to sync
+    LoRA adapters, `_load_adapter_on` and `_unload_adapter_on`."""
 
     # Calls open at once when `settings.max_in_flight` is 0 (None: every chunk).
     default_max_in_flight: int | None = None
@@ -195,6 +219,11 @@ class HttpEngineClient:
         # (folder, version) of the last weights every server was asked to load: what a
         # server coming back must hold first. None until the first sync.
         self._weights: tuple[str, int] | None = None
+        # The policy's LoRA spec when syncs send adapters (the model config's, or the
+        # synced model's), else None: syncs send full weights.
+        self.lora = getattr(model_config, "lora", None)
+        # Per server, the adapters this client loaded there and did not unload, oldest first.
+        self._adapters_on: dict[str, list[str]] = {}
         self._probe: _Probe | None = None  # the last sync's, when it came with a model
         self._sync_metrics: dict[str, float] = {}
         self._syncing = 0  # weight syncs under way: a server's version is in flux
@@ -221,6 +250,24 @@ class HttpEngineClient:
     async def _served_version(self, url: str) -> str | None:
         """The weight version server `url` reports (None: none)."""
         raise NotImplementedError
+
+    async def _load_adapter_on(self, url: str, adapter_path: str, version: int, *, mode: str):
+        """Server `url` loads the PEFT adapter in `adapter_path` beside its base under
+        `adapter_name(version)` and reports weight version `version`; requests in flight
+        `mode` as in `_load_on`. Raises RolloutServerError (or a server fault) when it
+        did not."""
+        raise RolloutServerError(f"{type(self).__name__} does not sync LoRA adapters")
+
+    async def _unload_adapter_on(self, url: str, name: str) -> None:
+        """Server `url` drops the adapter it serves as `name`."""
+        raise NotImplementedError
+
+    def served_adapter(self, version: int | None) -> str | None:
+        """The adapter requests name to be served by weight version `version`: None when
+        syncs send full weights, or before the first sync (the servers' base)."""
+        if self.lora is None or version is None:
+            return None
+        return adapter_name(version)
 
     async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
         """The sync probe's `request` answered by `url` (`_generate_on`, by default)."""
@@ -512,8 +559,7 @@ class HttpEngineClient:
             try:
                 loaded = await self._served_version(url) != str(version)
                 if loaded:
-                    await self._load_on(url, path, version, mode="wait")
-                    await self.verify_weights(url, version)
+                    await self._load_and_verify(url, path, version, "wait")
             except (RolloutServerError, SyncNotLanded, *SERVER_FAULTS, RefusedRequest) as e:
                 self.pool.mark_down(
                     url, f"could not load weight version {version}: {e}", stale=True
@@ -583,9 +629,34 @@ class HttpEngineClient:
         that took it ({} before one)."""
         return dict(self._sync_metrics)
 
+    async def _load(self, url: str, path: str, version: int, *, mode: str) -> None:
+        """`url` loads the full weights, or with LoRA the adapter, in `path` as `version`."""
+        if self.lora is None:
+            await self._load_on(url, path, version, mode=mode)
+            return
+        await self._load_adapter_on(url, path, version, mode=mode)
+        held = self._adapters_on.setdefault(url, [])
+        name = adapter_name(version)
+        if name in held:
+            held.remove(name)
+        held.append(name)
+
+    async def _drop_old_adapters(self, url: str) -> None:
+        """`url` unloads the adapters this client loaded there but the last
+        `ADAPTERS_KEPT`; one it fails to unload only costs its memory (logged)."""
+        held = self._adapters_on.get(url, [])
+        while len(held) > ADAPTERS_KEPT:
+            name = held.pop(0)
+            try:
+                await self._unload_adapter_on(url, name)
+            except (RolloutServerError, RefusedRequest, *SERVER_FAULTS) as e:
+                log.warning("%s did not unload adapter %s: %s", url, name, e)
+
     async def _load_and_verify(self, url: str, model_path: str, version: int, mode: str):
-        await self._load_on(url, model_path, version, mode=mode)
+        await self._load(url, model_path, version, mode=mode)
         await self.verify_weights(url, version)
+        if self.lora is not None:
+            await self._drop_old_adapters(url)
 
     async def sync_from_disk(self, model_path: str, *, version: int, mode: str = "wait") -> None:
         """Every server that is up (all of them if none is) loads the HF weights in
@@ -637,8 +708,8 @@ class HttpEngineClient:
     async def update_weights(
         self, model_state: Any, *, version: int, abort_in_flight: bool = False
     ) -> None:
-        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and load them
-        on every server (module docstring)."""
+        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights, or with LoRA
+        its adapters, and load them on every server (module docstring)."""
         await self._save_and_sync(
             model_state, version=version, mode="abort" if abort_in_flight else "wait"
         )
@@ -651,14 +722,26 @@ class HttpEngineClient:
             )
         from orchestra_jax.io import paths
         from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
+        from orchestra_jax.models.peft_adapter import save_adapter
         from orchestra_jax.parallel.multihost import barrier, is_primary
 
-        await self._ready()
         model, config = as_model(model_state, self.model_config)
+        if config.lora != self.lora:
+            if self._weights is not None:
+                raise ValueError(
+                    f"update_weights: the model's lora is {config.lora}, the earlier syncs' "
+                    f"{self.lora}: a client syncs either full weights or adapters of one spec"
+                )
+            self.lora = config.lora
+        await self._ready()
         path = paths.join(self.weights_dir, f"v{int(version)}")
-        # In the compute dtype; on several hosts all gather, process 0 writes and
-        # loads the (shared) servers, the others wait for it.
-        await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
+        # Full weights in the compute dtype, or the adapters (float32) as a PEFT folder;
+        # on several hosts all gather, process 0 writes and loads the (shared) servers,
+        # the others wait for it.
+        if self.lora is None:
+            await asyncio.to_thread(save_hf_checkpoint, model, config, path, dtype=config.dtype)
+        else:
+            await asyncio.to_thread(save_adapter, model, path)
         if is_primary():
             self._probe = await asyncio.to_thread(self._make_probe, model, config, int(version))
             await self.sync_from_disk(

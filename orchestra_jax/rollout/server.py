@@ -11,6 +11,10 @@ Endpoints (the JSON SGLang 0.5.23 speaks, see `sglang_protocol.py`):
   POST /update_weights_from_disk  {"model_path", "weight_version"?, "abort_all_requests"?}:
                                   waits for (or aborts) the requests in flight, swaps the
                                   weights, flushes the cache
+  POST /load_lora_adapter         {"lora_name", "lora_path"}: a PEFT LoRA folder into the
+                                  engine's adapters (a model started with --lora-rank)
+  POST /unload_lora_adapter       {"lora_name"}
+  POST /update_weight_version     {"new_version"}: names the weights now served
   POST /v1/chat/completions       OpenAI chat (needs --tokenizer): Qwen3 tool calls and
                                   reasoning parsed, see `openai_chat.py`
   GET  /v1/models
@@ -22,7 +26,19 @@ else in flight notices. Bodies above --max-body-bytes get a 413, batches above
 the requests it belongs to (500); a client that disconnects has its work
 cancelled; a request id already in flight is refused (400), as SGLang does.
 Every response carries `meta_info.weight_version`, the version that generated all
-of its tokens. SIGTERM stops admitting, lets requests in flight finish for up to
+of its tokens.
+
+LoRA: the engine's model carries one set of adapters (`models/lora.py`), so this
+server serves one adapter at a time beside its base, where SGLang serves several
+at once. `/load_lora_adapter` swaps the folder's adapter in (as
+`/update_weights_from_disk` swaps weights: requests in flight finish first,
+the cache is flushed) under the next weight version, and the adapter it
+replaces is no longer served: a /generate naming it (`lora_path`) is refused
+(400), unloading it only forgets its name. A /generate naming no adapter is
+served by the base plus the adapter loaded last (SGLang: the base alone).
+`/update_weight_version` relabels the weights served now (the sync protocol
+of `sglang_client.py`); its `abort_all_requests` is not honoured: requests in
+flight finish, on the weights the relabel leaves as they are. SIGTERM stops admitting, lets requests in flight finish for up to
 --drain-timeout seconds, aborts the rest, stops the engine and exits 0.
 
 This is how a TPU slice serves rollouts to a learner elsewhere, and how tests run
@@ -56,6 +72,7 @@ from orchestra_jax.rollout.sglang_protocol import RequestError
 
 log = logging.getLogger(__name__)
 WeightLoader = Callable[[str], Any]  # HF folder -> model or nnx.State for update_weights
+ADAPTER_ENGINE_METHOD = "update_adapter"  # what an engine that serves LoRA adapters has
 _UNBOUNDED = 2**31 - 1  # an engine that states no vocabulary or context
 
 
@@ -142,6 +159,9 @@ class RolloutServer:
         self._version = int(version) if isinstance(version, int) else 0
         self._version_names = {self._version: str(self._version)}
         self._update_lock = asyncio.Lock()
+        # LoRA adapters loaded by name, oldest first: the last is the one served, the
+        # others were replaced by it (forgotten on unload).
+        self._adapters: list[str] = []
         self._rids_in_flight: set[str] = set()
         self._in_flight = 0
         self.closing = False
@@ -165,6 +185,9 @@ class RolloutServer:
                 web.post("/flush_cache", self.flush_cache),
                 web.get("/flush_cache", self.flush_cache),
                 web.post("/update_weights_from_disk", self.update_weights_from_disk),
+                web.post("/load_lora_adapter", self.load_lora_adapter),
+                web.post("/unload_lora_adapter", self.unload_lora_adapter),
+                web.post("/update_weight_version", self.update_weight_version),
                 web.post("/v1/chat/completions", self.chat_completions),
                 web.get("/v1/models", self.models),
             ]
@@ -252,7 +275,7 @@ class RolloutServer:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await self._json_body(request)
         encode = self.tokenizer.encode if self.tokenizer is not None else None
-        call = proto.parse_generate(body, self.limits, encode)
+        call = proto.parse_generate(body, self.limits, encode, self._adapters[-1:])
         rids = [item.rid for item in call.items]
         self._admit(rids)
         try:
@@ -412,6 +435,65 @@ class RolloutServer:
             }
         )
 
+    def _lora_result(self, success: bool, message: str | None = None) -> web.Response:
+        """SGLang's LoRAUpdateOutput: 200 on success, else 400."""
+        body = {
+            "success": success,
+            "error_message": message,
+            "loaded_adapters": dict.fromkeys(self._adapters[-1:], "loaded"),
+        }
+        return web.json_response(body, status=200 if success else 400)
+
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise RequestError("body must be a JSON object with lora_name and lora_path")
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise RequestError("lora_name and lora_path (a PEFT adapter folder) are required")
+        update = getattr(self.engine, ADAPTER_ENGINE_METHOD, None)
+        if update is None:
+            return self._lora_result(False, "this server's engine does not serve LoRA adapters")
+        async with self._update_lock:
+            version = max(self._version_names) + 1
+            try:
+                await update(path, version=version)
+            except (OSError, ValueError, KeyError) as e:
+                return self._lora_result(False, f"could not load adapter {name} from {path}: {e}")
+            self._version_names[version] = str(version)
+            self._version = version
+            if name in self._adapters:
+                self._adapters.remove(name)
+            self._adapters.append(name)
+        return self._lora_result(True)
+
+    async def unload_lora_adapter(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        name = body.get("lora_name") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            raise RequestError("lora_name is required")
+        if name not in self._adapters:
+            return self._lora_result(False, f"LoRA adapter {name!r} is not loaded")
+        if name == self._adapters[-1]:
+            return self._lora_result(
+                False,
+                f"LoRA adapter {name!r} is the one this server serves (it holds one at a "
+                "time): load another to replace it",
+            )
+        self._adapters.remove(name)  # replaced already: nothing left to free
+        return self._lora_result(True)
+
+    async def update_weight_version(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        new = body.get("new_version") if isinstance(body, dict) else None
+        if not isinstance(new, str) or not new:
+            raise RequestError("new_version (a string) is required")
+        async with self._update_lock:
+            self._version_names[self._version] = new
+        return web.json_response(
+            {"success": True, "message": f"Weight version updated to {new}", "new_version": new}
+        )
+
     async def chat_completions(self, request: web.Request) -> web.Response:
         if self.tokenizer is None:
             raise RequestError("/v1/chat/completions needs a server started with --tokenizer")
@@ -529,12 +611,12 @@ def serve_in_thread(
     return ServerThread(server, host=host, port=port)
 
 
-def load_model(name_or_path: str, *, seed: int = 0, like=None):
+def load_model(name_or_path: str, *, seed: int = 0, like=None, lora=None):
     """A Qwen3 model from an HF folder (local or `gs://`), or a preset name with random
-    weights (seeded).
+    weights (seeded); with `lora` (a LoRASpec), carrying fresh adapters (B = 0).
 
     `like` (a Qwen3Config) makes a loaded checkpoint use the same runtime settings
-    (dtypes, scan_layers), so its state fits an engine built from that config.
+    (dtypes, scan_layers, adapters), so its state fits an engine built from that config.
     """
     from flax import nnx
 
@@ -546,11 +628,13 @@ def load_model(name_or_path: str, *, seed: int = 0, like=None):
 
         # Parameter dtype and layer layout decide the state's tree; match the engine's.
         runtime = (
-            {} if like is None else {"dtype": like.param_dtype, "scan_layers": like.scan_layers}
+            {"lora": lora}
+            if like is None
+            else {"dtype": like.param_dtype, "scan_layers": like.scan_layers, "lora": like.lora}
         )
-        model, _ = load_hf_checkpoint(name_or_path, **runtime)
+        model, _ = load_hf_checkpoint(name_or_path, seed=seed, **runtime)
         return model
-    return Qwen3ForCausalLM(Qwen3Config.preset(name_or_path), rngs=nnx.Rngs(seed))
+    return Qwen3ForCausalLM(Qwen3Config.preset(name_or_path, lora=lora), rngs=nnx.Rngs(seed))
 
 
 def _build_from_args(args) -> RolloutServer:
@@ -562,7 +646,13 @@ def _build_from_args(args) -> RolloutServer:
         from orchestra_jax.chat.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(args.tokenizer)
-    model = load_model(args.model, seed=args.seed)
+    lora = None
+    if args.lora_rank:
+        from orchestra_jax.models.lora import LoRASpec
+
+        targets = tuple(t for t in args.lora_targets.split(",") if t)
+        lora = LoRASpec(rank=args.lora_rank, alpha=args.lora_alpha, targets=targets)
+    model = load_model(args.model, seed=args.seed, lora=lora)
     engine = JaxEngine(
         model,
         JaxEngineConfig(max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len),
@@ -624,6 +714,18 @@ def main(argv=None):
     parser.add_argument("--health-timeout", type=float, default=ServerConfig.health_timeout_s)
     parser.add_argument("--drain-timeout", type=float, default=ServerConfig.drain_timeout_s)
     parser.add_argument("--seed", type=int, default=0, help="init seed for preset models")
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="serve LoRA adapters of this rank beside the base (/load_lora_adapter); 0: none",
+    )
+    parser.add_argument("--lora-alpha", type=float, default=16.0, help="the adapters' lora_alpha")
+    parser.add_argument(
+        "--lora-targets",
+        default="q,k,v,o,gate,up,down",
+        help="the adapted projections, comma-separated (the learner's lora.targets)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     asyncio.run(serve(_build_from_args(args), args.host, args.port))

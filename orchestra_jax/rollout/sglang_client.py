@@ -20,6 +20,17 @@ requests in flight and flushes its own cache, so no extra `/flush_cache`
 follows; `GET /get_model_info` reports its `weight_version`. SGLang itself loads
 local folders only (`rollout/server.py` also loads `gs://`).
 
+Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
+server serves the base it was started with (SGLang: `--enable-lora
+--max-lora-rank <r> --lora-target-modules ...`; `rollout/server.py`:
+`--lora-rank`, `--lora-alpha`, `--lora-targets`); a sync `POST
+/load_lora_adapter {"lora_name": "policy-v<v>", "lora_path": <PEFT folder>}`
+and `POST /update_weight_version {"new_version", "abort_all_requests"}`, and
+from then on every /generate names the adapter (`"lora_path": "policy-v<v>"`).
+New requests wait while a sync is under way, so none names an adapter a server
+has not loaded yet or has replaced; older adapters are unloaded (`POST
+/unload_lora_adapter`), the last two kept.
+
 Seeds: `sampling_seed` is sent with every seeded request, but SGLang applies it
 only when launched with `--enable-deterministic-inference` (as
 `launch/sglang_server.sh` does by default); otherwise its samples are not
@@ -28,6 +39,7 @@ reproducible, whatever the seed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -39,6 +51,7 @@ from orchestra_jax.rollout.http_client import (
     HttpEngineClient,
     RefusedRequest,
     RolloutServerError,
+    adapter_name,
     attempt_rid,
 )
 from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
@@ -73,10 +86,25 @@ class SGLangClient(HttpEngineClient):
             sync_tolerance=sync_tolerance,
         )
 
+        self._synced: int | None = None  # the weights' version this client synced last
+
     # -- the protocol (HttpEngineClient) ----------------------------------------------------
 
     async def _generate_on(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
-        """One batched /generate of `chunk` on `url`."""
+        """One batched /generate of `chunk` on `url`; with LoRA, after any sync under way,
+        naming the adapter synced last."""
+        while self.lora is not None and self._syncing:
+            await asyncio.sleep(0.05)
+        return await self._generate_with(url, chunk, self.served_adapter(self._synced))
+
+    async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
+        # The sync's own probe does not wait for it, and names the adapter it verifies.
+        version = self._probe.version if self._probe is not None else self._synced
+        return (await self._generate_with(url, [request], self.served_adapter(version)))[0]
+
+    async def _generate_with(
+        self, url: str, chunk: Sequence[GenerateRequest], adapter: str | None
+    ) -> list[Completion]:
         start = time.perf_counter()
 
         def completions(body: Any) -> list[Completion]:
@@ -88,7 +116,8 @@ class SGLangClient(HttpEngineClient):
             latency = time.perf_counter() - start
             return [proto.completion_from_json(item, latency_s=latency) for item in body]
 
-        payload = proto.generate_payload(chunk, [attempt_rid(r.request_id) for r in chunk])
+        rids = [attempt_rid(r.request_id) for r in chunk]
+        payload = proto.generate_payload(chunk, rids, lora_path=adapter)
         return await self._send("POST", url, "/generate", payload, parse=completions)
 
     async def _served_version(self, url: str) -> str | None:
@@ -111,6 +140,38 @@ class SGLangClient(HttpEngineClient):
         )
         if not (isinstance(body, dict) and body.get("success")):
             raise RolloutServerError(f"{url} refused weights from {model_path}: {body}")
+
+    async def _load_adapter_on(self, url: str, adapter_path: str, version: int, *, mode: str):
+        if mode not in ("wait", "abort"):
+            raise ValueError(f"SGLangClient loads adapters waiting or aborting, not {mode!r}")
+        name = adapter_name(version)
+        try:
+            body = await self._request(
+                "POST",
+                "/load_lora_adapter",
+                {"lora_name": name, "lora_path": adapter_path},
+                url=url,
+            )
+        except RefusedRequest as e:
+            raise RolloutServerError(
+                f"{url} did not load adapter {name} from {adapter_path}: {e} (SGLang: start it "
+                "with --enable-lora; rollout/server.py: with --lora-rank)"
+            ) from None
+        if not (isinstance(body, dict) and body.get("success")):
+            raise RolloutServerError(f"{url} refused adapter {name} from {adapter_path}: {body}")
+        await self._call(
+            "POST",
+            "/update_weight_version",
+            {"new_version": str(version), "abort_all_requests": mode == "abort"},
+            url=url,
+        )
+
+    async def _unload_adapter_on(self, url: str, name: str) -> None:
+        await self._request("POST", "/unload_lora_adapter", {"lora_name": name}, url=url)
+
+    async def sync_from_disk(self, model_path: str, *, version: int, mode: str = "wait") -> None:
+        await super().sync_from_disk(model_path, version=version, mode=mode)
+        self._synced = int(version)
 
     # -- SGLang's own endpoints -------------------------------------------------------------
 

@@ -19,8 +19,8 @@ validation on a table of requests and compares):
 Beyond SGLang, bounds from the model and this server (SGLang would fail later,
 or not check): prompt ids inside the vocabulary, at most `max_batch_prompts`
 prompts per request (after `n`), at most `max_top_logprobs` top logprobs. What
-this server cannot do (grammars, images, LoRA, sessions, min_new_tokens, ...) is
-refused with a message naming the field. Values that cannot mean more than the
+this server cannot do (grammars, images, sessions, min_new_tokens, an adapter
+it does not hold, ...) is refused with a message naming the field. Values that cannot mean more than the
 model allows are bounded, not refused, as SGLang does: a top_k past the
 vocabulary keeps all of it; stop ids outside the vocabulary can never match.
 
@@ -29,6 +29,7 @@ Request (token-in):
     {"input_ids": [1, 2, 3] | [[1, 2], [3]], "text": "..." | [...],
      "sampling_params": {...} | [{...}, {...}], "rid": "a" | ["a", "b"],
      "return_logprob": true | [...], "top_logprobs_num": 0, "logprob_start_len": -1,
+     "lora_path": "policy-v3" | [...] (the served LoRA adapter's name; absent: none),
      "stream": false}
 
 Response, one object per prompt (a list when batched or n > 1):
@@ -52,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
@@ -128,7 +129,6 @@ _UNSUPPORTED_TOP = (
     "return_sampling_mask",
     "session_params",
     "session_id",
-    "lora_path",
     "custom_logit_processor",
     "bootstrap_host",
     "bootstrap_port",
@@ -171,6 +171,7 @@ class WireItem:
     return_logprob: bool
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
+    adapter: str | None = None  # the LoRA adapter the request names (lora_path)
 
 
 @dataclasses.dataclass
@@ -226,6 +227,11 @@ def _check_one_or_list(path: str, value: Any, check: Callable[[str, Any], None])
             check(f"{path}[{i}]", v)
     else:
         check(path, value)
+
+
+def _check_optional_str(path: str, v: Any) -> None:
+    if v is not None:
+        _check_str(path, v)
 
 
 def _check_str(path: str, v: Any) -> None:
@@ -295,6 +301,7 @@ def check_contract(body: Any) -> None:
         "return_text_in_logprobs": _check_bool,
         "sampling_params": lambda p, v: _check_one_or_list(p, v, _check_sampling),
         "return_prompt_token_ids": _check_bool,
+        "lora_path": lambda p, v: _check_one_or_list(p, v, _check_optional_str),
     }
     for key, check in checks.items():
         value = body.get(key)
@@ -415,11 +422,16 @@ def sampling_params_from_json(
 
 
 def parse_generate(
-    body: Any, limits: ServerLimits, encode: Callable[[str], list[int]] | None = None
+    body: Any,
+    limits: ServerLimits,
+    encode: Callable[[str], list[int]] | None = None,
+    adapters: Collection[str] = (),
 ) -> GenerateCall:
     """A /generate body -> GenerateCall, or RequestError with SGLang's verdict and message.
 
-    `encode` tokenises text prompts (None: a server without a tokenizer).
+    `encode` tokenises text prompts (None: a server without a tokenizer); `adapters`:
+    the LoRA adapters the server serves, by name (a `lora_path` naming another is
+    refused).
     """
     check_contract(body)
     check_supported(body)
@@ -470,6 +482,12 @@ def parse_generate(
     return_logprob = _per_prompt(body, "return_logprob", False, count, n)
     start_len = _per_prompt(body, "logprob_start_len", -1, count, n)
     top_num = _per_prompt(body, "top_logprobs_num", 0, count, n)
+    named = _per_prompt(body, "lora_path", None, count, n)
+    for name in named:
+        if name is not None and name not in adapters:
+            raise RequestError(
+                f"lora_path {name!r} is not loaded on this server (loaded: {sorted(adapters)})"
+            )
     items = []
     for i, prompt in enumerate(prompts):
         if not prompt:
@@ -515,6 +533,7 @@ def parse_generate(
                     bool(return_logprob[i]),
                     skip_special_tokens=bool(sp.get("skip_special_tokens", True) is not False),
                     no_stop_trim=bool(sp.get("no_stop_trim") or False),
+                    adapter=named[i],
                 )
             )
     return GenerateCall(
@@ -667,8 +686,11 @@ def sampling_to_json(params: SamplingParams) -> dict[str, Any]:
     return out
 
 
-def generate_payload(requests: Sequence[GenerateRequest], rids: Sequence[str]) -> dict[str, Any]:
-    """One batched /generate body for `requests` with request ids `rids` (unique)."""
+def generate_payload(
+    requests: Sequence[GenerateRequest], rids: Sequence[str], *, lora_path: str | None = None
+) -> dict[str, Any]:
+    """One batched /generate body for `requests` with request ids `rids` (unique), served
+    by the LoRA adapter named `lora_path` when given."""
     payload: dict[str, Any] = {
         "input_ids": [list(r.input_ids) for r in requests],
         "sampling_params": [sampling_to_json(r.sampling) for r in requests],
@@ -679,6 +701,8 @@ def generate_payload(requests: Sequence[GenerateRequest], rids: Sequence[str]) -
         payload["top_logprobs_num"] = [r.top_logprobs_num for r in requests]
     if any(r.logprob_start_len >= 0 for r in requests):
         payload["logprob_start_len"] = [r.logprob_start_len for r in requests]
+    if lora_path is not None:
+        payload["lora_path"] = lora_path
     return payload
 
 

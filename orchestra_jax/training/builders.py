@@ -180,9 +180,10 @@ def lora_spec(config: Any) -> LoRASpec | None:
     )
 
 
-# Rollout engines that sample with the policy's adapters (the JAX engine runs the
-# model itself); server engines would need their LoRA endpoints.
-LORA_ENGINES = ("jax",)
+# Rollout engines that sample with the policy's adapters: the JAX engine runs the
+# model itself, the SGLang and vLLM clients sync the adapters to their servers'
+# LoRA endpoints (`rollout/http_client.py`, weight sync by adapter).
+LORA_ENGINES = ("jax", "sglang", "vllm")
 
 
 def check_lora(config: Any) -> list[str]:
@@ -211,9 +212,9 @@ def check_lora(config: Any) -> list[str]:
         )
     if config.rollout.engine not in LORA_ENGINES:
         errors.append(
-            f"rollout.engine={config.rollout.engine!r} with lora.rank > 0: weight sync by "
-            "adapter to serving engines is not available yet; use rollout.engine='jax' "
-            "(the in-process engine samples with the adapters)"
+            f"rollout.engine={config.rollout.engine!r} with lora.rank > 0: that engine does "
+            "not sample with the policy's adapters; use one that does: "
+            + ", ".join(repr(e) for e in LORA_ENGINES)
         )
     return errors
 
