@@ -22,6 +22,7 @@ from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
 
 CONFIG = Qwen3Config.preset("tiny", lora=LoRASpec(rank=4, alpha=8.0))
@@ -102,7 +103,9 @@ def test_a_server_without_adapters_refuses_an_adapter_sync(tmp_path):
         Qwen3ForCausalLM(base, rngs=nnx.Rngs(0)), JaxEngineConfig(max_batch_size=2, max_seq_len=64)
     )
     with serve_in_thread(engine) as server:
-        client = SGLangClient(server.url, weights_dir=str(tmp_path), max_retries=0)
+        client = SGLangClient(
+            server.url, weights_dir=str(tmp_path), settings=ServerPoolSettings(max_retries=0)
+        )
 
         async def go():
             try:
