@@ -296,3 +296,25 @@ def test_with_every_server_stale_generate_fails_naming_why():
     with pytest.raises(RolloutServerError, match="no rollout server can serve") as error:
         run(go())
     assert "failed at http://127.0.0.1:10" in str(error.value)
+
+
+def test_a_session_whose_event_loop_ended_is_closed_not_leaked(server, caplog):
+    # The training loop calls the client from a fresh event loop each time
+    # (run_sync): each call's session is closed once its loop has ended.
+    import gc
+
+    client = SGLangClient(server.url)
+    request = GenerateRequest([1, 2], SamplingParams(stop_token_ids=(STOP,)))
+    sessions = []
+    for _ in range(3):
+
+        async def go():
+            out = await client.generate([request])
+            sessions.append(client._session)
+            return out
+
+        assert run(go())[0].output_ids == [2, 1, STOP]
+    client.close()
+    gc.collect()
+    assert all(s.closed for s in sessions) and len(set(map(id, sessions))) == 3
+    assert not [r for r in caplog.records if "Unclosed client session" in r.getMessage()]

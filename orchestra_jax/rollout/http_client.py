@@ -68,6 +68,7 @@ the learner's base.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -181,6 +182,22 @@ class _Probe:
     worst: float = 0.0  # the largest difference a server showed
 
 
+def _loop_ended(loop: asyncio.AbstractEventLoop | None) -> bool:
+    return loop is None or loop.is_closed()
+
+
+def _close_on_a_fresh_loop(session: aiohttp.ClientSession) -> None:
+    """Closes a session whose event loop has ended, from a thread with or without a
+    running loop (aiohttp then only marks it closed)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(session.close())
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, session.close()).result()
+
+
 class HttpEngineClient:
     """RolloutEngine plumbing over one or more HTTP inference servers (module docstring);
     subclasses implement `_generate_on`, `_load_on`, `_served_version` and, to sync
@@ -233,6 +250,7 @@ class HttpEngineClient:
         self._start_up: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._closing: set[asyncio.Task] = set()  # sessions of ended loops being closed
 
     # -- the protocol: each client implements these ------------------------------------
 
@@ -336,6 +354,13 @@ class HttpEngineClient:
         # One session per event loop; recreated if the caller's loop changed.
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
+            if self._session is not None and _loop_ended(self._session_loop):
+                # The previous caller's loop ended (asyncio.run returned) and its
+                # connections with it; closing that session from this loop only
+                # settles its bookkeeping (aiohttp touches no closed loop).
+                closing = loop.create_task(self._session.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
@@ -360,7 +385,10 @@ class HttpEngineClient:
         running loop."""
         session, loop = self._session, self._session_loop
         self._session = None
-        if session is None or session.closed or loop is None or loop.is_closed():
+        if session is None or session.closed:
+            return
+        if _loop_ended(loop):
+            _close_on_a_fresh_loop(session)
             return
         if loop.is_running():
             asyncio.run_coroutine_threadsafe(session.close(), loop)
