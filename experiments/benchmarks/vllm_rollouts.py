@@ -37,6 +37,15 @@ and the served probe log-probs); then one whole `update_weights` for the total.
 The first sync (which compiles the learner's probe and is the server's first
 prompt scoring) is reported apart, the others as medians, with the bytes written.
 
+Adapter sync (issue 42's comparison with the full sync): at `qwen3_0p6b_4l`, a
+server started with LoRA serving (`LORA_RANK`), a LoRA policy of each rank in
+`--adapter_ranks` on every projection (alpha 2r) over the served base, and whole
+`update_weights` calls (the PEFT folder written, `/pause`,
+`/v1/load_lora_adapter`, `/update_weight_version`, `/resume`, the probe): the
+first (fresh adapters) apart, then medians over `--sync_repeats` syncs of random
+adapters, with the adapter folder's bytes. `--adapters_only` runs only this part
+(results/vllm_rollouts_adapters.json).
+
 Shapes: "demo" (vocabulary 4,096, hidden 256, 4 layers, the CPU demo's),
 "tiny_qwen3_vocab" (the GRPO policy above) and "qwen3_0p6b_4l" (Qwen3-0.6B's
 layer and vocabulary dimensions with 4 layers). Writes
@@ -64,7 +73,8 @@ from flax import nnx
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
-from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
+from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop
@@ -96,6 +106,7 @@ SHAPES = {
     ),
 }
 GRPO_SHAPE = "tiny_qwen3_vocab"
+ADAPTER_SHAPE = "qwen3_0p6b_4l"  # adapters on every projection, beside its full sync
 PHASES = ("time/rollout_s", "time/weight_sync_s", "time/learner_s")
 
 
@@ -113,9 +124,11 @@ class SeededNoiseReward:
 # -- the vLLM server -----------------------------------------------------------------------
 
 
-def serve(folder: str, log_path: str, *, eager: bool) -> tuple[subprocess.Popen, str]:
-    """launch/vllm_server.sh on `folder` (float32, no tokenizer); (process, URL) once it
-    answers."""
+def serve(
+    folder: str, log_path: str, *, eager: bool, lora_rank: int = 0
+) -> tuple[subprocess.Popen, str]:
+    """launch/vllm_server.sh on `folder` (float32, no tokenizer; adapters up to
+    `lora_rank` when > 0); (process, URL) once it answers."""
     port = free_port()
     env = {
         **os.environ,
@@ -123,6 +136,7 @@ def serve(folder: str, log_path: str, *, eager: bool) -> tuple[subprocess.Popen,
         "DTYPE": "float32",
         "TOKENIZER": "0",
         "EAGER": "1" if eager else "0",
+        "LORA_RANK": str(lora_rank),
     }
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
     process = subprocess.Popen(
@@ -333,6 +347,67 @@ def sync_by_size(shape: str, tmp: str, repeats: int, served=None) -> dict:
     return row
 
 
+def adapter_sync(shape: str, tmp: str, repeats: int, ranks: list[int]) -> list[dict]:
+    """Whole adapter syncs (`update_weights` of a LoRA policy: the PEFT folder written,
+    `/v1/load_lora_adapter`, the version, the probe) for each rank in `ranks`, on one
+    server of `shape`'s base serving adapters up to the largest rank; the first sync of
+    each rank (fresh adapters, B = 0) apart, then medians over `repeats` syncs of random
+    adapters."""
+    folder = os.path.join(tmp, f"{shape}_lora_base")
+    make_model(shape, folder)
+    process, url = serve(folder, folder + ".log", eager=True, lora_rank=max(ranks))
+    rows = []
+    try:
+        for rank in ranks:
+            model, config = load_hf_checkpoint(folder, lora=LoRASpec(rank=rank, alpha=2.0 * rank))
+            rows.append(asyncio.run(_adapter_syncs(model, config, url, tmp, rank, repeats)))
+            row = rows[-1]
+            print(
+                f"adapter sync {shape} r={rank}: {row['bytes'] / 1e6:.1f} MB, first "
+                f"{row['first_update_weights_s']:.2f} s, then {row['update_weights_s']:.2f} s",
+                flush=True,
+            )
+    finally:
+        stop(process)
+    return [{"shape": shape, **row} for row in rows]
+
+
+async def _adapter_syncs(model, config, url: str, tmp: str, rank: int, repeats: int) -> dict:
+    weights_dir = os.path.join(tmp, f"adapters_r{rank}")
+    client = VLLMClient(url, weights_dir=weights_dir, model_config=config)
+    seconds = []
+    try:
+        for version in range(1, repeats + 2):
+            if version > 1:  # the first sync carries the fresh adapters (B = 0)
+                rng = np.random.default_rng(version)
+                flat = nnx.to_flat_state(nnx.state(model, LoRAParam))
+                nnx.update(
+                    model,
+                    nnx.from_flat_state(
+                        [
+                            (k, v.replace(jnp.asarray(0.02 * rng.standard_normal(v.shape))))
+                            for k, v in flat
+                        ]
+                    ),
+                )
+            start = time.perf_counter()
+            await client.update_weights(model, version=version)
+            seconds.append(time.perf_counter() - start)
+        diff = client.sync_metrics()["rollout/sync_logprob_max_abs_diff"]
+    finally:
+        await client.aclose()
+    adapter = os.path.join(weights_dir, f"v{repeats + 1}")
+    size = sum(os.path.getsize(os.path.join(adapter, f)) for f in os.listdir(adapter))
+    return {
+        "rank": rank,
+        "bytes": size,
+        "first_update_weights_s": seconds[0],
+        "update_weights_s": statistics.median(seconds[1:]),
+        "probe_max_abs_diff": diff,
+        "repeats": repeats,
+    }
+
+
 def jax_leaves(model):
     import jax
 
@@ -352,6 +427,12 @@ def main(argv=None):
     parser.add_argument("--tokenizer_dir", default=QWEN3_TOKENIZER_DIR, help="Qwen3's tokenizer")
     parser.add_argument("--skip_grpo", action="store_true")
     parser.add_argument(
+        "--adapter_ranks",
+        default="8,64",
+        help="LoRA ranks whose adapter syncs are timed at qwen3_0p6b_4l ('' for none)",
+    )
+    parser.add_argument("--adapters_only", action="store_true", help="only the adapter syncs")
+    parser.add_argument(
         "--eager", action="store_true", help="serve the GRPO policy uncompiled (a quick check)"
     )
     args = parser.parse_args(argv)
@@ -368,7 +449,7 @@ def main(argv=None):
                 vllm_row["steps_per_hour"] / jax_row["steps_per_hour"]
             )
         path = common.write_result(
-            "vllm_rollouts",
+            result_name,
             {
                 "command": "python -m experiments.benchmarks.vllm_rollouts "
                 f"--steps {args.steps} --tasks {args.tasks} --group {args.group} "
@@ -377,9 +458,19 @@ def main(argv=None):
                 "load_average": os.getloadavg(),
                 "grpo": grpo,
                 "sync": sorted(syncs, key=lambda r: r["parameters"]),
+                "adapter_sync": adapters,
             },
         )
         print(f"wrote {path}", flush=True)
+
+    adapters: list[dict] = []
+    ranks = [int(r) for r in args.adapter_ranks.split(",") if r]
+    result_name = "vllm_rollouts_adapters" if args.adapters_only else "vllm_rollouts"
+    if args.adapters_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            adapters.extend(adapter_sync(ADAPTER_SHAPE, tmp, args.sync_repeats, ranks))
+            write()
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "policy")
@@ -402,6 +493,9 @@ def main(argv=None):
             if shape != GRPO_SHAPE:
                 syncs.append(sync_by_size(shape, tmp, args.sync_repeats))
                 write()
+        if ranks:
+            adapters.extend(adapter_sync(ADAPTER_SHAPE, tmp, args.sync_repeats, ranks))
+            write()
 
 
 if __name__ == "__main__":
