@@ -17,6 +17,8 @@ compile; all variants are timed round robin in one process:
 * dense_x_first / dense_g_first: the same custom VJP without the barrier, the
   weight gradient as xᵀ·g or as (gᵀ·x)ᵀ (XLA's CPU layouts decide whether a
   [tokens, out] operand is copied transposed first).
+* dense_custom_vjp: `matmul.dense`'s own custom VJP (its bfloat16 path) in float32:
+  xᵀ·g for kernels, gᵀ·x for the tied head.
 * mlp_fused: gate and up projections as one matmul against the two kernels
   concatenated ([E, 2F]), split after.
 * qkv_fused: q, k and v projections as one matmul ([E, (H + 2K) D]), split after.
@@ -138,12 +140,21 @@ def _all_fused():
     return stack
 
 
+def _dense_low_precision_path(x, w, dtype, *, out_dtype=None, w_t=False):
+    """`matmul.dense`'s custom-VJP path (written for bfloat16) run in float32."""
+    out_dtype = jnp.dtype(out_dtype or dtype)
+    return matmul._low_precision_dense(
+        x, w, jnp.dtype(jnp.float32), out_dtype, w_t, x.dtype, w.dtype
+    )
+
+
 VARIANTS = {
     "baseline": contextlib.nullcontext,
     "loss_where": lambda: _patched(optax, "softmax_cross_entropy_with_integer_labels", _xent_where),
     "dense_barrier": lambda: _patched(qwen3_layers, "dense", _dense_replacement("barrier")),
     "dense_x_first": lambda: _patched(qwen3_layers, "dense", _dense_replacement("x_first")),
     "dense_g_first": lambda: _patched(qwen3_layers, "dense", _dense_replacement("g_first")),
+    "dense_custom_vjp": lambda: _patched(qwen3_layers, "dense", _dense_low_precision_path),
     "mlp_fused": lambda: _patched(qwen3_layers.MLP, "__call__", _mlp_fused),
     "qkv_fused": lambda: _patched(Attention, "__call__", _attention_qkv_fused),
     "mlp_qkv_fused": _all_fused,
