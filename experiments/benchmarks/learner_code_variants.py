@@ -1,6 +1,6 @@
 """The float32 learner step with alternative formulations of its slow pieces, against itself.
 
-    python -m experiments.benchmarks.learner_code_variants [--repeats 8]
+    python -m experiments.benchmarks.learner_code_variants [--repeats 8] [--variants NAME ...]
 
 Each variant is `learner_step`'s plain float32 step (demo shape, 16 x 256)
 traced with one piece of the model or loss replaced for the duration of its
@@ -17,8 +17,8 @@ compile; all variants are timed round robin in one process:
 * dense_x_first / dense_g_first: the same custom VJP without the barrier, the
   weight gradient as xᵀ·g or as (gᵀ·x)ᵀ (XLA's CPU layouts decide whether a
   [tokens, out] operand is copied transposed first).
-* dense_custom_vjp: `matmul.dense`'s own custom VJP (its bfloat16 path) in float32:
-  xᵀ·g for kernels, gᵀ·x for the tied head.
+* dense_autodiff: `matmul.dense` as autodiff of one dot (its float32 path before
+  it took the custom VJP that the baseline runs).
 * mlp_fused: gate and up projections as one matmul against the two kernels
   concatenated ([E, 2F]), split after.
 * qkv_fused: q, k and v projections as one matmul ([E, (H + 2K) D]), split after.
@@ -140,12 +140,10 @@ def _all_fused():
     return stack
 
 
-def _dense_low_precision_path(x, w, dtype, *, out_dtype=None, w_t=False):
-    """`matmul.dense`'s custom-VJP path (written for bfloat16) run in float32."""
-    out_dtype = jnp.dtype(out_dtype or dtype)
-    return matmul._low_precision_dense(
-        x, w, jnp.dtype(jnp.float32), out_dtype, w_t, x.dtype, w.dtype
-    )
+def _dense_autodiff(x, w, dtype, *, out_dtype=None, w_t=False):
+    """`matmul.dense` in float32 as it was before its custom VJP: autodiff of one dot."""
+    dims = (((x.ndim - 1,), (1 if w_t else 0,)), ((), ()))
+    return jax.lax.dot_general(x, w, dims).astype(out_dtype or dtype)
 
 
 VARIANTS = {
@@ -154,7 +152,7 @@ VARIANTS = {
     "dense_barrier": lambda: _patched(qwen3_layers, "dense", _dense_replacement("barrier")),
     "dense_x_first": lambda: _patched(qwen3_layers, "dense", _dense_replacement("x_first")),
     "dense_g_first": lambda: _patched(qwen3_layers, "dense", _dense_replacement("g_first")),
-    "dense_custom_vjp": lambda: _patched(qwen3_layers, "dense", _dense_low_precision_path),
+    "dense_autodiff": lambda: _patched(qwen3_layers, "dense", _dense_autodiff),
     "mlp_fused": lambda: _patched(qwen3_layers.MLP, "__call__", _mlp_fused),
     "qkv_fused": lambda: _patched(Attention, "__call__", _attention_qkv_fused),
     "mlp_qkv_fused": _all_fused,
@@ -162,11 +160,12 @@ VARIANTS = {
 }
 
 
-def main(repeats: int) -> None:
+def main(repeats: int, names: list[str]) -> None:
     config = Qwen3Config.preset("demo")
     tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
     fns, losses = {}, {}
-    for name, context in VARIANTS.items():
+    for name in ["baseline", *(n for n in names if n != "baseline")]:
+        context = VARIANTS[name]
         train_step, state, batch = jax_step_parts(config, tokens)
         with context():  # the replacement is live while the step is traced and compiled
             state, loss = train_step(state, *batch)
@@ -203,4 +202,6 @@ def main(repeats: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=8)
-    main(parser.parse_args().repeats)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    args = parser.parse_args()
+    main(args.repeats, args.variants)

@@ -331,7 +331,9 @@ def hf_profile(config: Qwen3Config, tokens: np.ndarray, steps: int) -> dict:
         c: {"forward": 0.0, "backward": 0.0, "optimizer": 0.0} for c in CATEGORIES
     }
     by_op: dict[str, float] = collections.defaultdict(float)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
+    ) as prof:
         for _ in range(steps):
             step(record=False)
     for event in prof.events():
