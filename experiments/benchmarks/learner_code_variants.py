@@ -23,6 +23,8 @@ compile; all variants are timed round robin in one process:
   concatenated ([E, 2F]), split after.
 * qkv_fused: q, k and v projections as one matmul ([E, (H + 2K) D]), split after.
 * mlp_qkv_fused: both.
+* attention_xla: the "xla" attention (all scores at once, autodiff) instead of
+  "flash" (what "auto" runs on CPU: blocked, with a recomputing backward).
 * highest_precision: the step under `jax.default_matmul_precision("highest")`.
 """
 
@@ -39,8 +41,8 @@ import optax
 
 from experiments.benchmarks import common
 from experiments.benchmarks.learner_step import BATCH, SEQ, jax_step_parts
-from orchestra_jax.models import matmul, qwen3_layers
-from orchestra_jax.models.attention_kernels import get_attention
+from orchestra_jax.models import matmul, qwen3_attention, qwen3_layers
+from orchestra_jax.models.attention_kernels import get_attention, xla_attention
 from orchestra_jax.models.qwen3 import Qwen3Config
 from orchestra_jax.models.qwen3_attention import Attention
 from orchestra_jax.models.qwen3_layers import apply_rope
@@ -156,6 +158,7 @@ VARIANTS = {
     "mlp_fused": lambda: _patched(qwen3_layers.MLP, "__call__", _mlp_fused),
     "qkv_fused": lambda: _patched(Attention, "__call__", _attention_qkv_fused),
     "mlp_qkv_fused": _all_fused,
+    "attention_xla": lambda: _patched(qwen3_attention, "get_attention", lambda name: xla_attention),
     "highest_precision": lambda: jax.default_matmul_precision("highest"),
 }
 
