@@ -274,10 +274,10 @@ def torch_category(name: str, shapes, phase: str) -> str:
     """`CATEGORIES` entry of one torch profiler event (its self time)."""
     if phase == "optimizer":
         return "optimizer"
+    if any(k in name for k in _TORCH_LOSS):  # before attention: `_log_softmax_backward_data`
+        return "LM head + loss"
     if any(k in name for k in _TORCH_ATTENTION):
         return "attention"
-    if any(k in name for k in _TORCH_LOSS):
-        return "LM head + loss"
     if name in ("aten::mm", "aten::addmm"):
         dims = [s for s in shapes if len(s) == 2]
         if len(dims) >= 2:
