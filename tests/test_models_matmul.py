@@ -55,6 +55,19 @@ def test_dense_float32_is_a_plain_dot():
     np.testing.assert_array_equal(np.asarray(dense(x, w, jnp.float32)), np.asarray(x @ w))
 
 
+@pytest.mark.parametrize("w_t", [False, True])
+def test_dense_float32_gradient_equals_autodiff(w_t):
+    """float32 takes the written-out VJP too: its gradients are autodiff's of one dot."""
+    kx, kw, kg = jax.random.split(jax.random.key(4), 3)
+    x = jax.random.normal(kx, (2, 5, 8))
+    w = jax.random.normal(kw, (6, 8) if w_t else (8, 6))
+    g = jax.random.normal(kg, (2, 5, 6))
+    got = jax.vjp(lambda x, w: dense(x, w, jnp.float32, w_t=w_t), x, w)[1](g)
+    want = jax.vjp(lambda x, w: x @ (w.T if w_t else w), x, w)[1](g)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_compute_with_float32_master_weights_gradients():
     """param_dtype float32, dtype bfloat16: float32 gradients close to the float32 model's."""
     config = Qwen3Config.preset("tiny")

@@ -62,8 +62,9 @@ def matmul_flops_per_s(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> fl
     return 2.0 * n**3 / float(np.median(times["mm"]))
 
 
-def make_jax_step(config: Qwen3Config, tokens: np.ndarray):
-    """A zero-argument callable running one jitted, donated train step; and a compile counter."""
+def jax_step_parts(config: Qwen3Config, tokens: np.ndarray):
+    """(train_step, state, (ids, positions, targets)): the jitted plain cross-entropy +
+    AdamW step, state donated, returning (new state, loss); its first state; its batch."""
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-4), wrt=nnx.Param)
     graphdef, state = nnx.split((model, optimizer))
@@ -84,6 +85,12 @@ def make_jax_step(config: Qwen3Config, tokens: np.ndarray):
         return nnx.state((model, optimizer)), loss
 
     train_step = jax.jit(step, donate_argnums=0)  # state updated in place
+    return train_step, state, (ids, positions, targets)
+
+
+def make_jax_step(config: Qwen3Config, tokens: np.ndarray):
+    """A zero-argument callable running one jitted, donated train step; and a compile counter."""
+    train_step, state, (ids, positions, targets) = jax_step_parts(config, tokens)
     holder = {"state": state}
 
     def run():
@@ -177,15 +184,18 @@ def _peer_fn(peer, sink: list):
     return lambda: sink.append(peer.step())
 
 
-def main(repeats: int) -> None:
+PRECISIONS = {
+    "float32": Qwen3Config.preset("demo"),
+    "bfloat16": Qwen3Config.preset("demo", dtype=jnp.bfloat16),
+}
+
+
+def main(repeats: int, precisions: list[str]) -> None:
     from experiments.benchmarks.peer_process import PeerProcess, tunix_python
 
     tokens = None
     fns, cpu, peer_seconds, compiles, peers, skipped = {}, {}, {}, {}, [], {}
-    configs = {
-        "float32": Qwen3Config.preset("demo"),
-        "bfloat16": Qwen3Config.preset("demo", dtype=jnp.bfloat16),
-    }
+    configs = {name: PRECISIONS[name] for name in precisions}
     for name, config in configs.items():
         tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
         ours, jitted = make_jax_step(config, tokens)
@@ -218,10 +228,7 @@ def main(repeats: int) -> None:
     n_tokens = BATCH * SEQ
     tps = {k: n_tokens / v["median_s"] for k, v in summary.items()}
     flops = step_flops(configs["float32"], BATCH, SEQ)
-    peaks = {
-        "float32": matmul_flops_per_s(jnp.float32),
-        "bfloat16": matmul_flops_per_s(jnp.bfloat16),
-    }
+    peaks = {name: matmul_flops_per_s(config.dtype) for name, config in configs.items()}
     results = {}
     for name in configs:
         r = {
@@ -255,13 +262,17 @@ def main(repeats: int) -> None:
         "step_flops": flops,
         "timings": summary,
         "results": results,
-        "bf16_over_float32_ours": tps["ours_bfloat16"] / tps["ours_float32"],
+        "precisions": list(configs),
         "peers_skipped": skipped,
         "noise_max_over_min": spread,
         "note": "timings alternate every step in one run (round robin); the Tunix peer runs "
         "in its own process ($TUNIX_PYTHON), alternating with ours; HF bf16 = autocast",
     }
-    path = common.write_result("learner_step", payload)
+    if len(configs) == 2:
+        payload["bf16_over_float32_ours"] = tps["ours_bfloat16"] / tps["ours_float32"]
+    # A run of one precision is written beside the full run's record, not over it.
+    name = "learner_step" if len(configs) == 2 else "learner_step_" + "_".join(configs)
+    path = common.write_result(name, payload)
     for name, r in results.items():
         rates = ", ".join(f"{k} {v:,.0f}" for k, v in r["tokens_per_s"].items())
         print(
@@ -275,4 +286,8 @@ def main(repeats: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
-    main(parser.parse_args().repeats)
+    parser.add_argument(
+        "--precisions", nargs="+", choices=list(PRECISIONS), default=list(PRECISIONS)
+    )
+    args = parser.parse_args()
+    main(args.repeats, args.precisions)

@@ -37,8 +37,11 @@ class PeerProcess:
         self.reason = info.get("reason", "")
 
     @classmethod
-    def start(cls, python: str, module: str, args: list[str]) -> PeerProcess:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+    def start(
+        cls, python: str, module: str, args: list[str], env: dict[str, str] | None = None
+    ) -> PeerProcess:
+        """Starts `python -m module *args` with this environment plus `env`."""
+        env = dict(os.environ, **(env or {}), PYTHONPATH=str(REPO))
         try:
             proc = subprocess.Popen(
                 [python, "-m", module, *args],

@@ -5,19 +5,22 @@
 
 Both operands are cast to `dtype` and multiplied with float32 accumulation
 (`preferred_element_type`); the result is returned in `out_dtype` (default
-`dtype`). In float32 this is a plain `jnp.dot`. In a lower precision
-(bfloat16) the gradient is written out so the backward matmuls also multiply
-`dtype` operands with float32 accumulation:
+`dtype`). The gradient is written out, in every precision:
 
     dx = (g · wᵀ) in float32, returned in x's dtype
     dw = (xᵀ · g) in float32, returned in w's dtype (float32 master weights keep
-         their full-precision gradient)
+         their full-precision gradient); (gᵀ · x) for the tied head's [out, in]
 
-with g the cotangent cast to `dtype`. Autodiff of the forward alone would
-multiply a float32 cotangent by a bfloat16 operand, which XLA runs as a float32
-matmul (on CPUs with bf16 arithmetic, half the speed), and XLA's CPU matmuls
-with a bfloat16 result are slower than float32 ones: bfloat16 operands with a
-float32 result are the fast case there, as on TPUs and GPUs.
+with g the cotangent cast to `dtype`. In a lower precision (bfloat16) autodiff
+of the forward alone would multiply a float32 cotangent by a bfloat16 operand,
+which XLA runs as a float32 matmul (on CPUs with bf16 arithmetic, half the
+speed), and XLA's CPU matmuls with a bfloat16 result are slower than float32
+ones: bfloat16 operands with a float32 result are the fast case there, as on
+TPUs and GPUs. In float32 the values are autodiff's; the written-out weight
+gradient makes XLA's CPU backend read the cotangent as it is, where autodiff's
+transposed form had it copy the cotangent transposed first, fused with its
+producer (SwiGLU's backward written as a [F, tokens] loop): the demo learner
+step runs ~1.2x faster (`docs/notes/2026-11-26-learner-cpu-profile.md`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def _contract(x: jax.Array, w: jax.Array, w_t: bool) -> jax.Array:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
-def _low_precision_dense(x, w, dtype, out_dtype, w_t, x_dtype, w_dtype):
+def _dense(x, w, dtype, out_dtype, w_t, x_dtype, w_dtype):
     del x_dtype, w_dtype
     return _contract(x.astype(dtype), w.astype(dtype), w_t).astype(out_dtype)
 
@@ -63,7 +66,7 @@ def _dense_bwd(dtype, out_dtype, w_t, x_dtype, w_dtype, residuals, g):
     return dx.astype(x_dtype), dw.astype(w_dtype)
 
 
-_low_precision_dense.defvjp(_dense_fwd, _dense_bwd)
+_dense.defvjp(_dense_fwd, _dense_bwd)
 
 
 def dense(x: jax.Array, w: jax.Array, dtype, *, out_dtype=None, w_t: bool = False) -> jax.Array:
@@ -71,6 +74,4 @@ def dense(x: jax.Array, w: jax.Array, dtype, *, out_dtype=None, w_t: bool = Fals
     (default `dtype`); see the module docstring for the gradient."""
     dtype = jnp.dtype(dtype)
     out_dtype = dtype if out_dtype is None else jnp.dtype(out_dtype)
-    if dtype == jnp.float32:
-        return _contract(x.astype(dtype), w.astype(dtype), w_t).astype(out_dtype)
-    return _low_precision_dense(x, w, dtype, out_dtype, w_t, x.dtype, w.dtype)
+    return _dense(x, w, dtype, out_dtype, w_t, x.dtype, w.dtype)
