@@ -396,7 +396,11 @@ def test_adapter_sync_loads_names_probes_and_unloads_versioned_adapters(tmp_path
         "/weight_info",
         "/v1/completions",  # the probe, with the new adapter
     ]
-    assert syncs[1][1] == {"lora_name": "policy-v1", "lora_path": os.path.join(tmp_path, "v1")}
+    assert syncs[1][1] == {
+        "lora_name": "policy-v1",
+        "lora_path": os.path.join(tmp_path, "v1"),
+        "load_inplace": True,
+    }
     assert syncs[5][1]["model"] == "policy-v1" and syncs[5][1]["prompt_logprobs"] == 0
     assert ("/v1/unload_lora_adapter", {"lora_name": "policy-v1"}) in syncs  # at the third
     assert not any(p.startswith("/collective_rpc") for p, _ in syncs)  # the base stays

@@ -53,7 +53,7 @@ def test_adapters_served_beside_the_base_and_swapped_without_a_restart(served, t
     learner, config = load_hf_checkpoint(str(served["tmp"] / "model"), lora=LORA)
     prompt = [9707, 11, 1879, 0, 151644, 872]
     sampling = SamplingParams(temperature=0.5, max_new_tokens=8, seed=7)
-    results = []
+    results, resumed = [], []
 
     async def go():
         client = VLLMClient(served["url"], weights_dir=str(tmp_path), model_config=config)
@@ -64,9 +64,20 @@ def test_adapters_served_beside_the_base_and_swapped_without_a_restart(served, t
                 [out] = await client.generate([GenerateRequest(prompt, sampling)])
                 expected = learner_logprobs(learner, prompt + out.output_ids, 8, 0.5)
                 results.append((client.sync_metrics(), out, expected))
-            return await client._call("GET", "/v1/models", url=served["url"])
+            models = await client._call("GET", "/v1/models", url=served["url"])
         finally:
             await client.aclose()
+        # A new client (a resumed run) syncing a version the server still holds
+        # replaces that adapter in place.
+        again = VLLMClient(served["url"], weights_dir=f"{tmp_path}_resumed", model_config=config)
+        try:
+            randomise_adapters(learner, seed=304)
+            await again.update_weights(learner, version=303)
+            [out] = await again.generate([GenerateRequest(prompt, sampling)])
+            resumed.append((out, learner_logprobs(learner, prompt + out.output_ids, 8, 0.5)))
+        finally:
+            await again.aclose()
+        return models
 
     models = asyncio.run(go())
     for metrics, out, expected in results:  # the served log-probs are the learner's
@@ -81,6 +92,8 @@ def test_adapters_served_beside_the_base_and_swapped_without_a_restart(served, t
     assert {"policy-v302", "policy-v303"} <= served_names  # the last two
     assert "policy-v301" not in served_names  # unloaded
     assert sorted(os.listdir(tmp_path)) == ["v302", "v303"]
+    [(out, expected)] = resumed
+    np.testing.assert_allclose(out.logprobs, expected, atol=1e-3)
 
 
 def test_lora_grpo_step_syncs_adapters_and_probes_them(served, tmp_path):

@@ -377,8 +377,9 @@ async def _adapter_syncs(model, config, url: str, tmp: str, rank: int, repeats: 
     client = VLLMClient(url, weights_dir=weights_dir, model_config=config)
     seconds = []
     try:
-        for version in range(1, repeats + 2):
-            if version > 1:  # the first sync carries the fresh adapters (B = 0)
+        first = 1000 * rank + 1  # versions of their own for each rank on the one server
+        for version in range(first, first + repeats + 1):
+            if version > first:  # the first sync carries the fresh adapters (B = 0)
                 rng = np.random.default_rng(version)
                 flat = nnx.to_flat_state(nnx.state(model, LoRAParam))
                 nnx.update(
@@ -396,7 +397,7 @@ async def _adapter_syncs(model, config, url: str, tmp: str, rank: int, repeats: 
         diff = client.sync_metrics()["rollout/sync_logprob_max_abs_diff"]
     finally:
         await client.aclose()
-    adapter = os.path.join(weights_dir, f"v{repeats + 1}")
+    adapter = os.path.join(weights_dir, f"v{first + repeats}")
     size = sum(os.path.getsize(os.path.join(adapter, f)) for f in os.listdir(adapter))
     return {
         "rank": rank,

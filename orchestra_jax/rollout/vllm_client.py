@@ -30,7 +30,8 @@ Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
 server serves the base it was started with (`LORA_RANK=<r>
 launch/vllm_server.sh <base>`: `--enable-lora`, runtime adapter loading); a
 sync `POST /v1/load_lora_adapter {"lora_name": "policy-v<v>", "lora_path":
-<PEFT folder>}` and `POST /update_weight_version` between `/pause` and
+<PEFT folder>, "load_inplace": true}` (a name an earlier run left loaded is
+replaced) and `POST /update_weight_version` between `/pause` and
 `/resume` as weights are (requests in flight finish first, or end with
 `abort_in_flight`), and from then on every request names `"model":
 "policy-v<v>"` (vLLM keys its prefix cache by adapter, so nothing computed by
@@ -259,7 +260,9 @@ class VLLMClient(HttpEngineClient):
                 await self._request(
                     "POST",
                     "/v1/load_lora_adapter",
-                    {"lora_name": name, "lora_path": adapter_path},
+                    # In place: a name still loaded from an earlier run (a resumed one
+                    # syncs its versions again) is replaced, not refused.
+                    {"lora_name": name, "lora_path": adapter_path, "load_inplace": True},
                     url=url,
                 )
             except RefusedRequest as e:
