@@ -31,12 +31,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
-import glob
 import os
-import re
 import sys
-import tempfile
 import time
 
 import jax
@@ -47,6 +43,7 @@ from flax import nnx
 
 from experiments.benchmarks import common
 from experiments.benchmarks.learner_step import BATCH, SEQ, jax_step_parts
+from experiments.benchmarks.xla_trace import HloOp, hlo_ops, trace_thunk_seconds
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 
 CATEGORIES = (
@@ -76,77 +73,6 @@ VARIANTS = {
 # ---------------------------------------------------------------------------- ours: HLO ops
 
 
-@dataclasses.dataclass
-class HloOp:
-    """One instruction of the compiled module: what a profiler thunk event is named after."""
-
-    name: str
-    opcode: str
-    is_dot: bool
-    backward: bool
-    functions: tuple[str, ...]  # our Python functions that emitted it, outermost first
-
-
-def _table(text: str, title: str) -> dict[int, str]:
-    """A numbered table of the HLO text's stack-frame header (`FileNames`, …)."""
-    match = re.search(rf"^{title}\n(.*?)\n\n", text, re.S | re.M)
-    rows = match.group(1).splitlines() if match else []
-    return {int(r.split(" ", 1)[0]): r.split(" ", 1)[1] for r in rows}
-
-
-def _frame_functions(text: str) -> dict[int, tuple[str, ...]]:
-    """stack_frame_id -> the function names of its frames, outermost first."""
-    functions = {k: v.strip('"') for k, v in _table(text, "FunctionNames").items()}
-    locations = {
-        k: int(re.search(r"function_name_id=(\d+)", v).group(1))
-        for k, v in _table(text, "FileLocations").items()
-    }
-    frames = {}
-    for k, v in _table(text, "StackFrames").items():
-        loc, parent = (int(x) for x in re.findall(r"=(\d+)", v))
-        frames[k] = (loc, parent - 1)  # the table's parent_frame_id is the parent's id + 1
-
-    def chain(frame: int) -> tuple[str, ...]:
-        names = []
-        while frame in frames and len(names) < 64:
-            loc, frame = frames[frame]
-            names.append(functions[locations[loc]])
-        return tuple(reversed(names))
-
-    return {k: chain(k) for k in frames}
-
-
-_INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = .*? ([a-z][\w\-]*)\(")
-
-
-def hlo_ops(text: str) -> dict[str, HloOp]:
-    """Every instruction of compiled HLO `text`, by name."""
-    frames = _frame_functions(text)
-    bodies: dict[str, str] = {}
-    for block in re.split(r"\n\n", text):
-        head = re.match(r"^(?:ENTRY )?%([\w.\-]+) ", block)
-        if head:
-            bodies[head.group(1)] = block
-    ops = {}
-    for line in text.splitlines():
-        m = _INSTRUCTION.match(line)
-        if not m:
-            continue
-        name, opcode = m.groups()
-        calls = re.search(r"calls=%([\w.\-]+)", line)
-        body = bodies.get(calls.group(1), "") if calls else ""
-        op_name = re.search(r'op_name="([^"]*)"', line)
-        frame = re.search(r"stack_frame_id=(\d+)", line)
-        ops[name] = HloOp(
-            name=name,
-            opcode=opcode,
-            is_dot=opcode == "dot" or " dot(" in body,
-            backward="transpose(" in (op_name.group(1) if op_name else ""),
-            functions=frames.get(int(frame.group(1)), ()) if frame else (),
-        )
-    return ops
-
-
 def ours_category(op: HloOp) -> str:
     """`CATEGORIES` entry of one of our HLO ops, from the functions that emitted it."""
     f = set(op.functions)
@@ -171,28 +97,6 @@ def ours_category(op: HloOp) -> str:
     if op.functions and op.functions[-1].endswith("<locals>.step"):
         return "optimizer"  # ops of the step body outside the loss: the AdamW update
     return "other"
-
-
-def trace_thunk_seconds(run, steps: int) -> dict[str, float]:
-    """Seconds per step of each XLA thunk (by HLO instruction name), from a profiler trace."""
-    from jax.profiler import ProfileData
-
-    with tempfile.TemporaryDirectory() as logdir:
-        with jax.profiler.trace(logdir):
-            for _ in range(steps):
-                run()
-        (path,) = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
-        data = ProfileData.from_file(path)
-    seconds: dict[str, float] = collections.defaultdict(float)
-    for plane in data.planes:
-        if plane.name != "/host:CPU":
-            continue
-        for line in plane.lines:
-            if line.name == "python":
-                continue
-            for event in line.events:
-                seconds[event.name] += event.duration_ns * 1e-9 / steps
-    return dict(seconds)
 
 
 def ours_profile(config: Qwen3Config, tokens: np.ndarray, steps: int) -> dict:
