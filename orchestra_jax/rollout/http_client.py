@@ -387,7 +387,7 @@ class HttpEngineClient:
         self._session = None
         if session is None or session.closed:
             return
-        if _loop_ended(loop):
+        if loop is None or loop.is_closed():
             _close_on_a_fresh_loop(session)
             return
         if loop.is_running():
