@@ -247,6 +247,10 @@ class VLLMClient(HttpEngineClient):
             await self._call(
                 "POST", "/update_weight_version", {"new_version": str(version)}, url=url
             )
+            if mode == "keep":
+                # Requests frozen across this reload continue on the new weights from
+                # /resume on, before the sync's probe ends: they record the new version.
+                self._version, self._last_partial = int(version), True
         finally:
             await self._call("POST", "/resume", url=url)
 
