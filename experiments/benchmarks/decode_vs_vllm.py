@@ -33,17 +33,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.benchmarks import common
+from experiments.benchmarks import common, vllm_process
+from experiments.benchmarks.vllm_process import stop
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
@@ -52,52 +51,17 @@ from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
 from orchestra_jax.rollout.vllm_client import VLLMClient
 
 NEW_TOKENS, PROMPT_LEN = 128, 32
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = {
     "demo": ("demo", {}),
     "qwen3_0p6b_4l": ("qwen3_0p6b", {"num_hidden_layers": 4, "max_position_embeddings": 4096}),
 }
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-START_TIMEOUT_S = 1800
 MIXED_REQUESTS, MIXED_SLOTS, MIXED_MIN, MIXED_MAX = 32, 16, 8, 192
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(folder: str, dtype: str, log_path: str) -> tuple[subprocess.Popen, str]:
-    """launch/vllm_server.sh on `folder`; (process, URL) once it answers."""
-    port = free_port()
-    env = {**os.environ, "HOST": "127.0.0.1", "DTYPE": dtype, "TOKENIZER": "0"}
-    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
-    process = subprocess.Popen(
-        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), folder, str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM exited: {open(log_path).read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5):
-                return process, url
-        except OSError:
-            time.sleep(2)
-    stop(process)
-    raise RuntimeError(f"vLLM did not start in {START_TIMEOUT_S} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, 15)
-        process.wait(timeout=120)
+    """launch/vllm_server.sh on `folder` (compiled, no tokenizer); (process, URL)."""
+    return vllm_process.serve(folder, log_path, {"DTYPE": dtype, "TOKENIZER": "0"})
 
 
 def requests_of(rng, rows: int, vocab: int) -> list[GenerateRequest]:

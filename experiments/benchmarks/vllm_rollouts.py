@@ -65,13 +65,13 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.benchmarks import common
+from experiments.benchmarks import common, vllm_process
+from experiments.benchmarks.vllm_process import stop
 from experiments.configs import grpo_hle
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
@@ -83,7 +83,6 @@ from orchestra_jax.training.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QWEN3_TOKENIZER_DIR = os.path.join(os.path.dirname(ROOT), "shared", "qwen3")
-START_TIMEOUT_S = 1800
 # The shapes the sync is measured at: (preset, overrides), each with an LM head of its own.
 SHAPES = {
     "demo": ("demo", {"tie_word_embeddings": False}),
@@ -129,53 +128,8 @@ def serve(
 ) -> tuple[subprocess.Popen, str]:
     """launch/vllm_server.sh on `folder` (float32, no tokenizer; adapters up to
     `lora_rank` when > 0); (process, URL) once it answers."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "HOST": "127.0.0.1",
-        "DTYPE": "float32",
-        "TOKENIZER": "0",
-        "EAGER": "1" if eager else "0",
-        "LORA_RANK": str(lora_rank),
-    }
-    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
-    process = subprocess.Popen(
-        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), folder, str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # stopped as a group: the API server and its engine
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM exited: {open(log_path).read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5):
-                return process, url
-        except OSError:
-            time.sleep(2)
-    stop(process)
-    raise RuntimeError(f"vLLM did not start in {START_TIMEOUT_S} s")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait(timeout=30)
+    settings = {"DTYPE": "float32", "TOKENIZER": "0", "EAGER": "1" if eager else "0"}
+    return vllm_process.serve(folder, log_path, {**settings, "LORA_RANK": str(lora_rank)})
 
 
 def group_cpu_seconds(pgid: int) -> float:
