@@ -567,6 +567,7 @@ def _micro(c):
     # One group per device per micro-batch (rl.share_prompts): 8 rows on the
     # tests' 8 fake CPU devices.
     c.rl.micro_batch_size = 1
+    c.rl.num_minibatches = 1  # One update a step of 4 episodes; tests that need more set them.
     c.rollout.max_batch_size = 4
     c.agent.max_turns = 2
     c.agent.max_new_tokens_per_turn = 32  # Router calls fit.
