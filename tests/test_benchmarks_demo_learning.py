@@ -95,3 +95,31 @@ def test_summary_pairs_each_seed_and_finds_dominating_baselines(tmp_path):
     assert result["grpo_gain_paired"]["seed_1"] is None
     assert result["policies"]["grpo"]["heldout_reward"]["mean"] == pytest.approx(0.55)
     assert result["grpo_dominated_by"] == {"seed_0": [], "seed_1": ["always_cheapest"]}
+
+
+def _write_world_run(workdir, world, grpo, warm, cheapest=(0.5, 0.6, 0.01)):
+    _write_run(str(workdir), {"grpo": grpo, "warm_start": warm, "always_cheapest": cheapest}, {})
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump({"data": {"synthetic_seed": world}, "eval": {"seed": world}}, f)
+
+
+def test_runs_are_grouped_by_world_and_the_targets_checked_on_each(tmp_path):
+    sweep = tmp_path / "sweep"
+    # World 1: both runs gain ≥ 0.02 and dominate the cheapest router.
+    _write_world_run(sweep / "a", 1, grpo=(0.60, 0.8, 0.02), warm=(0.55, 0.7, 0.02))
+    _write_world_run(sweep / "b", 1, grpo=(0.59, 0.8, 0.02), warm=(0.56, 0.7, 0.02))
+    # World 2: one run gains 0.01; the cheapest router dominates the other.
+    _write_world_run(sweep / "c", 2, grpo=(0.60, 0.8, 0.02), warm=(0.59, 0.7, 0.02))
+    _write_world_run(sweep / "d", 2, grpo=(0.60, 0.55, 0.02), warm=(0.50, 0.5, 0.02))
+    result = demo_learning.summarise_worlds(str(sweep))
+    assert list(result["worlds"]) == ["1/1", "2/2"]
+    assert result["worlds"]["1/1"]["runs"] == ["a", "b"]
+    t = result["targets"]["worlds"]
+    assert t["1/1"] == {
+        "least_gain": pytest.approx(0.03),
+        "every_run_gains": True,
+        "dominated_by": [],
+    }
+    assert t["2/2"]["least_gain"] == pytest.approx(0.01)
+    assert not t["2/2"]["every_run_gains"] and t["2/2"]["dominated_by"] == ["always_cheapest"]
+    assert result["targets"]["met"] is False

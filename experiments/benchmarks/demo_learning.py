@@ -1,8 +1,13 @@
-"""Does the demo learn? Summarise a seed sweep of the demo into one JSON.
+"""Does the demo learn? Summarise a sweep of the demo into one JSON.
 
-    python -m launch.sweep --sweep=launch/sweeps/demo_seeds.py --executor=local \\
+    python -m launch.sweep --sweep=launch/sweeps/demo_worlds.py --executor=local \\
         --workdir_root=runs/sweeps
-    python -m experiments.benchmarks.demo_learning runs/sweeps/demo_seeds
+    python -m experiments.benchmarks.demo_learning runs/sweeps/demo_worlds
+
+Runs are grouped by world (their config's `data.synthetic_seed` and `eval.seed`),
+each world summarised over its training seeds, and the targets checked on every
+world: GRPO beats its warm start by at least `MIN_GAIN` in every run, and no
+baseline router dominates it.
 
 For every policy evaluated in each seed's workdir (the trained `grpo`, its
 `warm_start`, the baseline routers): held-out reward, accuracy and cost per seed,
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 
 import numpy as np
@@ -29,6 +35,9 @@ from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.eval.report import dominated_by, load_summaries
 
 FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
+# The least held-out gain of GRPO over its warm start that counts as learning, in
+# every run: above the paired evaluation noise of one run (~0.015).
+MIN_GAIN = 0.02
 
 
 def heldout_rewards_by_task(workdir: str, policy: str) -> dict[str, float]:
@@ -59,17 +68,59 @@ def paired_gain(workdir: str, policy: str = "grpo", baseline: str = "warm_start"
     }
 
 
+def run_dirs(sweep_dir: str) -> list[str]:
+    return sorted(d for d in glob.glob(os.path.join(sweep_dir, "*")) if os.path.isdir(d))
+
+
+def world_of(workdir: str) -> str:
+    """ "<data.synthetic_seed>/<eval.seed>" of a run, from its workdir's config.json."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        config = json.load(f)
+    return f"{config['data']['synthetic_seed']}/{config['eval']['seed']}"
+
+
 def summarise(sweep_dir: str) -> dict:
+    """One world's runs (every run in `sweep_dir`), summarised over their seeds."""
+    return summarise_runs(sweep_dir, run_dirs(sweep_dir))
+
+
+def summarise_worlds(sweep_dir: str) -> dict:
+    """The runs of `sweep_dir` grouped by world, each summarised, and the targets."""
+    by_world: dict[str, list[str]] = {}
+    for workdir in run_dirs(sweep_dir):
+        if os.path.exists(os.path.join(workdir, "config.json")):
+            by_world.setdefault(world_of(workdir), []).append(workdir)
+    if not by_world:
+        raise SystemExit(f"no runs (config.json) under {sweep_dir}")
+    worlds = {w: summarise_runs(sweep_dir, dirs) for w, dirs in sorted(by_world.items())}
+    return {"sweep_dir": sweep_dir, "worlds": worlds, "targets": targets(worlds)}
+
+
+def targets(worlds: dict[str, dict]) -> dict:
+    """Per world: the least gain over its runs, whether every run gained MIN_GAIN,
+    and whether any baseline dominated GRPO in any run."""
+    per_world = {}
+    for world, result in worlds.items():
+        gains = result["grpo_gain_over_warm_start"]
+        dominated = sorted({b for bs in result["grpo_dominated_by"].values() for b in bs})
+        per_world[world] = {
+            "least_gain": min(gains) if gains else None,
+            "every_run_gains": bool(gains) and min(gains) >= MIN_GAIN,
+            "dominated_by": dominated,
+        }
+    met = all(w["every_run_gains"] and not w["dominated_by"] for w in per_world.values())
+    return {"min_gain": MIN_GAIN, "worlds": per_world, "met": met}
+
+
+def summarise_runs(sweep_dir: str, run_workdirs: list[str]) -> dict:
     seeds, workdirs = {}, {}
-    for workdir in sorted(glob.glob(os.path.join(sweep_dir, "*"))):
-        summaries = (
-            {s["policy"]: s for s in load_summaries(workdir)} if os.path.isdir(workdir) else {}
-        )
+    for workdir in run_workdirs:
+        summaries = {s["policy"]: s for s in load_summaries(workdir)}
         if "grpo" in summaries:
             seeds[os.path.basename(workdir)] = summaries
             workdirs[os.path.basename(workdir)] = workdir
     if not seeds:
-        raise SystemExit(f"no evaluated runs (eval_grpo.json) under {sweep_dir}")
+        raise SystemExit(f"no evaluated runs (eval_grpo.json) among {run_workdirs}")
     policies = sorted(set.intersection(*(set(s) for s in seeds.values())))
     table = {}
     for policy in policies:
@@ -105,24 +156,36 @@ def summarise(sweep_dir: str) -> dict:
     }
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir")
-    result = summarise(parser.parse_args().sweep_dir)
-    path = common.write_result("demo_learning", result)
+def print_world(result: dict) -> None:
     for policy, row in result["policies"].items():
         r = row["heldout_reward"]
-        print(f"{policy:18s} held-out reward {r['mean']:.3f} ± {r['std']:.3f}")
+        print(f"  {policy:18s} held-out reward {r['mean']:.3f} ± {r['std']:.3f}")
     for run, gain in result["grpo_gain_paired"].items():
         if gain:
             print(
-                f"{run}: GRPO − warm start {gain['mean']:+.3f} ± {gain['stderr']:.3f} "
+                f"  {run}: GRPO − warm start {gain['mean']:+.3f} ± {gain['stderr']:.3f} "
                 f"(standard error over {gain['num_tasks']} paired tasks)"
             )
     gain = result["grpo_gain_summary"]
     if gain["std"] is not None:
         print(
-            f"GRPO − warm start over {gain['runs']} runs: {gain['mean']:+.3f} ± {gain['std']:.3f} "
-            f"(mean ± sample std), positive in {gain['positive_runs']}"
+            f"  GRPO − warm start over {gain['runs']} runs: {gain['mean']:+.3f} ± "
+            f"{gain['std']:.3f} (mean ± sample std), positive in {gain['positive_runs']}"
         )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir")
+    result = summarise_worlds(parser.parse_args().sweep_dir)
+    path = common.write_result("demo_learning", result)
+    for world, summary in result["worlds"].items():
+        print(f"world {world} (data.synthetic_seed/eval.seed):")
+        print_world(summary)
+    for world, t in result["targets"]["worlds"].items():
+        print(
+            f"world {world}: least gain {t['least_gain']:+.3f}, every run ≥ "
+            f"{MIN_GAIN}: {t['every_run_gains']}, dominated by: {t['dominated_by'] or 'none'}"
+        )
+    print(f"targets met on every world: {result['targets']['met']}")
     print(f"-> {path}")
