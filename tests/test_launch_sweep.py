@@ -221,7 +221,7 @@ def test_cli_checks_keys_against_the_config(tmp_path, config_path, capsys):
 
 
 def test_example_sweeps_expand():
-    for name, count in (("demo_seeds", 3), ("grpo_lr_groups", 18)):
+    for name, count in (("demo_seeds", 3), ("demo_worlds", 9), ("grpo_lr_groups", 18)):
         module = trials.load_sweep_file(REPO_ROOT / "launch" / "sweeps" / f"{name}.py")
         got = trials.expand(
             module.CONFIG, module.get_sweep(hyper), sweep_name=name, workdir_root="/r"
