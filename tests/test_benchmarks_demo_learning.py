@@ -123,3 +123,40 @@ def test_runs_are_grouped_by_world_and_the_targets_checked_on_each(tmp_path):
     assert t["2/2"]["least_gain"] == pytest.approx(0.01)
     assert not t["2/2"]["every_run_gains"] and t["2/2"]["dominated_by"] == ["always_cheapest"]
     assert result["targets"]["met"] is False
+
+
+def test_plans_by_domain_count_each_plan_with_its_mean_reward(tmp_path):
+    from orchestra_jax.agent.trajectory import Turn
+
+    def episode(task_id, domain, features, reward):
+        turns = [Turn(text="", num_generated_tokens=1, finish_reason="stop") for _ in features]
+        for turn, feature in zip(turns, features, strict=True):
+            turn.first_call_feature = feature
+        return Trajectory(
+            task_id=task_id,
+            group_index=0,
+            seed=0,
+            token_ids=[1, 2],
+            loss_mask=[0, 1],
+            rollout_logprobs=[0.0, 0.0],
+            prompt_length=1,
+            turns=turns,
+            reward=reward,
+            metadata={"domain": domain},
+        )
+
+    os.makedirs(tmp_path / "trajectories")
+    write_jsonl(
+        str(tmp_path / "trajectories" / "eval_grpo.jsonl"),
+        [
+            episode("a", "logic", ["tool:answer-1"], 1.0),
+            episode("b", "logic", ["tool:answer-1"], 0.5),
+            episode("c", "logic", ["tool:search-3", None, "tool:answer-3"], 0.0),
+            episode("d", "arithmetic", ["tool:reasoner-3", "tool:answer-3"], 0.75),
+        ],
+    )
+    assert demo_learning.plans_by_domain(str(tmp_path), "grpo") == {
+        "arithmetic": {"reasoner-3,answer-3": [1, 0.75]},
+        "logic": {"answer-1": [2, 0.75], "search-3,-,answer-3": [1, 0.0]},
+    }
+    assert demo_learning.plans_by_domain(str(tmp_path), "warm_start") is None

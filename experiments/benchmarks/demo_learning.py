@@ -68,6 +68,30 @@ def paired_gain(workdir: str, policy: str = "grpo", baseline: str = "warm_start"
     }
 
 
+def plans_by_domain(workdir: str, policy: str) -> dict[str, dict[str, list[float]]] | None:
+    """domain -> plan -> [episodes, mean held-out reward] of `policy`'s evaluation, a
+    plan being its turns' first valid calls ("search-3,reasoner-3,answer-1"; "-" for
+    a turn without one). None when the episodes were not written."""
+    try:
+        episodes = read_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
+    except FileNotFoundError:
+        return None
+    rewards: dict[str, dict[str, list[float]]] = {}
+    for t in episodes:
+        if t.reward is None:
+            continue
+        plan = ",".join((turn.first_call_feature or "-").removeprefix("tool:") for turn in t.turns)
+        domain = str(t.metadata.get("domain", ""))
+        rewards.setdefault(domain, {}).setdefault(plan, []).append(float(t.reward))
+    return {
+        domain: {
+            plan: [len(r), float(np.mean(r))]
+            for plan, r in sorted(plans.items(), key=lambda kv: -len(kv[1]))
+        }
+        for domain, plans in sorted(rewards.items())
+    }
+
+
 def run_dirs(sweep_dir: str) -> list[str]:
     return sorted(d for d in glob.glob(os.path.join(sweep_dir, "*")) if os.path.isdir(d))
 
@@ -150,6 +174,9 @@ def summarise_runs(sweep_dir: str, run_workdirs: list[str]) -> dict:
             "runs": len(gains),
         },
         "grpo_gain_paired": {k: paired_gain(workdirs[k]) for k in seeds},
+        "plans_by_domain": {
+            k: {p: plans_by_domain(workdirs[k], p) for p in ("warm_start", "grpo")} for k in seeds
+        },
         "grpo_dominated_by": {
             k: dominated_by(s["grpo"], list(s.values())) for k, s in seeds.items()
         },
