@@ -1,9 +1,9 @@
 """Where JaxEngine's decode time goes at Qwen3-0.6B's dimensions (4 layers).
 
     python -m experiments.benchmarks.decode_profile [--dtypes float32,bfloat16] [--calls 3]
-        [--no-timeline] [--no-step]
+        [--no-timeline] [--no-step] [--layout-ab]
 
-Two views, both on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
+Two views (three with --layout-ab), all on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
 
 * step: one jitted decode call (`DecodeSteps.decode`, STEPS_PER_CALL steps, BATCH
   rows at temperature 1, cache of CACHE_LEN slots) traced with `jax.profiler`;
@@ -17,6 +17,11 @@ Two views, both on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
   each decode chunk (rows live, steps run, cache length, seconds), after one
   untimed round that compiles. Summed: seconds in prefill, in decode, between
   calls, and the mean rows live per decode step.
+* layout_ab (`--layout-ab`): the decode call's wall time per step with the
+  embedding table read as stored (`qwen3_layers.lookup_rows` and the tied head
+  as table · xᵀ, the default) against the uint16 gather and x · tableᵀ head for
+  every size (`table_paths("gather")`), the two compiled calls alternated, with
+  the table-sized arrays each one's HLO writes (`xla_trace.materialized`).
 
 Writes experiments/benchmarks/results/decode_profile.json (`--result-name`).
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import time
 
 import jax
@@ -41,7 +48,8 @@ from experiments.benchmarks.decode_vs_vllm import (
     mixed_requests,
     requests_of,
 )
-from experiments.benchmarks.xla_trace import HloOp, hlo_ops, trace_thunk_seconds
+from experiments.benchmarks.xla_trace import HloOp, hlo_ops, materialized, trace_thunk_seconds
+from orchestra_jax.models import qwen3_layers
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout import sampling
 from orchestra_jax.rollout.decode_steps import DecodeSteps
@@ -101,20 +109,13 @@ def category(op: HloOp) -> str:
     return "other"
 
 
-def step_profile(dtype: str, calls: int) -> dict:
-    """Per-step thunk milliseconds by category of one decode call (module docstring)."""
-    model = model_of(dtype)
-    graphdef, state = nnx.split(model)
-    cache_dtype = default_cache_dtype(model.config.dtype)
-    steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
-    b = BATCH
+def decode_args(b: int) -> tuple:
+    """`DecodeSteps.decode`'s per-row arrays for `b` rows at temperature 1, top-p 1."""
     rng = np.random.default_rng(0)
-    tokens = rng.integers(3, 100_000, b).astype(np.int32)
-    positions = np.full(b, 32, np.int32)
     seeds = [sampling.split_seed(i) for i in range(b)]
-    args = (
-        tokens,
-        positions,
+    return (
+        rng.integers(3, 100_000, b).astype(np.int32),  # tokens
+        np.full(b, 32, np.int32),  # positions
         np.zeros(b, np.int32),  # counts
         np.zeros(b, bool),  # done
         np.full(b, 10_000, np.int32),  # max_new
@@ -126,6 +127,70 @@ def step_profile(dtype: str, calls: int) -> dict:
         np.array([s[0] for s in seeds], np.uint32),
         np.array([s[1] for s in seeds], np.uint32),
     )
+
+
+@contextlib.contextmanager
+def table_paths(layout: str):
+    """Trace with the embedding lookup and tied head of `layout`: "stored" (the
+    default: sliced lookup, head on the stored [V, E] table) or "gather" (the
+    uint16 gather and the x · tableᵀ head for every id / row count)."""
+    saved = qwen3_layers.MAX_SLICED_LOOKUP, qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS
+    if layout == "gather":
+        qwen3_layers.MAX_SLICED_LOOKUP = qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS = 0
+    try:
+        yield
+    finally:
+        qwen3_layers.MAX_SLICED_LOOKUP, qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS = saved
+
+
+def layout_ab(dtype: str, calls: int) -> dict:
+    """Decode-call wall time per step, "stored" against "gather" `table_paths`,
+    alternated call by call in one process (same model, args and cache length)."""
+    model = model_of(dtype)
+    graphdef, state = nnx.split(model)
+    cache_dtype = default_cache_dtype(model.config.dtype)
+    args = decode_args(BATCH)
+    compiled, caches, copies = {}, {}, {}
+    for layout in ("gather", "stored"):
+        steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
+        caches[layout] = model.init_cache(BATCH, CACHE_LEN, cache_dtype)
+        with table_paths(layout):
+            lowered = steps.decode.lower(
+                state, caches[layout], *args, None, num_steps=STEPS_PER_CALL
+            )
+        compiled[layout] = lowered.compile()
+        v, e = model.config.vocab_size, model.config.hidden_size
+        copies[layout] = materialized(compiled[layout].as_text(), {f"{v},{e}", f"{e},{v}"})
+
+    def run(layout):
+        caches[layout], out, *_ = compiled[layout](state, caches[layout], *args, None)
+        jax.block_until_ready(out)
+
+    timings = common.alternate_timings(
+        {k: functools.partial(run, k) for k in compiled}, calls, warmup=2
+    )
+    return {
+        "batch": BATCH,
+        "cache_len": CACHE_LEN,
+        "steps_per_call": STEPS_PER_CALL,
+        "wall_ms_per_step": {
+            k: float(np.median(v)) * 1e3 / STEPS_PER_CALL for k, v in timings.items()
+        },
+        "wall_ms_per_step_all": {
+            k: [round(t * 1e3 / STEPS_PER_CALL, 2) for t in v] for k, v in timings.items()
+        },
+        "table_sized_ops": copies,
+    }
+
+
+def step_profile(dtype: str, calls: int) -> dict:
+    """Per-step thunk milliseconds by category of one decode call (module docstring)."""
+    model = model_of(dtype)
+    graphdef, state = nnx.split(model)
+    cache_dtype = default_cache_dtype(model.config.dtype)
+    steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
+    b = BATCH
+    args = decode_args(b)
     holder = {"cache": model.init_cache(b, CACHE_LEN, cache_dtype)}
     text = (
         steps.decode.lower(state, holder["cache"], *args, None, num_steps=STEPS_PER_CALL)
@@ -320,6 +385,12 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--step", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--layout-ab",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time decode calls with the stored-layout table paths against the gather ones",
+    )
     parser.add_argument("--cells", default="mixed,batch_16", help="timeline cells")
     parser.add_argument("--steps-per-call", default="16", help="timeline settings, comma list")
     parser.add_argument("--min-prefill-rows", default="8", help="timeline settings, comma list")
@@ -337,6 +408,9 @@ def main(argv=None):
                 "wall/step",
                 round(p["wall_ms_per_step"], 1),
             )
+        if args.layout_ab:
+            out["layout_ab"] = ab = layout_ab(dtype, args.calls)
+            print(dtype, "layout_ab", ab["wall_ms_per_step"], ab["table_sized_ops"])
         if args.timeline:
             out["timeline"] = []
             settings = [
