@@ -1,7 +1,7 @@
 """Where JaxEngine's decode time goes at Qwen3-0.6B's dimensions (4 layers).
 
     python -m experiments.benchmarks.decode_profile [--dtypes float32,bfloat16] [--calls 3]
-        [--no-timeline] [--no-step] [--layout-ab]
+        [--no-timeline] [--no-step] [--layout-ab] [--prefill-pad-tokens auto,1000000000]
 
 Two views (three with --layout-ab), all on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
 
@@ -278,6 +278,14 @@ class Timeline:
             )
             return result
 
+        rows_of = engine._prefill_rows
+
+        def counted_rows(n, length, max_rows=None):
+            rows = rows_of(n, length, max_rows)
+            self.chunk.update(padded_rows=rows, padded_len=length)
+            return rows
+
+        engine._prefill_rows = counted_rows
         engine._admit, engine._decode_round = timed_admit, timed_decode
         engine._prefill = timed_prefill
         engine._prefill_cached = lambda s, p, j: timed_prefill(
@@ -315,8 +323,17 @@ def stream(engine: JaxEngine, requests) -> float:
     return time.perf_counter() - start
 
 
-def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) -> dict:
-    """The engine timeline of `cell` ("mixed" or "batch_16"; module docstring), summed."""
+def timeline(
+    dtype: str,
+    cell: str,
+    steps_per_call: int,
+    min_prefill_rows: int,
+    pad_tokens: int | None = None,
+) -> dict:
+    """The engine timeline of `cell` ("mixed" or "batch_16"; module docstring), summed.
+
+    `pad_tokens`: the engine's `prefill_pad_tokens` (None: the model's default; a
+    huge value: the row floor always, the policy before the token budget)."""
     model = model_of(dtype)
     rng = np.random.default_rng(0)
     if cell == "mixed":
@@ -333,6 +350,7 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
             max_seq_len=max_seq_len,
             steps_per_call=steps_per_call,
             min_prefill_rows=min_prefill_rows,
+            prefill_pad_tokens=pad_tokens,
         ),
     )
     try:
@@ -354,6 +372,7 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
         "cell": cell,
         "steps_per_call": steps_per_call,
         "min_prefill_rows": min_prefill_rows,
+        "prefill_pad_tokens": engine._prefill_pad_tokens,
         "wall_s": wall,
         "new_tokens_per_s": new_tokens / wall,
         "admissions": len(admits),
@@ -362,6 +381,8 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
         "prefill_s": sum(e["end"] - e["start"] for e in prefills),
         "prefill_rows": [e["rows"] for e in prefills],
         "prefill_prompt_tokens": sum(e["tokens"] for e in prefills),
+        "prefill_padded_shapes": [(e["padded_rows"], e["padded_len"]) for e in prefills],
+        "prefill_padded_tokens": sum(e["padded_rows"] * e["padded_len"] for e in prefills),
         "decode_calls": len(decodes),
         "decode_s": sum(e["end"] - e["start"] for e in decodes),
         "decode_steps": steps,
@@ -394,6 +415,11 @@ def main(argv=None):
     parser.add_argument("--cells", default="mixed,batch_16", help="timeline cells")
     parser.add_argument("--steps-per-call", default="16", help="timeline settings, comma list")
     parser.add_argument("--min-prefill-rows", default="8", help="timeline settings, comma list")
+    parser.add_argument(
+        "--prefill-pad-tokens",
+        default="auto",
+        help="timeline settings, comma list run in order (auto: the model's default)",
+    )
     parser.add_argument("--result-name", default="decode_profile")
     args = parser.parse_args(argv)
     results: dict = {}
@@ -414,18 +440,23 @@ def main(argv=None):
         if args.timeline:
             out["timeline"] = []
             settings = [
-                (cell, spc, rows)
+                (cell, spc, rows, None if pad == "auto" else int(pad))
                 for cell in args.cells.split(",")
                 for spc in map(int, args.steps_per_call.split(","))
                 for rows in map(int, args.min_prefill_rows.split(","))
+                for pad in args.prefill_pad_tokens.split(",")
             ]
-            for cell, spc, rows in settings:
-                t = timeline(dtype, cell, spc, rows)
+            for cell, spc, rows, pad in settings:
+                t = timeline(dtype, cell, spc, rows, pad)
                 out["timeline"].append(t)
                 print(
                     dtype,
                     "timeline",
-                    {k: v for k, v in t.items() if k not in ("events", "prefill_rows")},
+                    {
+                        k: v
+                        for k, v in t.items()
+                        if k not in ("events", "prefill_rows", "prefill_padded_shapes")
+                    },
                 )
     path = common.write_result(args.result_name, {"results": results})
     print(f"wrote {path}")
