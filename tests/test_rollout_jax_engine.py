@@ -242,6 +242,46 @@ def test_refill_past_the_token_budget_prefills_only_its_rows(model):
     ]
 
 
+def test_waiting_request_ends_the_decode_chunk_when_a_row_finishes(model):
+    """Two slots, three requests: the third waits, and with `admit_mid_chunk` the
+    first decode call ends at the step where the short request finishes (not when
+    the long one does); the tokens are the same either way."""
+    requests = [
+        GenerateRequest([3, 1, 4], SamplingParams(max_new_tokens=2, seed=1)),
+        GenerateRequest([1, 5, 9], SamplingParams(max_new_tokens=12, seed=2)),
+        GenerateRequest([2, 6, 5], SamplingParams(max_new_tokens=3, seed=3)),
+    ]
+    outputs, steps = {}, {}
+    for mid_chunk in (True, False):
+        engine = JaxEngine(
+            model,
+            JaxEngineConfig(
+                max_batch_size=2,
+                max_seq_len=32,
+                steps_per_call=16,
+                min_prefill_len=32,
+                admit_mid_chunk=mid_chunk,
+            ),
+        )
+        real, ran = engine._steps.decode, []
+
+        def counted(*args, real=real, ran=ran, **kwargs):
+            result = real(*args, **kwargs)
+            ran.append(int((np.asarray(result[1]) >= 0).any(axis=0).sum()))
+            return result
+
+        engine._steps.decode = counted
+        try:
+            completions = generate(engine, *requests)
+        finally:
+            engine.close()
+        outputs[mid_chunk] = [c.output_ids for c in completions]
+        steps[mid_chunk] = ran
+    assert [len(o) for o in outputs[True]] == [2, 12, 3]
+    assert outputs[True] == outputs[False]
+    assert steps[True][0] == 1 and steps[False][0] == 11
+
+
 def test_sharded_parameters_give_the_same_tokens(model):
     from orchestra_jax.parallel.mesh import make_mesh, shard_model
 

@@ -1,7 +1,7 @@
 """Where JaxEngine's decode time goes at Qwen3-0.6B's dimensions (4 layers).
 
     python -m experiments.benchmarks.decode_profile [--dtypes float32,bfloat16] [--calls 3]
-        [--no-timeline] [--no-step] [--layout-ab] [--prefill-pad-tokens auto,1000000000]
+        [--no-timeline] [--no-step] [--layout-ab] [--variants 1000000000/0,auto/0,auto/1]
 
 Two views (three with --layout-ab), all on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
 
@@ -329,11 +329,13 @@ def timeline(
     steps_per_call: int,
     min_prefill_rows: int,
     pad_tokens: int | None = None,
+    admit_mid_chunk: bool = True,
 ) -> dict:
     """The engine timeline of `cell` ("mixed" or "batch_16"; module docstring), summed.
 
     `pad_tokens`: the engine's `prefill_pad_tokens` (None: the model's default; a
-    huge value: the row floor always, the policy before the token budget)."""
+    huge value: the row floor always, the policy before the token budget);
+    `admit_mid_chunk`: the engine's setting of that name."""
     model = model_of(dtype)
     rng = np.random.default_rng(0)
     if cell == "mixed":
@@ -351,6 +353,7 @@ def timeline(
             steps_per_call=steps_per_call,
             min_prefill_rows=min_prefill_rows,
             prefill_pad_tokens=pad_tokens,
+            admit_mid_chunk=admit_mid_chunk,
         ),
     )
     try:
@@ -373,6 +376,7 @@ def timeline(
         "steps_per_call": steps_per_call,
         "min_prefill_rows": min_prefill_rows,
         "prefill_pad_tokens": engine._prefill_pad_tokens,
+        "admit_mid_chunk": admit_mid_chunk,
         "wall_s": wall,
         "new_tokens_per_s": new_tokens / wall,
         "admissions": len(admits),
@@ -416,9 +420,10 @@ def main(argv=None):
     parser.add_argument("--steps-per-call", default="16", help="timeline settings, comma list")
     parser.add_argument("--min-prefill-rows", default="8", help="timeline settings, comma list")
     parser.add_argument(
-        "--prefill-pad-tokens",
-        default="auto",
-        help="timeline settings, comma list run in order (auto: the model's default)",
+        "--variants",
+        default="auto/1",
+        help="timeline settings, comma list of PREFILL_PAD_TOKENS/ADMIT_MID_CHUNK run in "
+        "order (auto: the model's default; 1000000000/0: the scheduler before either)",
     )
     parser.add_argument("--result-name", default="decode_profile")
     args = parser.parse_args(argv)
@@ -440,14 +445,14 @@ def main(argv=None):
         if args.timeline:
             out["timeline"] = []
             settings = [
-                (cell, spc, rows, None if pad == "auto" else int(pad))
+                (cell, spc, rows, None if pad == "auto" else int(pad), mid == "1")
                 for cell in args.cells.split(",")
                 for spc in map(int, args.steps_per_call.split(","))
                 for rows in map(int, args.min_prefill_rows.split(","))
-                for pad in args.prefill_pad_tokens.split(",")
+                for pad, mid in (v.split("/") for v in args.variants.split(","))
             ]
-            for cell, spc, rows, pad in settings:
-                t = timeline(dtype, cell, spc, rows, pad)
+            for cell, spc, rows, pad, mid in settings:
+                t = timeline(dtype, cell, spc, rows, pad, mid)
                 out["timeline"].append(t)
                 print(
                     dtype,

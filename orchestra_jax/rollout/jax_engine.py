@@ -8,7 +8,8 @@ schedule:
      (prompts right-padded to a length bucket, 2^k or 1.5 * 2^k; padding keys are
      not written), which also sample each request's first token;
   2. run `steps_per_call` decode steps for all slots in one jitted
-     `lax.while_loop` (it exits early once every row is done);
+     `lax.while_loop` (it exits early once every row is done, or, while
+     requests wait for a slot, once any row finishes: `admit_mid_chunk`);
   3. hand finished rows their Completion and free their slots; repeat.
 
 So requests of different lengths, arriving at different times, share the batch
@@ -191,6 +192,9 @@ class JaxEngineConfig:
     max_batch_size: int = 16  # slots: rows decoded together
     max_seq_len: int = 2048  # KV-cache slots per row: prompt + generated tokens
     steps_per_call: int = 16  # decode steps per jitted call (host round trips per token)
+    # End a decode call at the step in which a row finishes while requests wait, so
+    # the next admission refills that slot (else at the end of the call).
+    admit_mid_chunk: bool = True
     min_prefill_len: int = 128  # prefill calls pad prompts to at least this many tokens
     min_prefill_rows: int = 8  # ... and to at least this many rows (fewer shapes, compiles)
     # ... but rows past those needed only while rows × padded length stays within this
@@ -882,6 +886,10 @@ class JaxEngine:
             )
         live_jobs = [j for j in jobs if j is not None]
         top_n = self._top_n(jobs)
+        with self._cond:
+            # Requests wait only while every slot is busy: end the chunk at the step
+            # in which a row finishes, so the next admission refills its slot.
+            stop_on_finish = np.bool_(self.config.admit_mid_chunk and len(self._queue) > 0)
 
         def call():
             self._cache, out_tokens, out_logp, out_top, new_penalties = self._steps.decode(
@@ -895,6 +903,7 @@ class JaxEngine:
                 stop_ids,
                 *self._sampling_arrays(jobs),
                 penalties,
+                stop_on_finish,
                 num_steps=self.config.steps_per_call,
                 top_logprobs=top_n,
             )
