@@ -32,9 +32,15 @@ def from_bits(x: jax.Array, dtype) -> jax.Array:
 
 
 # The most ids `Embed` looks up with one dynamic slice each (a decode step's few
-# tokens), and the most rows whose tied-head logits it computes as table · xᵀ.
+# tokens), and the most rows whose tied-head logits it computes as table · xᵀ,
+# for a 16-bit table on XLA's CPU backend (the layouts measured there; elsewhere
+# the gather and x · tableᵀ stay).
 MAX_SLICED_LOOKUP = 64
 MAX_STORED_LAYOUT_HEAD_ROWS = 64
+
+
+def _cpu_16bit(table: jax.Array) -> bool:
+    return table.dtype.itemsize == 2 and jax.default_backend() == "cpu"
 
 
 def lookup_rows(table: jax.Array, ids: jax.Array) -> jax.Array:
@@ -113,7 +119,7 @@ class Embed(nnx.Module):
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         table = self.embedding[...]
-        if ids.size <= MAX_SLICED_LOOKUP and table.dtype.itemsize == 2:
+        if ids.size <= MAX_SLICED_LOOKUP and _cpu_16bit(table):
             rows = lookup_rows(table, ids)
         else:
             rows = from_bits(jnp.take(as_bits(table), ids, axis=0), table.dtype)  # see as_bits
@@ -122,7 +128,7 @@ class Embed(nnx.Module):
     def attend(self, x: jax.Array) -> jax.Array:
         """Float32 logits x @ embedding^T, accumulated in float32.
 
-        For a 16-bit table and at most `MAX_STORED_LAYOUT_HEAD_ROWS` rows (a decode
+        For a 16-bit table on CPU and at most `MAX_STORED_LAYOUT_HEAD_ROWS` rows (a decode
         step) the product is written table · xᵀ, transposed after: XLA's CPU backend
         then runs it on the table's stored [V, E] layout. Written x · tableᵀ, it
         fuses the dot with the norm before and sampling's scaling after, and for
@@ -132,7 +138,7 @@ class Embed(nnx.Module):
         """
         table = self.embedding[...]
         rows = x.size // x.shape[-1]
-        if rows > MAX_STORED_LAYOUT_HEAD_ROWS or table.dtype.itemsize != 2:
+        if rows > MAX_STORED_LAYOUT_HEAD_ROWS or not _cpu_16bit(table):
             return dense(x, table, self.dtype, out_dtype=jnp.float32, w_t=True)
         flat = x.reshape(rows, x.shape[-1]).astype(self.dtype)
         dims = (((1,), (1,)), ((), ()))
