@@ -10,7 +10,14 @@ from flax import nnx
 
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, bucket, cache_bucket
+from orchestra_jax.rollout.jax_engine import (
+    JaxEngine,
+    JaxEngineConfig,
+    bucket,
+    cache_bucket,
+    prefill_pad_tokens,
+    prefill_rows,
+)
 
 MAX_LEN = 64
 
@@ -184,6 +191,95 @@ def test_buckets():
     assert [bucket(n, 16, 100) for n in (1, 16, 17, 64, 65, 1000)] == [16, 16, 32, 64, 100, 100]
     sizes = [cache_bucket(n, 16, 1000) for n in (1, 16, 17, 24, 25, 33, 49, 100, 700, 900)]
     assert sizes == [16, 16, 24, 24, 32, 48, 64, 128, 768, 1000]
+
+
+def test_prefill_rows_keep_the_row_floor_only_within_the_token_budget():
+    # Within the budget: the old floor (min_rows=8, capped at the batch).
+    assert [prefill_rows(n, 128, 8, 16, 1024) for n in (1, 4, 8, 9, 16)] == [8, 8, 8, 16, 16]
+    assert prefill_rows(2, 64, 8, 4, 1024) == 4
+    # Past it: the power of two >= n, doubled toward the floor while within the budget.
+    assert [prefill_rows(n, 128, 8, 16, 127) for n in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
+    assert [prefill_rows(n, 384, 8, 16, 2048) for n in (1, 2, 3, 6)] == [4, 4, 4, 8]
+    # Never more rows than the cap, never fewer than needed (a long scoring batch).
+    assert prefill_rows(20, 128, 8, 20, 127) == 20
+    # A small fixed set of shapes: powers of two up to the batch.
+    shapes = {
+        prefill_rows(n, t, 8, 16, budget)
+        for n in range(1, 17)
+        for t in (128, 192, 256, 384, 512, 768, 1024)
+        for budget in (0, 127, 1024, 2543, 10**6)
+    }
+    assert shapes == {1, 2, 4, 8, 16}
+
+
+def test_prefill_pad_tokens_keep_the_floor_for_small_models_only():
+    # The demo model pads 8 rows of 128 tokens (a padded row is cheap there) ...
+    assert prefill_pad_tokens(Qwen3Config.preset("demo")) >= 8 * 128
+    assert prefill_pad_tokens(Qwen3Config.preset("tiny")) >= 16 * 1024
+    # ... Qwen3-0.6B's dimensions with 4 layers not even one padded row of 128.
+    big = Qwen3Config.preset("qwen3_0p6b", num_hidden_layers=4)
+    assert prefill_pad_tokens(big) < 128
+
+
+def test_refill_past_the_token_budget_prefills_only_its_rows(model):
+    engine = JaxEngine(
+        model,
+        JaxEngineConfig(
+            max_batch_size=4,
+            max_seq_len=32,
+            steps_per_call=4,
+            min_prefill_len=32,
+            prefill_pad_tokens=0,
+        ),
+    )
+    try:
+        [c] = generate(engine, GenerateRequest([3, 1, 4], SamplingParams(max_new_tokens=2)))
+    finally:
+        engine.close()
+    assert len(c.output_ids) == 2
+    assert [k for k in engine.compile_counts if k.startswith("prefill")] == [
+        "prefill(rows=1, len=32)"
+    ]
+
+
+def test_waiting_request_ends_the_decode_chunk_when_a_row_finishes(model):
+    """Two slots, three requests: the third waits, and with `admit_mid_chunk` the
+    first decode call ends at the step where the short request finishes (not when
+    the long one does); the tokens are the same either way."""
+    requests = [
+        GenerateRequest([3, 1, 4], SamplingParams(max_new_tokens=2, seed=1)),
+        GenerateRequest([1, 5, 9], SamplingParams(max_new_tokens=12, seed=2)),
+        GenerateRequest([2, 6, 5], SamplingParams(max_new_tokens=3, seed=3)),
+    ]
+    outputs, steps = {}, {}
+    for mid_chunk in (True, False):
+        engine = JaxEngine(
+            model,
+            JaxEngineConfig(
+                max_batch_size=2,
+                max_seq_len=32,
+                steps_per_call=16,
+                min_prefill_len=32,
+                admit_mid_chunk=mid_chunk,
+            ),
+        )
+        real, ran = engine._steps.decode, []
+
+        def counted(*args, real=real, ran=ran, **kwargs):
+            result = real(*args, **kwargs)
+            ran.append(int((np.asarray(result[1]) >= 0).any(axis=0).sum()))
+            return result
+
+        engine._steps.decode = counted
+        try:
+            completions = generate(engine, *requests)
+        finally:
+            engine.close()
+        outputs[mid_chunk] = [c.output_ids for c in completions]
+        steps[mid_chunk] = ran
+    assert [len(o) for o in outputs[True]] == [2, 12, 3]
+    assert outputs[True] == outputs[False]
+    assert steps[True][0] == 1 and steps[False][0] == 11
 
 
 def test_sharded_parameters_give_the_same_tokens(model):

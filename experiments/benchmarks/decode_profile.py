@@ -1,9 +1,9 @@
 """Where JaxEngine's decode time goes at Qwen3-0.6B's dimensions (4 layers).
 
     python -m experiments.benchmarks.decode_profile [--dtypes float32,bfloat16] [--calls 3]
-        [--no-timeline] [--no-step]
+        [--no-timeline] [--no-step] [--layout-ab] [--variants 1000000000/0,auto/0,auto/1]
 
-Two views, both on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
+Two views (three with --layout-ab), all on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
 
 * step: one jitted decode call (`DecodeSteps.decode`, STEPS_PER_CALL steps, BATCH
   rows at temperature 1, cache of CACHE_LEN slots) traced with `jax.profiler`;
@@ -17,6 +17,11 @@ Two views, both on a random model of `decode_vs_vllm`'s "qwen3_0p6b_4l" shape:
   each decode chunk (rows live, steps run, cache length, seconds), after one
   untimed round that compiles. Summed: seconds in prefill, in decode, between
   calls, and the mean rows live per decode step.
+* layout_ab (`--layout-ab`): the decode call's wall time per step with the
+  embedding table read as stored (`qwen3_layers.lookup_rows` and the tied head
+  as table · xᵀ, the default) against the uint16 gather and x · tableᵀ head for
+  every size (`table_paths("gather")`), the two compiled calls alternated, with
+  the table-sized arrays each one's HLO writes (`xla_trace.materialized`).
 
 Writes experiments/benchmarks/results/decode_profile.json (`--result-name`).
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import time
 
 import jax
@@ -41,7 +48,8 @@ from experiments.benchmarks.decode_vs_vllm import (
     mixed_requests,
     requests_of,
 )
-from experiments.benchmarks.xla_trace import HloOp, hlo_ops, trace_thunk_seconds
+from experiments.benchmarks.xla_trace import HloOp, hlo_ops, materialized, trace_thunk_seconds
+from orchestra_jax.models import qwen3_layers
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout import sampling
 from orchestra_jax.rollout.decode_steps import DecodeSteps
@@ -101,20 +109,13 @@ def category(op: HloOp) -> str:
     return "other"
 
 
-def step_profile(dtype: str, calls: int) -> dict:
-    """Per-step thunk milliseconds by category of one decode call (module docstring)."""
-    model = model_of(dtype)
-    graphdef, state = nnx.split(model)
-    cache_dtype = default_cache_dtype(model.config.dtype)
-    steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
-    b = BATCH
+def decode_args(b: int) -> tuple:
+    """`DecodeSteps.decode`'s per-row arrays for `b` rows at temperature 1, top-p 1."""
     rng = np.random.default_rng(0)
-    tokens = rng.integers(3, 100_000, b).astype(np.int32)
-    positions = np.full(b, 32, np.int32)
     seeds = [sampling.split_seed(i) for i in range(b)]
-    args = (
-        tokens,
-        positions,
+    return (
+        rng.integers(3, 100_000, b).astype(np.int32),  # tokens
+        np.full(b, 32, np.int32),  # positions
         np.zeros(b, np.int32),  # counts
         np.zeros(b, bool),  # done
         np.full(b, 10_000, np.int32),  # max_new
@@ -126,6 +127,70 @@ def step_profile(dtype: str, calls: int) -> dict:
         np.array([s[0] for s in seeds], np.uint32),
         np.array([s[1] for s in seeds], np.uint32),
     )
+
+
+@contextlib.contextmanager
+def table_paths(layout: str):
+    """Trace with the embedding lookup and tied head of `layout`: "stored" (the
+    default: sliced lookup, head on the stored [V, E] table) or "gather" (the
+    uint16 gather and the x · tableᵀ head for every id / row count)."""
+    saved = qwen3_layers.MAX_SLICED_LOOKUP, qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS
+    if layout == "gather":
+        qwen3_layers.MAX_SLICED_LOOKUP = qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS = 0
+    try:
+        yield
+    finally:
+        qwen3_layers.MAX_SLICED_LOOKUP, qwen3_layers.MAX_STORED_LAYOUT_HEAD_ROWS = saved
+
+
+def layout_ab(dtype: str, calls: int) -> dict:
+    """Decode-call wall time per step, "stored" against "gather" `table_paths`,
+    alternated call by call in one process (same model, args and cache length)."""
+    model = model_of(dtype)
+    graphdef, state = nnx.split(model)
+    cache_dtype = default_cache_dtype(model.config.dtype)
+    args = decode_args(BATCH)
+    compiled, caches, copies = {}, {}, {}
+    for layout in ("gather", "stored"):
+        steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
+        caches[layout] = model.init_cache(BATCH, CACHE_LEN, cache_dtype)
+        with table_paths(layout):
+            lowered = steps.decode.lower(
+                state, caches[layout], *args, None, num_steps=STEPS_PER_CALL
+            )
+        compiled[layout] = lowered.compile()
+        v, e = model.config.vocab_size, model.config.hidden_size
+        copies[layout] = materialized(compiled[layout].as_text(), {f"{v},{e}", f"{e},{v}"})
+
+    def run(layout):
+        caches[layout], out, *_ = compiled[layout](state, caches[layout], *args, None)
+        jax.block_until_ready(out)
+
+    timings = common.alternate_timings(
+        {k: functools.partial(run, k) for k in compiled}, calls, warmup=2
+    )
+    return {
+        "batch": BATCH,
+        "cache_len": CACHE_LEN,
+        "steps_per_call": STEPS_PER_CALL,
+        "wall_ms_per_step": {
+            k: float(np.median(v)) * 1e3 / STEPS_PER_CALL for k, v in timings.items()
+        },
+        "wall_ms_per_step_all": {
+            k: [round(t * 1e3 / STEPS_PER_CALL, 2) for t in v] for k, v in timings.items()
+        },
+        "table_sized_ops": copies,
+    }
+
+
+def step_profile(dtype: str, calls: int) -> dict:
+    """Per-step thunk milliseconds by category of one decode call (module docstring)."""
+    model = model_of(dtype)
+    graphdef, state = nnx.split(model)
+    cache_dtype = default_cache_dtype(model.config.dtype)
+    steps = DecodeSteps(graphdef, max_seq_len=2 * MIXED_MAX, cache_dtype=cache_dtype)
+    b = BATCH
+    args = decode_args(b)
     holder = {"cache": model.init_cache(b, CACHE_LEN, cache_dtype)}
     text = (
         steps.decode.lower(state, holder["cache"], *args, None, num_steps=STEPS_PER_CALL)
@@ -213,6 +278,14 @@ class Timeline:
             )
             return result
 
+        rows_of = engine._prefill_rows
+
+        def counted_rows(n, length, max_rows=None):
+            rows = rows_of(n, length, max_rows)
+            self.chunk.update(padded_rows=rows, padded_len=length)
+            return rows
+
+        engine._prefill_rows = counted_rows
         engine._admit, engine._decode_round = timed_admit, timed_decode
         engine._prefill = timed_prefill
         engine._prefill_cached = lambda s, p, j: timed_prefill(
@@ -250,8 +323,19 @@ def stream(engine: JaxEngine, requests) -> float:
     return time.perf_counter() - start
 
 
-def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) -> dict:
-    """The engine timeline of `cell` ("mixed" or "batch_16"; module docstring), summed."""
+def timeline(
+    dtype: str,
+    cell: str,
+    steps_per_call: int,
+    min_prefill_rows: int,
+    pad_tokens: int | None = None,
+    admit_mid_chunk: bool = True,
+) -> dict:
+    """The engine timeline of `cell` ("mixed" or "batch_16"; module docstring), summed.
+
+    `pad_tokens`: the engine's `prefill_pad_tokens` (None: the model's default; a
+    huge value: the row floor always, the policy before the token budget);
+    `admit_mid_chunk`: the engine's setting of that name."""
     model = model_of(dtype)
     rng = np.random.default_rng(0)
     if cell == "mixed":
@@ -268,6 +352,8 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
             max_seq_len=max_seq_len,
             steps_per_call=steps_per_call,
             min_prefill_rows=min_prefill_rows,
+            prefill_pad_tokens=pad_tokens,
+            admit_mid_chunk=admit_mid_chunk,
         ),
     )
     try:
@@ -289,6 +375,8 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
         "cell": cell,
         "steps_per_call": steps_per_call,
         "min_prefill_rows": min_prefill_rows,
+        "prefill_pad_tokens": engine._prefill_pad_tokens,
+        "admit_mid_chunk": admit_mid_chunk,
         "wall_s": wall,
         "new_tokens_per_s": new_tokens / wall,
         "admissions": len(admits),
@@ -297,6 +385,8 @@ def timeline(dtype: str, cell: str, steps_per_call: int, min_prefill_rows: int) 
         "prefill_s": sum(e["end"] - e["start"] for e in prefills),
         "prefill_rows": [e["rows"] for e in prefills],
         "prefill_prompt_tokens": sum(e["tokens"] for e in prefills),
+        "prefill_padded_shapes": [(e["padded_rows"], e["padded_len"]) for e in prefills],
+        "prefill_padded_tokens": sum(e["padded_rows"] * e["padded_len"] for e in prefills),
         "decode_calls": len(decodes),
         "decode_s": sum(e["end"] - e["start"] for e in decodes),
         "decode_steps": steps,
@@ -320,9 +410,21 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--step", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--timeline", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--layout-ab",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time decode calls with the stored-layout table paths against the gather ones",
+    )
     parser.add_argument("--cells", default="mixed,batch_16", help="timeline cells")
     parser.add_argument("--steps-per-call", default="16", help="timeline settings, comma list")
     parser.add_argument("--min-prefill-rows", default="8", help="timeline settings, comma list")
+    parser.add_argument(
+        "--variants",
+        default="auto/1",
+        help="timeline settings, comma list of PREFILL_PAD_TOKENS/ADMIT_MID_CHUNK run in "
+        "order (auto: the model's default; 1000000000/0: the scheduler before either)",
+    )
     parser.add_argument("--result-name", default="decode_profile")
     args = parser.parse_args(argv)
     results: dict = {}
@@ -337,21 +439,29 @@ def main(argv=None):
                 "wall/step",
                 round(p["wall_ms_per_step"], 1),
             )
+        if args.layout_ab:
+            out["layout_ab"] = ab = layout_ab(dtype, args.calls)
+            print(dtype, "layout_ab", ab["wall_ms_per_step"], ab["table_sized_ops"])
         if args.timeline:
             out["timeline"] = []
             settings = [
-                (cell, spc, rows)
+                (cell, spc, rows, None if pad == "auto" else int(pad), mid == "1")
                 for cell in args.cells.split(",")
                 for spc in map(int, args.steps_per_call.split(","))
                 for rows in map(int, args.min_prefill_rows.split(","))
+                for pad, mid in (v.split("/") for v in args.variants.split(","))
             ]
-            for cell, spc, rows in settings:
-                t = timeline(dtype, cell, spc, rows)
+            for cell, spc, rows, pad, mid in settings:
+                t = timeline(dtype, cell, spc, rows, pad, mid)
                 out["timeline"].append(t)
                 print(
                     dtype,
                     "timeline",
-                    {k: v for k, v in t.items() if k not in ("events", "prefill_rows")},
+                    {
+                        k: v
+                        for k, v in t.items()
+                        if k not in ("events", "prefill_rows", "prefill_padded_shapes")
+                    },
                 )
     path = common.write_result(args.result_name, {"results": results})
     print(f"wrote {path}")

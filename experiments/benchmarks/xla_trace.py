@@ -1,6 +1,7 @@
 """Per-thunk times of a jitted XLA CPU computation, mapped back to the Python that emitted them.
 
     ops = hlo_ops(jitted.lower(*args).compile().as_text())   # instruction name -> HloOp
+    arrays = materialized(hlo_text, {"151936,1024"})          # unfused results of a shape
     seconds = trace_thunk_seconds(run, calls)                 # thunk name -> seconds per call
 
 A `jax.profiler` trace of the CPU backend has one event per executed thunk,
@@ -118,3 +119,25 @@ def trace_thunk_seconds(run: Callable[[], object], calls: int) -> dict[str, floa
             for event in line.events:
                 seconds[event.name] += event.duration_ns * 1e-9 / calls
     return dict(seconds)
+
+
+def materialized(hlo: str, shapes: set[str]) -> list[str]:
+    """Instructions outside fused computations whose result has one of `shapes`
+    (dimensions as HLO writes them, "151936,1024"), other than parameters, tuple
+    elements and bitcasts: the arrays of that shape the compiled code writes.
+    (Inside a fusion an operand-sized op need not be written: a convert fused
+    into a slice converts only the slice.)"""
+    fused = set(re.findall(r"calls=%([\w.\-]+)", hlo))
+    found, computation = [], None
+    for line in hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%([\w.\-]+) ", line)
+        if header and line.rstrip().endswith("{"):
+            computation = header.group(1)
+            continue
+        if computation is None or computation in fused:
+            continue
+        op = re.match(r"^\s+(?:ROOT )?%[\w.\-]+ = \w+\[([\d,]*)\]\{[\d,]*\} ([\w\-]+)\(", line)
+        if op and op.group(1) in shapes:
+            if op.group(2) not in ("parameter", "get-tuple-element", "bitcast", "tuple"):
+                found.append(line.strip()[:160])
+    return found

@@ -31,6 +31,40 @@ def from_bits(x: jax.Array, dtype) -> jax.Array:
     return x
 
 
+# The most ids `Embed` looks up with one dynamic slice each (a decode step's few
+# tokens), and the most rows whose tied-head logits it computes as table · xᵀ,
+# for a 16-bit table on XLA's CPU backend (the layouts measured there; elsewhere
+# the gather and x · tableᵀ stay).
+MAX_SLICED_LOOKUP = 64
+MAX_STORED_LAYOUT_HEAD_ROWS = 64
+
+
+def _cpu_16bit(table: jax.Array) -> bool:
+    return table.dtype.itemsize == 2 and jax.default_backend() == "cpu"
+
+
+def lookup_rows(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """table[ids] ([*ids.shape, E]) as one dynamic slice of the table per id.
+
+    For a 16-bit table and a few ids (a decode step). The `as_bits` gather views
+    the whole table as uint16, and XLA hoists that view out of a decode loop: a
+    copy of the table once per call (151,936 × 1,024 for Qwen3-0.6B). A bfloat16
+    dynamic slice runs in float32 on XLA's CPU backend, which hoists the table's
+    conversion the same way; passing the table through an optimization barrier
+    with the ids (which change every step) keeps the conversion in the loop, where
+    it fuses into each slice and reads only that row. Same values bit for bit;
+    negative ids count from the end as in `jnp.take`, ids past the end clamp to
+    the last row (`jnp.take` fills those with NaN).
+    """
+    flat = ids.reshape(-1)
+    flat = jnp.where(flat < 0, flat + table.shape[0], flat)
+    table, flat = jax.lax.optimization_barrier((table, flat))
+    rows = [
+        jax.lax.dynamic_index_in_dim(table, flat[i], 0, keepdims=False) for i in range(flat.size)
+    ]
+    return jnp.stack(rows).reshape(*ids.shape, table.shape[1])
+
+
 def normal_init(stddev: float):
     """Hugging Face's `_init_weights` for Linear / Embedding: N(0, initializer_range)."""
     return jax.nn.initializers.normal(stddev)
@@ -85,12 +119,33 @@ class Embed(nnx.Module):
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         table = self.embedding[...]
-        rows = from_bits(jnp.take(as_bits(table), ids, axis=0), table.dtype)  # see as_bits
+        if ids.size <= MAX_SLICED_LOOKUP and _cpu_16bit(table):
+            rows = lookup_rows(table, ids)
+        else:
+            rows = from_bits(jnp.take(as_bits(table), ids, axis=0), table.dtype)  # see as_bits
         return rows.astype(self.dtype)
 
     def attend(self, x: jax.Array) -> jax.Array:
-        """Float32 logits x @ embedding^T, accumulated in float32."""
-        return dense(x, self.embedding[...], self.dtype, out_dtype=jnp.float32, w_t=True)
+        """Float32 logits x @ embedding^T, accumulated in float32.
+
+        For a 16-bit table on CPU and at most `MAX_STORED_LAYOUT_HEAD_ROWS` rows (a decode
+        step) the product is written table · xᵀ, transposed after: XLA's CPU backend
+        then runs it on the table's stored [V, E] layout. Written x · tableᵀ, it
+        fuses the dot with the norm before and sampling's scaling after, and for
+        that fusion makes a transposed [E, V] copy of the whole table once per
+        decode call, and the dot on that layout is slower. The learner's many rows
+        keep `dense` (its written-out gradient).
+        """
+        table = self.embedding[...]
+        rows = x.size // x.shape[-1]
+        if rows > MAX_STORED_LAYOUT_HEAD_ROWS or not _cpu_16bit(table):
+            return dense(x, table, self.dtype, out_dtype=jnp.float32, w_t=True)
+        flat = x.reshape(rows, x.shape[-1]).astype(self.dtype)
+        dims = (((1,), (1,)), ((), ()))
+        logits_t = jax.lax.dot_general(
+            table.astype(self.dtype), flat, dims, preferred_element_type=jnp.float32
+        )
+        return logits_t.T.reshape(*x.shape[:-1], table.shape[0])
 
 
 class RMSNorm(nnx.Module):

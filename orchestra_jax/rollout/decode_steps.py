@@ -173,11 +173,17 @@ class DecodeSteps:
         seed_hi,
         seed_lo,
         penalties=None,
+        stop_on_finish=False,
         *,
         num_steps,
         top_logprobs=0,
     ):
         """Up to `num_steps` decode steps for every row; rows in `done` are frozen.
+
+        With `stop_on_finish` (a traced bool: no recompile) the call also ends after
+        the step in which a row not in `done` finishes, so a waiting request can
+        take its slot before the chunk's other steps (the engine asks for this when
+        requests wait).
 
         Row b feeds tokens[b] at positions[b] (its counts[b]-th generated token) and
         samples the next one; it is done after a stop id, max_new[b] tokens, or when
@@ -203,9 +209,12 @@ class DecodeSteps:
         )
         token_counts = None if penalties is None else penalties[0]
 
+        entry_done = done
+
         def cond(carry):
             i, done = carry[0], carry[5]
-            return (i < num_steps) & ~jnp.all(done)
+            finished = stop_on_finish & jnp.any(done & ~entry_done)
+            return (i < num_steps) & ~jnp.all(done) & ~finished
 
         def body(carry):
             i, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts = carry

@@ -8,7 +8,8 @@ schedule:
      (prompts right-padded to a length bucket, 2^k or 1.5 * 2^k; padding keys are
      not written), which also sample each request's first token;
   2. run `steps_per_call` decode steps for all slots in one jitted
-     `lax.while_loop` (it exits early once every row is done);
+     `lax.while_loop` (it exits early once every row is done, or, while
+     requests wait for a slot, once any row finishes: `admit_mid_chunk`);
   3. hand finished rows their Completion and free their slots; repeat.
 
 So requests of different lengths, arriving at different times, share the batch
@@ -44,7 +45,11 @@ small copy functions once per bucket pair; `compile_counts` counts traces.
 Prefill rows are padded to at least `min_prefill_rows` and prompts (or suffixes)
 to at least `min_prefill_len` tokens: agent turns admit a few rows with a short
 tool segment each, in ever new combinations, and every new shape is a compile
-while the padding costs little. Sampling settings are arrays, not compile-time
+while the padding costs little. The row floor holds only while the padded call
+stays within `prefill_pad_tokens` tokens (rows × length; by default what the
+model computes in PREFILL_PAD_FLOPS): for a large model a padded row is not
+cheap, and a refill of one to four rows is prefilled as a power of two >= its
+rows (`prefill_rows`). Sampling settings are arrays, not compile-time
 constants (see `sampling.py`), and each row's randomness depends only on its
 request's seed and token index, so a seeded request gives the same tokens
 whatever shares the batch. Top logprobs and repetition/frequency/presence
@@ -114,7 +119,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JaxEngine", "JaxEngineConfig", "bucket", "cache_bucket", "common_prefix"]
+__all__ = [
+    "JaxEngine",
+    "JaxEngineConfig",
+    "bucket",
+    "cache_bucket",
+    "common_prefix",
+    "prefill_pad_tokens",
+    "prefill_rows",
+]
 
 
 def bucket(n: int, minimum: int, maximum: int) -> int:
@@ -137,6 +150,41 @@ def cache_bucket(n: int, minimum: int, maximum: int) -> int:
     return min(three_quarters if minimum <= n <= three_quarters else size, maximum)
 
 
+# The compute one padded prefill call may spend on rows it does not need (see
+# `prefill_pad_tokens`): a tenth of a second or so of a 2-core CPU's matmuls.
+PREFILL_PAD_FLOPS = 16e9
+
+
+def prefill_pad_tokens(config) -> int:
+    """Padded prefill tokens (rows × length) under which the row floor applies, for
+    a model of `config`'s shape: PREFILL_PAD_FLOPS over the layers' matmul FLOPs per
+    token (2 × their weights; attention's and the head's left out)."""
+    e, f = config.hidden_size, config.intermediate_size
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    per_layer = e * (q + 2 * kv) + q * e + 3 * e * f
+    return int(PREFILL_PAD_FLOPS // (2 * per_layer * config.num_hidden_layers))
+
+
+def prefill_rows(n: int, length: int, min_rows: int, max_rows: int, pad_tokens: int) -> int:
+    """Rows of one prefill call of `n` prompts padded to `length` tokens.
+
+    `bucket(n, min_rows, max_rows)` (few shapes, few compiles) while those rows ×
+    `length` stay within `pad_tokens`; past it, the power of two >= n, doubled
+    toward that bucket only while rows × length stays within `pad_tokens`. So a
+    model for which a padded row is cheap keeps the row floor, and a large one
+    prefills a refill of one to four rows as one to four rows, not eight; rows are
+    still powers of two (or the floor's bucket), a small fixed set of shapes.
+    """
+    floor = bucket(n, min_rows, max_rows)
+    if floor * length <= pad_tokens:
+        return floor
+    rows = bucket(n, 1, max_rows)
+    while rows * 2 <= floor and rows * 2 * length <= pad_tokens:
+        rows *= 2
+    return rows
+
+
 @dataclasses.dataclass(frozen=True)
 class JaxEngineConfig:
     """How a JaxEngine batches, caches and bounds requests."""
@@ -144,8 +192,14 @@ class JaxEngineConfig:
     max_batch_size: int = 16  # slots: rows decoded together
     max_seq_len: int = 2048  # KV-cache slots per row: prompt + generated tokens
     steps_per_call: int = 16  # decode steps per jitted call (host round trips per token)
+    # End a decode call at the step in which a row finishes while requests wait, so
+    # the next admission refills that slot (else at the end of the call).
+    admit_mid_chunk: bool = True
     min_prefill_len: int = 128  # prefill calls pad prompts to at least this many tokens
     min_prefill_rows: int = 8  # ... and to at least this many rows (fewer shapes, compiles)
+    # ... but rows past those needed only while rows × padded length stays within this
+    # many tokens; None: `prefill_pad_tokens` of the model (see `prefill_rows`).
+    prefill_pad_tokens: int | None = None
     min_cache_len: int = 64  # the cache never shrinks below this many slots
     max_top_logprobs: int = 20  # most top logprobs a request may ask for per position
     max_stop_token_ids: int = 1024  # most distinct in-vocabulary stop ids per request
@@ -279,6 +333,11 @@ class JaxEngine:
         self.tokenizer = tokenizer
         self._min_prefill_len = min(config.min_prefill_len, config.max_seq_len)
         self._min_prefill_rows = max(1, min(config.min_prefill_rows, config.max_batch_size))
+        self._prefill_pad_tokens = (
+            prefill_pad_tokens(model.config)
+            if config.prefill_pad_tokens is None
+            else config.prefill_pad_tokens
+        )
         self._min_cache_len = min(config.min_cache_len, config.max_seq_len)
         self.weight_version = 0
         self.planner = PrefixCachePlanner(
@@ -656,8 +715,8 @@ class JaxEngine:
         """Prompt logprobs (and top logprobs) from each job's logprob_start_len on."""
         if not jobs:
             return
-        rows = bucket(len(jobs), self._min_prefill_rows, max(self.max_batch_size, len(jobs)))
         t = cache_bucket(max(len(j.prompt) for j in jobs), self._min_prefill_len, self.max_seq_len)
+        rows = self._prefill_rows(len(jobs), t, max(self.max_batch_size, len(jobs)))
         ids = np.zeros((rows, t), np.int32)
         lengths = np.zeros(rows, np.int32)
         temperature = np.ones(rows, np.float32)
@@ -684,14 +743,24 @@ class JaxEngine:
                 ]
             job.prompt_scores = (scores, tops)
 
+    def _prefill_rows(self, n: int, length: int, max_rows: int | None = None) -> int:
+        """Rows of a prefill call of `n` prompts padded to `length` (`prefill_rows`)."""
+        return prefill_rows(
+            n,
+            length,
+            self._min_prefill_rows,
+            self.max_batch_size if max_rows is None else max_rows,
+            self._prefill_pad_tokens,
+        )
+
     def _prefill(self, state, plans: list[Admission], job_of: dict[int, _Job]) -> None:
         """Prefill whole prompts into their slots (one call, rows and length bucketed)."""
         if not plans:
             return
         jobs = [job_of[id(p)] for p in plans]
         n = len(plans)
-        rows_bucket = bucket(n, self._min_prefill_rows, self.max_batch_size)
         t = cache_bucket(max(len(p.ids) for p in plans), self._min_prefill_len, self.max_seq_len)
+        rows_bucket = self._prefill_rows(n, t)
         # Padding rows point past the batch, so inserting them writes nothing.
         rows = np.full(rows_bucket, self.max_batch_size, np.int32)
         rows[:n] = [p.slot for p in plans]
@@ -717,10 +786,10 @@ class JaxEngine:
             return
         jobs = [job_of[id(p)] for p in plans]
         n = len(plans)
-        rows_bucket = bucket(n, self._min_prefill_rows, self.max_batch_size)
         t = cache_bucket(
             max(len(p.ids) - p.reused for p in plans), self._min_prefill_len, self.max_seq_len
         )
+        rows_bucket = self._prefill_rows(n, t)
         sources = np.zeros(rows_bucket, np.int32)
         targets = np.full(rows_bucket, self.max_batch_size, np.int32)  # padding: dropped
         starts = np.zeros(rows_bucket, np.int32)
@@ -817,6 +886,10 @@ class JaxEngine:
             )
         live_jobs = [j for j in jobs if j is not None]
         top_n = self._top_n(jobs)
+        with self._cond:
+            # Requests wait only while every slot is busy: end the chunk at the step
+            # in which a row finishes, so the next admission refills its slot.
+            stop_on_finish = np.bool_(self.config.admit_mid_chunk and len(self._queue) > 0)
 
         def call():
             self._cache, out_tokens, out_logp, out_top, new_penalties = self._steps.decode(
@@ -830,6 +903,7 @@ class JaxEngine:
                 stop_ids,
                 *self._sampling_arrays(jobs),
                 penalties,
+                stop_on_finish,
                 num_steps=self.config.steps_per_call,
                 top_logprobs=top_n,
             )
