@@ -10,6 +10,21 @@ from experiments.benchmarks import demo_learning
 from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
 
 
+def _episode(task_id, reward, **fields):
+    """A two-token evaluation episode of `task_id` with held-out `reward`."""
+    return Trajectory(
+        task_id=task_id,
+        group_index=0,
+        seed=0,
+        token_ids=[1, 2],
+        loss_mask=[0, 1],
+        rollout_logprobs=[0.0, 0.0],
+        prompt_length=1,
+        reward=reward,
+        **fields,
+    )
+
+
 def _write_run(workdir, summaries, episodes):
     """eval_<policy>.json per summary; trajectories/eval_<policy>.jsonl per episode list."""
     os.makedirs(os.path.join(workdir, "trajectories"), exist_ok=True)
@@ -29,18 +44,7 @@ def _write_run(workdir, summaries, episodes):
         write_jsonl(
             os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"),
             [
-                Trajectory(
-                    task_id=task_id,
-                    group_index=0,
-                    seed=0,
-                    token_ids=[1, 2],
-                    loss_mask=[0, 1],
-                    rollout_logprobs=[0.0, 0.0],
-                    prompt_length=1,
-                    finish_reason="answer",
-                    correct=reward > 0,
-                    reward=reward,
-                )
+                _episode(task_id, reward, finish_reason="answer", correct=reward > 0)
                 for task_id, reward in rewards.items()
             ],
         )
@@ -132,18 +136,7 @@ def test_plans_by_domain_count_each_plan_with_its_mean_reward(tmp_path):
         turns = [Turn(text="", num_generated_tokens=1, finish_reason="stop") for _ in features]
         for turn, feature in zip(turns, features, strict=True):
             turn.first_call_feature = feature
-        return Trajectory(
-            task_id=task_id,
-            group_index=0,
-            seed=0,
-            token_ids=[1, 2],
-            loss_mask=[0, 1],
-            rollout_logprobs=[0.0, 0.0],
-            prompt_length=1,
-            turns=turns,
-            reward=reward,
-            metadata={"domain": domain},
-        )
+        return _episode(task_id, reward, turns=turns, metadata={"domain": domain})
 
     os.makedirs(tmp_path / "trajectories")
     write_jsonl(
