@@ -153,3 +153,19 @@ def test_plans_by_domain_count_each_plan_with_its_mean_reward(tmp_path):
         "logic": {"answer-1": [2, 0.75], "search-3,-,answer-3": [1, 0.0]},
     }
     assert demo_learning.plans_by_domain(str(tmp_path), "warm_start") is None
+
+
+def test_a_sweep_under_gs_is_summarised_by_world_as_a_local_one(tmp_path, gcs_bucket):
+    from orchestra_jax.io import paths
+
+    local = tmp_path / "sweep"
+    _write_world_run(local / "a", 1, grpo=(0.60, 0.8, 0.02), warm=(0.55, 0.7, 0.02))
+    _write_world_run(local / "b", 2, grpo=(0.60, 0.8, 0.02), warm=(0.59, 0.7, 0.02))
+    remote = f"{gcs_bucket}/sweep"
+    for file in local.rglob("*"):
+        if file.is_file():
+            target = paths.as_path(paths.join(remote, str(file.relative_to(local))))
+            target.write_bytes(file.read_bytes())
+    on_gs, here = demo_learning.summarise_worlds(remote), demo_learning.summarise_worlds(str(local))
+    assert on_gs["targets"] == here["targets"]
+    assert {w: r["runs"] for w, r in on_gs["worlds"].items()} == {"1/1": ["a"], "2/2": ["b"]}

@@ -9,6 +9,7 @@ the vLLM venv cannot be built (tests/vllm_helpers.py)."""
 import asyncio
 import json
 import os
+import urllib.request
 
 import jax.numpy as jnp
 import numpy as np
@@ -24,9 +25,9 @@ from orchestra_jax.rollout.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
-from tests.live_helpers import RecordingProxy, free_port
+from tests.live_helpers import RecordingProxy
 from tests.test_training_e2e import NoiseReward
-from tests.vllm_helpers import export_tiny_qwen3, start_vllm, stop_vllm, wait_for_vllm
+from tests.vllm_helpers import export_tiny_qwen3, vllm_server
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +38,8 @@ NAMES = "tiny-policy tiny-large tiny-medium tiny-small tiny-judge"
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm")
     model, config = export_tiny_qwen3(str(tmp / "model"))
-    port = free_port()
-    log_path = str(tmp / "server.log")
-    server = start_vllm(str(tmp / "model"), port, log_path=log_path, names=NAMES)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_vllm(url, server, log_path)
+    with vllm_server(str(tmp / "model"), log_path=str(tmp / "server.log"), names=NAMES) as url:
         yield {"url": url, "model": model, "config": config, "tmp": tmp}
-    finally:
-        stop_vllm(server)
 
 
 def learner_logprobs(model, ids, n_out, temperature):
@@ -101,6 +95,10 @@ def grpo_config(served, workdir):
     c.rollout.urls = served["url"]
     c.rollout.weights_dir = str(workdir / "weights")
     c.agent.max_new_tokens_per_turn = 16
+    # Qwen3's vocabulary on a 64-wide model: the LM head's logits are nearly all of
+    # the step's memory. 64 tokens a chunk keeps the step near 1 GiB, so that two
+    # such tests and their servers fit beside the rest of the suite.
+    c.rl.lm_head_chunk = 64
     c.num_steps = 1
     c.rl.warmup_steps = 0  # the step's update moves the weights the sync sends
     validate(c)
@@ -179,6 +177,11 @@ def test_a_sync_that_did_not_land_stops_the_run(served, tmp_path):
     assert metrics["rollout/sync_logprob_max_abs_diff"] < sync_probe.TOLERANCE["float32"]
 
 
+def post(url: str) -> None:
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=60) as r:
+        assert r.status == 200, r.read()
+
+
 def test_partial_rollout_continues_across_a_pause(served, tmp_path):
     model, config = served["model"], served["config"]
     other = Qwen3ForCausalLM(config, rngs=nnx.Rngs(2))
@@ -187,11 +190,15 @@ def test_partial_rollout_continues_across_a_pause(served, tmp_path):
         client = VLLMClient(served["url"], weights_dir=str(tmp_path), model_config=config)
         try:
             await client.update_weights(model, version=200)
-            # Long enough to be in flight through the whole update on a quiet machine
-            # (the tiny model decodes ~1,000 tokens/s), within the served 4,096 positions.
+            # Within the served 4,096 positions, and far longer than 0.3 s of decoding
+            # (the tiny model decodes ~1,000 tokens/s).
             long = GenerateRequest([9707, 11], SamplingParams(max_new_tokens=3000, seed=3))
             pending = asyncio.ensure_future(client.generate([long]))
             await asyncio.sleep(0.3)  # sent
+            # Frozen here, as the update's own pause would freeze it: however slowly the
+            # update's weights are written on a loaded machine, the request is still
+            # in flight when they land.
+            await asyncio.to_thread(post, served["url"] + "/pause?mode=keep")
             await client.update_weights(other, version=201, partial=True)
             [out] = await pending
             metrics = client.sync_metrics()  # the probe of version 201

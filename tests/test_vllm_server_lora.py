@@ -21,11 +21,10 @@ from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop
 from orchestra_jax.training.config_checks import validate
-from tests.live_helpers import free_port
 from tests.test_rollout_lora_sync import randomise_adapters
 from tests.test_training_e2e import NoiseReward
 from tests.test_vllm_server import grpo_config, learner_logprobs
-from tests.vllm_helpers import export_tiny_qwen3, start_vllm, stop_vllm, wait_for_vllm
+from tests.vllm_helpers import export_tiny_qwen3, vllm_server
 
 pytestmark = pytest.mark.slow
 
@@ -36,17 +35,13 @@ LORA = LoRASpec(rank=8, alpha=16.0)  # the served adapters' (the server takes ra
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm_lora")
     model, config = export_tiny_qwen3(str(tmp / "model"))
-    port = free_port()
-    log_path = str(tmp / "server.log")
-    server = start_vllm(
-        str(tmp / "model"), port, log_path=log_path, names="tiny-policy", lora_rank=LORA.rank
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_vllm(url, server, log_path)
+    with vllm_server(
+        str(tmp / "model"),
+        log_path=str(tmp / "server.log"),
+        names="tiny-policy",
+        lora_rank=LORA.rank,
+    ) as url:
         yield {"url": url, "model": model, "config": config, "tmp": tmp}
-    finally:
-        stop_vllm(server)
 
 
 def test_adapters_served_beside_the_base_and_swapped_without_a_restart(served, tmp_path):

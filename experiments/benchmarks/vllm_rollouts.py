@@ -70,9 +70,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.benchmarks import common, vllm_process
-from experiments.benchmarks.vllm_process import stop
+from experiments.benchmarks import common
 from experiments.configs import grpo_hle
+from launch import vllm_process
+from launch.vllm_process import stop
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
