@@ -16,10 +16,9 @@ its gigabytes.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -41,13 +40,13 @@ def serve(
     port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", **settings}
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
+    script = os.path.join(ROOT, "launch", "vllm_server.sh")
     process = subprocess.Popen(
-        ["bash", os.path.join(ROOT, "launch", "vllm_server.sh"), folder, str(port)],
+        [sys.executable, "-c", _WITH_PARENT, str(os.getpid()), "bash", script, folder, str(port)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # stopped as a group: the API server and its engine
-        preexec_fn=_terminate_with_parent,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + start_timeout_s
@@ -67,13 +66,20 @@ def serve(
     )
 
 
-def _terminate_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (the launcher execs the
-    server, which keeps it). Linux only; elsewhere nothing."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+# Run first in the child, a fresh interpreter: on Linux, SIGTERM when the parent
+# dies (PR_SET_PDEATHSIG, which survives the exec of the launcher and the
+# launcher's exec of the server); then exec the rest of argv. Not a preexec_fn:
+# Python code between fork and exec in a multithreaded (JAX) process may deadlock.
+_WITH_PARENT = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the process that started the server has already exited")
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
 def stop(process: subprocess.Popen) -> None:
