@@ -7,22 +7,13 @@ import os
 import pytest
 
 from experiments.benchmarks import demo_learning
-from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
+from orchestra_jax.agent.trajectory import write_jsonl
+from tests.trajectory_helpers import graded_episode
 
 
 def _episode(task_id, reward, **fields):
-    """A two-token evaluation episode of `task_id` with held-out `reward`."""
-    return Trajectory(
-        task_id=task_id,
-        group_index=0,
-        seed=0,
-        token_ids=[1, 2],
-        loss_mask=[0, 1],
-        rollout_logprobs=[0.0, 0.0],
-        prompt_length=1,
-        reward=reward,
-        **fields,
-    )
+    """An evaluation episode of `task_id` with held-out `reward`."""
+    return graded_episode(task_id, reward=reward, **fields)
 
 
 def _write_run(workdir, summaries, episodes):

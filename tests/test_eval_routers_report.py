@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from orchestra_jax.agent.loop import LoopLimits
-from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.eval import report, routers, summary
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.training.evaluation import eval_tool_configs, heldout_rewards
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
+from tests.trajectory_helpers import graded_episode
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +111,9 @@ def test_router_episodes_follow_plan(env, tokenizer, router):
 
 
 def _traj(task_id, counts, correct, cost, latency, preference, domain="d"):
-    return Trajectory(
-        task_id=task_id,
-        group_index=0,
-        seed=0,
-        token_ids=[1, 2],
-        loss_mask=[0, 1],
+    return graded_episode(
+        task_id,
         rollout_logprobs=[0.0, -1.0],
-        prompt_length=1,
         finish_reason="answer",
         tool_call_counts=counts,
         cost_usd=cost,

@@ -9,6 +9,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.training import experiment, grpo_loop, warm_start
+from tests.trajectory_helpers import graded_episode
 
 
 def _leaves(tree):
@@ -66,18 +67,7 @@ def test_missing_reference_is_a_clear_error(tmp_path):
 
 
 def _graded(correct, task_id="t", cost=0.0):
-    return Trajectory(
-        task_id=task_id,
-        group_index=0,
-        seed=0,
-        token_ids=[1, 2],
-        loss_mask=[0, 1],
-        rollout_logprobs=[0.0, 0.0],
-        prompt_length=1,
-        finish_reason="answer",
-        correct=correct,
-        cost_usd=cost,
-    )
+    return graded_episode(task_id, finish_reason="answer", correct=correct, cost_usd=cost)
 
 
 def test_demo_filter_keeps_solved_episodes_only():
