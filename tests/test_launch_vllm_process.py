@@ -14,15 +14,14 @@ from launch import vllm_process
 # A parent that starts `sleep` as the launcher starts the server, prints its pid,
 # and waits to be killed.
 PARENT = """
-import subprocess, sys
+import os, subprocess, sys, time
 from launch import vllm_process
 child = subprocess.Popen(
-    [sys.executable, "-c", vllm_process._WITH_PARENT, str(__import__("os").getpid()),
-     "sleep", "600"],
+    [sys.executable, "-c", vllm_process._WITH_PARENT, str(os.getpid()), "sleep", "600"],
     start_new_session=True,
 )
 print(child.pid, flush=True)
-__import__("time").sleep(600)
+time.sleep(600)
 """
 
 

@@ -98,9 +98,13 @@ def run_dirs(sweep_dir: str) -> list[str]:
     )
 
 
-def world_of(workdir: str) -> str:
-    """ "<data.synthetic_seed>/<eval.seed>" of a run, from its workdir's config.json."""
-    config = json.loads(paths.as_path(paths.join(workdir, "config.json")).read_text())
+def world_of(workdir: str) -> str | None:
+    """ "<data.synthetic_seed>/<eval.seed>" of a run, from its workdir's config.json;
+    None for a folder without one."""
+    try:
+        config = json.loads(paths.as_path(paths.join(workdir, "config.json")).read_text())
+    except FileNotFoundError:
+        return None
     return f"{config['data']['synthetic_seed']}/{config['eval']['seed']}"
 
 
@@ -113,8 +117,9 @@ def summarise_worlds(sweep_dir: str) -> dict:
     """The runs of `sweep_dir` grouped by world, each summarised, and the targets."""
     by_world: dict[str, list[str]] = {}
     for workdir in run_dirs(sweep_dir):
-        if paths.as_path(paths.join(workdir, "config.json")).exists():
-            by_world.setdefault(world_of(workdir), []).append(workdir)
+        world = world_of(workdir)
+        if world is not None:
+            by_world.setdefault(world, []).append(workdir)
     if not by_world:
         raise SystemExit(f"no runs (config.json) under {sweep_dir}")
     worlds = {w: summarise_runs(sweep_dir, dirs) for w, dirs in sorted(by_world.items())}
