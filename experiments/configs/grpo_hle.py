@@ -540,11 +540,9 @@ def _demo(c):
     # Shared prompts (630-710 tokens) and replies (200-400) in steps of 64; whole
     # episodes (the warm start's) in blocks of 256, the causal attention's block.
     c.rl.seq_buckets = tuple(range(64, 769, 64)) + (1024, 1280, 1536)
-    # Warm start: each play is one of two plan shapes, the cheapest search and reasoner
-    # then a random answer model, or the frontier model's direct answer; of each task's
-    # 4 plays the solved one of highest utility (best-of-n behaviour cloning), so the
-    # demonstrations hold both shapes and GRPO's groups meet both.
-    c.sft.demo_policy = "random_answer+direct_strongest"
+    # Warm start: the cheapest search and reasoner, a random answer model; of each
+    # task's 4 plays the solved one of highest utility (best-of-n behaviour cloning).
+    c.sft.demo_policy = "random_answer"
     c.sft.demo_filter = "best"
     c.sft.steps = 100
     c.sft.lr = 5e-3
