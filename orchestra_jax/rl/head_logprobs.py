@@ -16,11 +16,11 @@ of storing them, so a few [chunk_size, V] float32 blocks are alive at once,
 never [tokens, V] (at Qwen3's V = 151,936, 4,096 tokens of float32 logits are
 2.5 GB). XLA's memory analysis of the compiled gradient puts the blocks at two
 without the entropy and three with it (the logits, their exponentials, the
-entropy's product term): 512 and 768 MiB at the default 441-token chunk. Values and gradients equal the
-whole-head computation (`grpo.token_logprobs`, `grpo.entropy_from_logits` of
-the model's logits). `chunk_size=None` runs all tokens as one chunk, and so
-does a call with at most `chunk_size` tokens; one chunk keeps its logits for
-the backward pass rather than recomputing them.
+entropy's product term): 512 and 768 MiB at the default 441-token chunk.
+Values and gradients equal the whole-head computation (`grpo.token_logprobs`,
+`grpo.entropy_from_logits` of the model's logits). `chunk_size=None` runs all
+tokens as one chunk, and so does a call with at most `chunk_size` tokens; one
+chunk keeps its logits for the backward pass rather than recomputing them.
 """
 
 from __future__ import annotations
