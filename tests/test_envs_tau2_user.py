@@ -158,6 +158,45 @@ def test_natural_language_assertions_are_judged_at_the_configured_endpoint(
     assert grade["breakdown"]["NL_ASSERTION"] == float(verdict) and traj.correct is verdict
 
 
+@pytest.mark.parametrize(
+    ("variant", "temperature", "nl"),
+    [
+        ("qwen3_8b", 1.0, "judge"),  # the release's (rollout/tau2 config.py 33, run.py 164)
+        ("qwen3_8b_project", 0.0, "skip"),
+    ],
+)
+def test_a_training_episode_asks_the_user_simulator_as_the_variant_says(
+    user_server, tau2_data, variant, temperature, nl
+):
+    from experiments.configs import grpo_hle
+    from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+    from orchestra_jax.envs.tau2_env import from_config
+
+    server, script, engine = user_server
+    script.lines, script.fail_first, script.calls, script.verdict = (
+        ["Hi.", "###STOP###"],
+        0,
+        0,
+        True,
+    )
+    config = grpo_hle.get_config(variant)
+    t = config.env.tau2
+    t.user_url = t.judge_url = server.url + "/v1"
+    t.user_model, t.user_api_key_env, t.judge_api_key_env = "user", "", ""
+    t.judge_model, t.data_dir = "user", str(tau2_data)
+    env = from_config(config)
+    tasks, _ = read_tau2_tasks(tau2_data / "tau2" / "domains" / "retail")
+    [released] = [t for t in tasks if t.id == TASK]  # DB + NL_ASSERTION, as released
+    before = len(engine.requests)
+    traj = play(env, released, gold_plan(released))
+    user_requests = [
+        r for r in engine.requests[before:] if "expectedOutcomes" not in TOK.decode(r.input_ids)
+    ]
+    assert user_requests and {r.sampling.temperature for r in user_requests} == {temperature}
+    graded = traj.metadata["grade"]
+    assert ("NL_ASSERTION" in graded["breakdown"]) == (nl == "judge")
+
+
 def test_a_dead_user_endpoint_ends_the_episode_with_the_error_and_nothing_lost(task, tau2_data):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

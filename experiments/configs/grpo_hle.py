@@ -352,6 +352,10 @@ def _base() -> ml_collections.ConfigDict:
     c.reward.judge.price_in = 0.0  # USD per million tokens: grading cost, reported apart.
     c.reward.judge.price_out = 0.0
     c.reward.judge.prompt = "reference"  # "reference" (the release's layout) | "project".
+    # The exact match that settles an answer before the judge is asked, in training:
+    # "normalized" (lower case, punctuation and articles dropped) or "lowercase" (the
+    # release's strip().lower() equality). eval.protocol decides it in evaluations.
+    c.reward.judge.answer_match = "normalized"
     c.reward.judge.max_tokens = 512
     # An OpenAI reasoning model (gpt-5, o-series): max_completion_tokens, no temperature.
     c.reward.judge.reasoning_model = False
@@ -793,10 +797,16 @@ def _qwen3_8b(c):
     c.rl.drop_no_answer = True  # Rollouts without a valid answer give no sample (gen).
     c.tools.experts = "reference"  # Experts as sub-agents, by model family (gen call_tool).
     c.tools.search_top_k = 30  # Documents per search (sh data.topk_doc).
+    c.reward.judge.answer_match = "lowercase"  # strip().lower() before the judge (gen 434).
     # τ² conversations of a ToolScale mixture (docs/reproduction.md, "τ² conversations"):
     c.env.tau2.expert_mode = "act"  # call_expert's reply is the agent's action (gen call_tool).
     c.env.tau2.drop_tools = "transfer_to_human_agents"  # (rollout/tau2 llm_utils generate).
     c.env.tau2.train_message_turns = False  # Turns without a tool call give no sample (gen).
+    c.env.tau2.user_temperature = 1.0  # (rollout/tau2/config.py 33, cli.py 106-108).
+    c.env.tau2.nl_assertions = "judge"  # Every evaluation type (rollout/tau2/run.py 164),
+    c.env.tau2.judge_url = "https://api.openai.com/v1"  # judged by gpt-5 (config.py 37).
+    c.env.tau2.judge_model = "gpt-5"
+    c.env.tau2.judge_api_key_env = "OPENAI_API_KEY"
     c.eval.protocol = "paper"  # The paper's evaluation (evaluation/eval_hle.py, tau2-bench).
     c.eval.every_steps = 0  # No evaluation during training (sh trainer.test_freq=1000000).
     c.rl.group_size = 8  # Rollouts per task (sh ROLLOUT, rollout.n_agent).

@@ -202,6 +202,8 @@ class LLMJudge:
         tokens, for the separately reported grading cost.
       name: names the judge in errors and in the cache key (model and prompt style).
       prompt: the template (`JUDGE_PROMPTS`), with {question}, {reference}, {prediction}.
+      answer_match: the exact-match check `grade` settles answers with before asking
+        (an `ANSWER_MATCHES` name; `reward.judge.answer_match`).
     """
 
     answer_match = DEFAULT_ANSWER_MATCH
@@ -217,7 +219,10 @@ class LLMJudge:
         temperature: float = 0.0,
         name: str = "judge",
         prompt: str = JUDGE_PROMPT,
+        answer_match: str = DEFAULT_ANSWER_MATCH,
     ):
+        ANSWER_MATCHES.get(answer_match)  # an unknown name fails here, naming the choices
+        self.answer_match = answer_match
         self.client = expert_client
         self.cache = cache
         self.price_in, self.price_out = price_in, price_out

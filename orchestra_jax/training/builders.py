@@ -38,7 +38,7 @@ from orchestra_jax.parallel.mesh import (
     num_batch_shards,
 )
 from orchestra_jax.registry import Registry, is_import_path
-from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
+from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCache, LLMJudge
 from orchestra_jax.rewards.registry import GroupReward, make_reward
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.aggregation import AGGREGATIONS
@@ -612,6 +612,7 @@ def build_judge(
         max_tokens=j.max_tokens,
         name=name,
         prompt=JUDGE_PROMPTS.get(j.prompt),
+        answer_match=j.answer_match,
     )
 
 
@@ -640,6 +641,7 @@ def _check_judge(config: Any) -> list[str]:
             ]
         return []
     errors = _choice("reward.judge.prompt", j.prompt, JUDGE_PROMPTS)
+    errors += _choice("reward.judge.answer_match", j.answer_match, ANSWER_MATCHES)
     if not j.base_url.startswith(("http://", "https://")):
         errors.append(
             f"reward.judge.base_url must start with http:// or https://, got {j.base_url!r}"
