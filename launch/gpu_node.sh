@@ -13,6 +13,12 @@
 # (the learner writes new weights there and the servers reload them, so the
 # folder must be readable by every server; on several nodes, a shared file system).
 #
+# The servers started here listen on loopback (URLs http://127.0.0.1:<port>) on
+# one node; on several (JAX_NUM_PROCESSES > 1) every learner uses every node's
+# servers, so they listen on SGLANG_HOST (default 0.0.0.0, URLs
+# http://<hostname>:<port>) and need ROLLOUT_API_KEY, which the servers require
+# and the learners send (launch/README.md, "Access to the servers").
+#
 # Several nodes: one copy of this script per node (launch/slurm_gpu.sbatch does
 # this with srun). JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES pass through to
 # the learner; JAX_PROCESS_ID defaults to Slurm's SLURM_PROCID.
@@ -37,6 +43,10 @@ Environment:
   SGLANG_PORT           first server's port (default 30000)
   SGLANG_URLS           comma-separated server URLs the learner uses (default: the
                         servers started here); unset with no SGLANG_GPUS = JAX rollouts
+  SGLANG_HOST           the address the servers started here listen on (default:
+                        127.0.0.1 on one node, 0.0.0.0 on several)
+  ROLLOUT_API_KEY       the key the servers require and the learner sends (required
+                        when the servers listen beyond loopback)
   SGLANG_WAIT_S         seconds to wait for the servers' /health (default: 900)
   SGLANG_WEIGHTS_DIR    where weights are written for the servers to reload
                         (default: $TMPDIR/orchestra_jax_weights, fine on one node)
@@ -100,15 +110,27 @@ if [[ -n "${SGLANG_GPUS:-}" ]]; then
   ((${#gpus[@]} % tp == 0)) || die "SGLANG_TP=${tp} does not divide the ${#gpus[@]} SGLANG_GPUS"
   log_dir="${LOG_DIR:-logs}"
   run mkdir -p "${log_dir}"
-  host="$(hostname)"
+  if [[ "${JAX_NUM_PROCESSES:-1}" -gt 1 ]]; then
+    bind="${SGLANG_HOST:-0.0.0.0}"
+  else
+    bind="${SGLANG_HOST:-127.0.0.1}"
+  fi
+  case "${bind}" in
+    127.*|localhost) host="127.0.0.1" ;;
+    *)
+      [[ -n "${ROLLOUT_API_KEY:-}" ]] \
+        || die "servers listening on ${bind} (beyond loopback) need ROLLOUT_API_KEY"
+      host="$(hostname)"
+      ;;
+  esac
   for ((i = 0; i < ${#gpus[@]} / tp; i++)); do
     group="$(IFS=','; echo "${gpus[*]:i*tp:tp}")"
     port=$(( ${SGLANG_PORT:-30000} + i ))
     if [[ "${DRY_RUN:-0}" == "1" ]]; then
-      run env CUDA_VISIBLE_DEVICES="${group}" TP_SIZE="${tp}" launch/sglang_server.sh \
+      run env CUDA_VISIBLE_DEVICES="${group}" TP_SIZE="${tp}" HOST="${bind}" launch/sglang_server.sh \
         "${SGLANG_MODEL}" "${port}"
     else
-      CUDA_VISIBLE_DEVICES="${group}" TP_SIZE="${tp}" launch/sglang_server.sh \
+      CUDA_VISIBLE_DEVICES="${group}" TP_SIZE="${tp}" HOST="${bind}" launch/sglang_server.sh \
         "${SGLANG_MODEL}" "${port}" >"${log_dir}/sglang_${port}.log" 2>&1 &
       server_pids+=("$!")
     fi

@@ -5,7 +5,8 @@
 #
 # MODEL_DIR: an HF folder (config.json + safetensors + tokenizer), e.g. one written
 # by save_hf_checkpoint. Flags and the pinned version: third_party/sglang/README.md.
-# Override with environment variables: HOST, TP_SIZE, DP_SIZE, MEM_FRACTION,
+# Override with environment variables: HOST (default 127.0.0.1), ROLLOUT_API_KEY,
+# TP_SIZE, DP_SIZE, MEM_FRACTION,
 # CONTEXT_LENGTH, ATTENTION_BACKEND, SEED, DETERMINISTIC (1/0), PARSERS (1/0),
 # SGLANG_PYTHON, LORA_RANK (default 0: no LoRA).
 #
@@ -14,6 +15,15 @@
 # --max-loras-per-batch 2 (the adapter being synced and the one requests in
 # flight may still name); each weight sync loads the policy's adapter as
 # policy-v<version> (/load_lora_adapter, rollout/sglang_client.py).
+#
+# Access: the server listens on loopback unless HOST names another address.
+# ROLLOUT_API_KEY adds --api-key: SGLang then answers only requests with
+# `Authorization: Bearer <key>` (all but /health and /metrics), which the
+# project's clients send from the variable `rollout.api_key_env` names
+# (ROLLOUT_API_KEY by default). /update_weights_from_disk and
+# /load_lora_adapter load weights from any path the server can read, so another
+# HOST needs ROLLOUT_API_KEY (the script refuses otherwise), and the key is on
+# SGLang's command line, visible to this machine's users (`ps`).
 #
 # DETERMINISTIC=1 (the default) adds --enable-deterministic-inference: without it
 # SGLang ignores every request's sampling_seed, so seeded rollouts (as JaxEngine
@@ -38,10 +48,22 @@ if [[ -n "${SGLANG_RETURN_ORIGINAL_LOGPROB:-}" ]]; then
   exit 2
 fi
 
+HOST="${HOST:-127.0.0.1}"
+case "${HOST}" in
+  127.*|localhost|::1) ;;
+  *)
+    if [[ -z "${ROLLOUT_API_KEY:-}" ]]; then
+      echo "error: HOST=${HOST} exposes the server beyond this machine: set ROLLOUT_API_KEY" \
+        "(the clients send it), and keep the port on a network only the learner reaches" >&2
+      exit 2
+    fi
+    ;;
+esac
+
 PYTHON="${SGLANG_PYTHON:-python}"
 args=(
   --model-path "${MODEL_DIR}"
-  --host "${HOST:-0.0.0.0}"
+  --host "${HOST}"
   --port "${PORT}"
   --tp-size "${TP_SIZE:-1}"
   --dp-size "${DP_SIZE:-1}"
@@ -50,6 +72,9 @@ args=(
   --attention-backend "${ATTENTION_BACKEND:-fa3}"
   --random-seed "${SEED:-0}"
 )
+if [[ -n "${ROLLOUT_API_KEY:-}" ]]; then
+  args+=(--api-key "${ROLLOUT_API_KEY}")
+fi
 if [[ "${DETERMINISTIC:-1}" == "1" ]]; then
   args+=(--enable-deterministic-inference)
 else
@@ -63,5 +88,10 @@ if [[ "${PARSERS:-0}" == "1" ]]; then
   args+=(--tool-call-parser qwen25 --reasoning-parser qwen3)
 fi
 
-echo "starting SGLang: ${PYTHON} -m sglang.launch_server ${args[*]}" >&2
+shown=()
+for arg in "${args[@]}"; do  # the log shows no key
+  if [[ -n "${ROLLOUT_API_KEY:-}" && "${arg}" == "${ROLLOUT_API_KEY}" ]]; then arg="***"; fi
+  shown+=("${arg}")
+done
+echo "starting SGLang: ${PYTHON} -m sglang.launch_server ${shown[*]}" >&2
 exec "${PYTHON}" -m sglang.launch_server "${args[@]}"

@@ -6,7 +6,8 @@
 #
 # MODEL_DIR: an HF folder (config.json + safetensors, with the tokenizer files
 # unless TOKENIZER=0), e.g. one written by save_hf_checkpoint.
-# Override with environment variables: HOST, DTYPE (float32, bfloat16, auto),
+# Override with environment variables: HOST (default 127.0.0.1; see "Access"
+# below), ROLLOUT_API_KEY, DTYPE (float32, bfloat16, auto),
 # MAX_MODEL_LEN, SEED, SERVED_NAMES (space-separated model names the
 # OpenAI endpoints answer to; default: the folder's name), TOKENIZER (1/0),
 # KV_CACHE_GIB (CPU: the KV cache's size), OMP_CPUS (CPU: the cores the model's
@@ -32,6 +33,15 @@
 # - token-id prompts, which work with TOKENIZER=0 (--skip-tokenizer-init) too;
 #   keep the tokenizer for a server that also answers chat completions (an
 #   expert or a judge) or stop strings.
+# Access: the server listens on loopback (HOST=127.0.0.1) unless HOST names
+# another address. ROLLOUT_API_KEY (exported to vLLM as VLLM_API_KEY, so it is
+# not on the command line) makes vLLM require `Authorization: Bearer <key>`;
+# the project's clients send the key from the variable `rollout.api_key_env`
+# names (ROLLOUT_API_KEY by default). vLLM checks the key on /v1/* only: its
+# development endpoints (/collective_rpc, /pause, /update_weight_version,
+# /server_info), which load weights from any path the server can read, answer
+# anyone who reaches the port. Another HOST therefore needs ROLLOUT_API_KEY (the
+# script refuses otherwise) and must still be a network only the learner reaches.
 # EAGER=1 adds --enforce-eager: no compilation, a start-up of about a minute
 # instead of two and a half on 2 CPU cores (tests), slower decoding.
 set -euo pipefail
@@ -58,11 +68,28 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(tr ',' '\n' <<<"${OMP_CPUS}" | wc -
 export VLLM_CPU_NUM_OF_RESERVED_CPU="${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}"
 export VLLM_CPU_KVCACHE_SPACE="${KV_CACHE_GIB:-1}"
 export VLLM_SERVER_DEV_MODE=1
+HOST="${HOST:-127.0.0.1}"
+if [[ -n "${ROLLOUT_API_KEY:-}" ]]; then
+  export VLLM_API_KEY="${ROLLOUT_API_KEY}"
+fi
+case "${HOST}" in
+  127.*|localhost|::1) ;;
+  *)
+    if [[ -z "${ROLLOUT_API_KEY:-}" ]]; then
+      echo "error: HOST=${HOST} exposes the server beyond this machine: set ROLLOUT_API_KEY" \
+        "(the clients send it), and keep the port on a network only the learner reaches" >&2
+      exit 2
+    fi
+    echo "warning: HOST=${HOST}: vLLM checks ROLLOUT_API_KEY on /v1/* only; its development" \
+      "endpoints (/collective_rpc, /pause, /update_weight_version) load weights from any path" \
+      "for anyone who reaches the port" >&2
+    ;;
+esac
 
 read -r -a names <<<"${SERVED_NAMES:-$(basename "${MODEL_DIR}")}"
 args=(
   --model "${MODEL_DIR}"
-  --host "${HOST:-0.0.0.0}"
+  --host "${HOST}"
   --port "${PORT}"
   --dtype "${DTYPE:-auto}"
   --max-model-len "${MAX_MODEL_LEN:-4096}"

@@ -24,6 +24,8 @@ CLEARED = (
     "JAX_PROCESS_ID",
     "SLURM_PROCID",
     "SLURM_JOB_NODELIST",
+    "SGLANG_HOST",
+    "ROLLOUT_API_KEY",
 )
 
 
@@ -139,15 +141,14 @@ def test_gpu_node_starts_its_own_servers_on_sglang_gpus():
     env = dict(LEARNER_GPUS="0,1,2,3", SGLANG_GPUS="4,5,6,7", SGLANG_TP="2", SGLANG_MODEL="/m")
     result = run_script("gpu_node.sh", "--config=c.py:demo", SGLANG_WEIGHTS_DIR="/w", **env)
     assert result.returncode == 0, result.stderr
-    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
     lines = commands(result)
-    assert lines[1:3] == [
-        "+ env CUDA_VISIBLE_DEVICES=4\\,5 TP_SIZE=2 launch/sglang_server.sh /m 30000",
-        "+ env CUDA_VISIBLE_DEVICES=6\\,7 TP_SIZE=2 launch/sglang_server.sh /m 30001",
+    assert lines[1:3] == [  # one node: the servers listen on loopback only
+        "+ env CUDA_VISIBLE_DEVICES=4\\,5 TP_SIZE=2 HOST=127.0.0.1 launch/sglang_server.sh /m 30000",
+        "+ env CUDA_VISIBLE_DEVICES=6\\,7 TP_SIZE=2 HOST=127.0.0.1 launch/sglang_server.sh /m 30001",
     ]
-    assert f"+ wait for http://{host}:30001/health" in lines
+    assert "+ wait for http://127.0.0.1:30001/health" in lines
     assert lines[-1].endswith(
-        f"--config.rollout.urls=http://{host}:30000\\,http://{host}:30001 "
+        "--config.rollout.urls=http://127.0.0.1:30000\\,http://127.0.0.1:30001 "
         "--config.rollout.weights_dir=/w"
     )
     del env["SGLANG_MODEL"]
@@ -177,6 +178,7 @@ def test_slurm_runs_gpu_node_on_every_node_as_one_jax_job(tmp_path):
         SGLANG_MODEL="/shared/Qwen3-8B",
         SGLANG_WEIGHTS_DIR="/shared/w",
         SGLANG_TP="2",
+        ROLLOUT_API_KEY="k",
         PATH=f"{tmp_path}:{os.environ['PATH']}",
     )
     result = run_script("slurm_gpu.sbatch", "--config=c.py:qwen3_8b", DRY_RUN="0", **env)
@@ -187,6 +189,12 @@ def test_slurm_runs_gpu_node_on_every_node_as_one_jax_job(tmp_path):
     assert len(jobs) == 2 and jobs[0] == jobs[1]
     assert "--config.rollout.urls=http://gpu-a:30000\\,http://gpu-a:30001\\," in jobs[0]
     assert "http://gpu-b:30001 --config.rollout.weights_dir=/shared/w" in jobs[0]
+    # The other nodes' learners reach each node's servers, which listen beyond loopback.
+    assert "HOST=0.0.0.0 launch/sglang_server.sh" in result.stdout
+    del env["ROLLOUT_API_KEY"]
+    result = run_script("slurm_gpu.sbatch", DRY_RUN="0", **env)
+    assert result.returncode == 2 and "ROLLOUT_API_KEY" in result.stderr
+    env["ROLLOUT_API_KEY"] = "k"
     del env["SGLANG_WEIGHTS_DIR"]
     result = run_script("slurm_gpu.sbatch", DRY_RUN="0", **env)
     assert result.returncode == 2 and "every node shares" in result.stderr

@@ -40,3 +40,25 @@ def test_lora_rank_serves_adapters_beside_the_base(tmp_path):
     assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "64"
     assert args[args.index("--lora-target-modules") + 1] == "all"
     assert args[args.index("--max-loras-per-batch") + 1] == "2"
+
+
+def test_loopback_by_default_and_a_wider_host_needs_the_api_key(tmp_path):
+    os_env = {k: v for k, v in os.environ.items() if k not in ("HOST", "ROLLOUT_API_KEY")}
+    (tmp_path / "config.json").write_text("{}")
+
+    def start(**extra):
+        return subprocess.run(
+            ["bash", str(SCRIPT), str(tmp_path), "31000"],
+            env={**os_env, "SGLANG_PYTHON": "echo", **extra},
+            capture_output=True,
+            text=True,
+        )
+
+    out = start()
+    args = out.stdout.split()
+    assert args[args.index("--host") + 1] == "127.0.0.1" and "--api-key" not in args
+    out = start(HOST="0.0.0.0")
+    assert out.returncode == 2 and "ROLLOUT_API_KEY" in out.stderr
+    out = start(HOST="0.0.0.0", ROLLOUT_API_KEY="s3cret")
+    args = out.stdout.split()
+    assert args[args.index("--api-key") + 1] == "s3cret" and "s3cret" not in out.stderr

@@ -89,3 +89,41 @@ def test_lora_rank_serves_adapters_beside_the_base(tmp_path):
         check=True,
     ).stdout
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in out.splitlines()  # /v1/load_lora_adapter
+
+
+def test_loopback_by_default_and_a_wider_host_needs_the_api_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "ROLLOUT_API_KEY")}
+    (tmp_path / "config.json").write_text("{}")
+
+    def start(**extra):
+        return subprocess.run(
+            ["bash", str(SCRIPT), str(tmp_path), "31000"],
+            env={**env, "VLLM_PYTHON": "echo", **extra},
+            capture_output=True,
+            text=True,
+        )
+
+    out = start()
+    assert out.returncode == 0 and out.stdout.split()[out.stdout.split().index("--host") + 1] == (
+        "127.0.0.1"
+    )
+    out = start(HOST="0.0.0.0")  # dev-mode endpoints reachable by anyone, no key: refused
+    assert out.returncode == 2 and "ROLLOUT_API_KEY" in out.stderr
+    out = start(HOST="0.0.0.0", ROLLOUT_API_KEY="k")
+    assert out.returncode == 0 and "/collective_rpc" in out.stderr  # says what stays open
+    assert "k" not in out.stdout.split()  # the key is not on vLLM's command line
+
+
+def test_the_api_key_reaches_vllm_through_its_environment(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nenv\n")  # prints the environment vLLM would get
+    python.chmod(0o755)
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path)],
+        env={**os.environ, "VLLM_PYTHON": str(python), "ROLLOUT_API_KEY": "s3cret"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "VLLM_API_KEY=s3cret" in out.splitlines()
