@@ -189,6 +189,13 @@ def _base() -> ml_collections.ConfigDict:
 
     # --- tasks -----------------------------------------------------------------
     c.data = ml_collections.ConfigDict()
+    # Programs shown: "formatted" (stdout, stderr, exit status, "(no output)"; every
+    # program) or "stdout" (the reference's: what it printed, verbatim, when not blank).
+    c.agent.rebuild.programs = "formatted"
+    # How texts are cut to their budgets: "project" (kept as they are when under it)
+    # or "reference" (the reference's cut_seq: re-decoded id by id, special-token text
+    # dropped; a multi-byte character split over ids becomes U+FFFD, its bug).
+    c.agent.rebuild.cut = "project"
     # Comma-separated `source[:weight]` list; a source is a task reader of
     # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
@@ -329,6 +336,9 @@ def _base() -> ml_collections.ConfigDict:
     # USD per search call and per document it returns (web search's prices).
     c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
     c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
+    # A document as the orchestrator and experts read it: "title_text" ("title: text")
+    # or "content" (the reference's: the retriever's text as it is, no title).
+    c.tools.document_text = "title_text"
 
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
@@ -792,6 +802,9 @@ def _qwen3_8b(c):
     c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
     c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
     c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).
+    c.agent.rebuild.programs = "stdout"  # Programs that printed, verbatim (gen 234-235, 2024).
+    c.agent.rebuild.cut = "reference"  # cut_seq's decode, special tokens skipped (gen 103).
+    c.tools.document_text = "content"  # The retriever's text as it is (gen 592-595).
     c.reward.type = "toolorchestra_reference"  # The preference reward as gen computes it.
     c.rl.advantage_boost = 0.1  # sh correct_sample_advantage_boost_value.
     c.rl.drop_no_answer = True  # Rollouts without a valid answer give no sample (gen).

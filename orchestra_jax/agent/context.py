@@ -22,7 +22,15 @@ spec and its turns 0 … k − 1:
         C = left_cut("```python\\n{code}\\n```\\n\\n```output\\n{output}\\n```\\n\\n" per
             program run so far, code_tokens), "```\\n" put back in front when the
             cut removed the first fence;
-    left_cut(s, n) keeps the last n tokens of s. The chat is rendered with the
+    left_cut(s, n) keeps the last n tokens of s. `programs` "stdout" (the
+    release's) shows a program only when its stdout is not blank, the stdout
+    verbatim; "formatted" shows every program with its observation (stdout,
+    stderr, exit status, "(no output)"). `cut` "reference" cuts as the release's
+    `cut_seq` does: every text re-decoded from its last n ids one id at a time,
+    special tokens skipped, so special-token text inside a document (`<|im_end|>`)
+    is dropped, and (a bug of the release, reproduced only here) a multi-byte
+    character split over two ids becomes U+FFFD; "project" keeps a text under
+    its budget as it is and decodes a cut tail in one piece. The chat is rendered with the
     episode's tool schemas (Qwen3's template, ready to answer) and its ids are
     cut to `prompt_tokens` by dropping the middle (the first ⌊n/2⌋ and last
     ⌈n/2⌉ ids kept).
@@ -147,6 +155,10 @@ class HistoryContext:
         return render_prompt(spec, tokenizer, enable_thinking=enable_thinking, messages=messages)
 
 
+PROGRAM_VIEWS = ("formatted", "stdout")
+CUTS = ("project", "reference")
+
+
 @dataclasses.dataclass(frozen=True)
 class RebuildBudgets:
     """The rebuilt prompt's parts and budgets (module docstring)."""
@@ -160,8 +172,14 @@ class RebuildBudgets:
     # A conversation's messages: whole ones dropped from the middle to fit this
     # many tokens, less the tool schemas' (the reference's 23,000 − tools).
     conversation_tokens: int = 23000
+    programs: str = "formatted"  # "formatted" | "stdout" (the release's)
+    cut: str = "project"  # "project" | "reference" (the release's cut_seq)
 
     def __post_init__(self):
+        if self.programs not in PROGRAM_VIEWS:
+            raise ValueError(f"programs must be one of {PROGRAM_VIEWS}, got {self.programs!r}")
+        if self.cut not in CUTS:
+            raise ValueError(f"cut must be one of {CUTS}, got {self.cut!r}")
         for name in (
             "doc_chars",
             "code_tokens",
@@ -192,14 +210,19 @@ def merge_documents(older: Sequence[str], newer: Sequence[str]) -> list[str]:
     return merged + list(older[m * len(newer) :])
 
 
-def episode_evidence(turns: Sequence[Any]) -> tuple[list[str], list[tuple[str, str]]]:
+def episode_evidence(
+    turns: Sequence[Any], programs: str = "formatted"
+) -> tuple[list[str], list[tuple[str, str]]]:
     """(documents, [(code, output)]) the episode's tools gathered in `turns`.
 
     Documents: per turn, the documents of its searches (`metadata["documents"]`,
     each search's in reverse rank order), merged in front of the earlier ones
-    (`merge_documents`). Programs: every result with `metadata["code"]` and a
-    non-blank `metadata["output"]`, in call order.
+    (`merge_documents`). Programs, in call order: every result with
+    `metadata["code"]` and a non-blank output, the output `metadata["output"]`
+    (the observation) for `programs="formatted"`, `metadata["stdout"]` (what the
+    program printed, as it printed it) for "stdout".
     """
+    key = "stdout" if programs == "stdout" else "output"
     documents: list[str] = []
     code: list[tuple[str, str]] = []
     for turn in turns:
@@ -208,17 +231,22 @@ def episode_evidence(turns: Sequence[Any]) -> tuple[list[str], list[tuple[str, s
             meta = result.metadata or {}
             if isinstance(meta.get("documents"), list):
                 found = merge_documents(found, [str(d) for d in meta["documents"]][::-1])
-            output = meta.get("output")
+            output = meta.get(key)
             if isinstance(meta.get("code"), str) and isinstance(output, str) and output.strip():
                 code.append((meta["code"], output))
         documents = merge_documents(documents, found)
     return documents, code
 
 
-def left_cut(tokenizer: Any, text: str, budget: int) -> tuple[str, int]:
-    """(the text of `text`'s last `budget` tokens, its length in tokens)."""
+def left_cut(tokenizer: Any, text: str, budget: int, cut: str = "project") -> tuple[str, int]:
+    """(the text of `text`'s last `budget` tokens, its length in tokens); `cut`
+    "reference" decodes as the release's `cut_seq` (module docstring)."""
     if not text:
         return "", 0
+    if cut == "reference":
+        ids = tokenizer.encode(text)
+        pieces = [tokenizer.decode([i], skip_special_tokens=True) for i in ids[-budget:]]
+        return "".join(pieces), len(ids)
     ids = tokenizer.encode(text)
     if len(ids) <= budget:
         return text, len(ids)
@@ -275,11 +303,11 @@ def rebuild_messages(
     """The rebuilt chat of one turn (module docstring), before the template."""
     docs = "".join(f"Doc {i}: {d[: budgets.doc_chars]}\n\n" for i, d in enumerate(documents, 1))
     programs = "".join(f"```python\n{c}\n```\n\n```output\n{o}\n```\n\n" for c, o in code)
-    programs_cut, programs_len = left_cut(tokenizer, programs, budgets.code_tokens)
+    programs_cut, programs_len = left_cut(tokenizer, programs, budgets.code_tokens, budgets.cut)
     if programs_cut and not programs_cut.startswith("```"):
         programs_cut = "```\n" + programs_cut
     if programs_len < budgets.code_tokens:
-        context, _ = left_cut(tokenizer, docs + programs_cut, budgets.context_tokens)
+        context, _ = left_cut(tokenizer, docs + programs_cut, budgets.context_tokens, budgets.cut)
         if docs:
             context = "Documents:\n" + context
     else:
@@ -316,7 +344,7 @@ class RebuildContext:
                 raise ValueError("a conversation's rebuilt prompt needs its messages")
             chat = conversation_prompt_messages(messages, tools, tokenizer, self.budgets)
         else:
-            documents, code = episode_evidence(turns)
+            documents, code = episode_evidence(turns, self.budgets.programs)
             chat = rebuild_messages(spec.task.question, documents, code, tokenizer, self.budgets)
         ids = render_prompt(spec, tokenizer, enable_thinking=enable_thinking, messages=chat)
         return middle_truncate(ids, self.budgets.prompt_tokens)

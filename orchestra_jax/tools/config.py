@@ -23,6 +23,7 @@ from typing import Any
 
 from orchestra_jax.tools import descriptions, function_tools, pricing
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, PAPER_META_TOOLS, is_meta_tool
+from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
 
 BASE_FEATURES = ("accuracy", "cost", "latency")
 
@@ -84,6 +85,7 @@ class ToolConfig:
       name: a label for logs ("sampled", "heldout_expensive", …).
       description_style: "full" (the paper's capability sentences and price
         table) or "compact" (one line of prices; see `descriptions`).
+      document_text: how a retrieved document reads (`retrieval.DOCUMENT_TEXTS`).
     """
 
     aliases: tuple[ModelAlias, ...]
@@ -98,6 +100,7 @@ class ToolConfig:
     orchestrator_price: float = pricing.QWEN3_8B_PRICE_PER_MILLION
     name: str = ""
     description_style: str = "full"
+    document_text: str = "title_text"
 
     def __post_init__(self):
         object.__setattr__(self, "aliases", tuple(self.aliases))
@@ -124,6 +127,10 @@ class ToolConfig:
             raise ValueError(
                 f"description_style must be one of "
                 f"{descriptions.DESCRIPTION_STYLES}, got {self.description_style!r}"
+            )
+        if self.document_text not in DOCUMENT_TEXTS:
+            raise ValueError(
+                f"document_text must be one of {DOCUMENT_TEXTS}, got {self.document_text!r}"
             )
         if self.search_top_k < 1 or self.code_timeout_s <= 0:
             raise ValueError("search_top_k must be >= 1 and code_timeout_s > 0")

@@ -118,6 +118,7 @@ class PythonTool:
                 "tool": self.name,
                 "code": code,
                 "output": text,
+                "stdout": "" if result.timed_out else result.stdout,
                 "exit_code": result.exit_code,
                 "timed_out": result.timed_out,
             },

@@ -16,7 +16,8 @@ the paper's three:
                      cost = tokens + price_per_query + n_docs * price_per_doc
                      latency = expert latency + measured retrieval time*
   enhance_reasoning: the expert writes a program; the sandbox runs it; the
-                     output is appended to ctx.notes (metadata "code", "output").
+                     output is appended to ctx.notes (metadata "code", "output",
+                     "stdout").
                      cost = tokens + seconds* * code_price_per_s
                      latency = expert latency + measured execution time*
   answer:            the expert answers; `ToolResult.final_answer` holds the
@@ -160,14 +161,15 @@ class SearchTool(MetaTool):
         start = time.monotonic()
         docs = await self.retrieve(query, ctx)
         retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
-        for d in docs:
-            if d.render() not in ctx.documents:
-                ctx.documents.append(d.render())
-        lines = [f"Query: {query}"] + [f"[{i + 1}] {d.render()}" for i, d in enumerate(docs)]
+        shown = [d.render(self.config.document_text) for d in docs]
+        for text in shown:
+            if text not in ctx.documents:
+                ctx.documents.append(text)
+        lines = [f"Query: {query}"] + [f"[{i + 1}] {text}" for i, text in enumerate(shown)]
         if not docs:
             lines.append("No documents found.")
         # The documents as the orchestrator read them: the "rebuild" context reads them.
-        meta.update(query=query, doc_ids=[d.id for d in docs], documents=[d.render() for d in docs])
+        meta.update(query=query, doc_ids=[d.id for d in docs], documents=shown)
         return ToolResult(
             text="\n".join(lines),
             cost_usd=cost
@@ -220,6 +222,9 @@ class EnhanceReasoningTool(MetaTool):
         meta.update(
             code=code,
             output=output,
+            # What the program printed, as printed (the release's exec_result: nothing
+            # when the run hit its time limit), for `agent.rebuild.programs="stdout"`.
+            stdout="" if result.timed_out else result.stdout,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             code_seconds=result.duration_s,

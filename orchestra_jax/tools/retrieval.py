@@ -27,6 +27,9 @@ STOPWORDS = frozenset(
 )
 
 
+DOCUMENT_TEXTS = ("title_text", "content")
+
+
 @dataclasses.dataclass(frozen=True)
 class Document:
     """A retrievable text. `score` is filled in by a search (higher = better)."""
@@ -37,9 +40,13 @@ class Document:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     score: float = 0.0
 
-    def render(self) -> str:
-        """How the orchestrator and experts see it: `title: text`."""
-        return f"{self.title}: {self.text}" if self.title else self.text
+    def render(self, form: str = "title_text") -> str:
+        """How the orchestrator and experts see it (`DOCUMENT_TEXTS`): "title_text",
+        `title: text`; "content", the text as the retriever holds it (the release's
+        `content`/`contents` field)."""
+        if form not in DOCUMENT_TEXTS:
+            raise ValueError(f"document text must be one of {DOCUMENT_TEXTS}, got {form!r}")
+        return f"{self.title}: {self.text}" if self.title and form == "title_text" else self.text
 
 
 @runtime_checkable

@@ -488,6 +488,7 @@ def tool_config_fields(config: Any) -> dict[str, Any]:
     )
 
 
+        document_text=t.document_text,
 def sampler_ranges(config: Any) -> SamplerRanges:
     t = config.tools
     return SamplerRanges(
@@ -509,6 +510,7 @@ def check_env(config: Any) -> list[str]:
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
+    from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
     errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     try:
         enabled_tools(config.tools.enabled)
@@ -518,6 +520,7 @@ def check_env(config: Any) -> list[str]:
     for lo, hi in (
         ("price_scale_min", "price_scale_max"),
         ("latency_scale_min", "latency_scale_max"),
+    errors += _choice("tools.document_text", config.tools.document_text, DOCUMENT_TEXTS)
     ):
         if not 0 < config.tools[lo] <= config.tools[hi]:
             errors.append(
