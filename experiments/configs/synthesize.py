@@ -72,10 +72,14 @@ def _base() -> ml_collections.ConfigDict:
     c.tasks.samples_per_purpose = 2  # Tasks asked per purpose.
     c.tasks.evolve = True  # One harder variant asked per kept task.
 
-    # The probe process that runs generated code (synthesis/probe.py).
+    # The probe process that runs generated code (synthesis/probe.py), in the sandbox.
     c.probe = ml_collections.ConfigDict()
     c.probe.timeout_s = 20.0  # Wall seconds per probe request (plus tau2's start-up).
-    c.probe.memory_mb = 4096  # Address space of the probe process.
+    c.probe.memory_mb = 4096  # Address space of each probe process.
+    # "auto"/"bwrap": bubblewrap (envs/domain_sandbox.py; the WebAssembly CPython cannot
+    # import tau2). "rlimits" (no isolation) only with code_is_trusted.
+    c.probe.sandbox = "auto"
+    c.probe.code_is_trusted = False
     return c
 
 

@@ -33,8 +33,14 @@ REASONS = {
     "gold_action_fails": "a gold action raises on a fresh copy of the database",
     "db_change_mismatch": "the gold actions do (not) change the database, against the task's claim",
     "domain_invalid": "the domain's code does not build an environment",
-    "timeout": "the probe process ran past its time limit",
-    "crash": "the probe process died without an answer",
+    "replay_not_deterministic": "two replays of the gold actions end in different databases "
+    "(a tool uses the clock, random ids or outside state; tau2's hash can never match)",
+    "communicate_info_vague": "a fact the agent must communicate is too short to mean anything "
+    "when found by substring (fewer than MIN_FACT_CHARS letters or digits)",
+    "timeout": "the probed code ran past its time limit",
+    "crash": "the probed code (or its sandbox) ended without a result",
+    "garbled_result": "the probe's answer is not a result of its request (the candidate's "
+    "code wrote something else on its channel, or a malformed result)",
     "probe_error": "the probe itself failed (a bug: see the report's examples)",
     "generator_failed": "the generator call failed for good, after its retries (not stored: "
     "a rerun asks again)",

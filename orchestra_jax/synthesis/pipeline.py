@@ -49,6 +49,8 @@ def context(config: Any, generator: Generator) -> stages.Context:
     prober = Prober(
         ProbeLimits(timeout_s=config.probe.timeout_s, memory_mb=config.probe.memory_mb),
         tau2_data_dir=config.tau2_data_dir,
+        sandbox=config.probe.sandbox,
+        code_is_trusted=config.probe.code_is_trusted,
     )
     return stages.Context(
         generator=cached,

@@ -34,6 +34,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 
 from orchestra_jax.tools import sandbox_process
 from orchestra_jax.tools.sandbox_base import SandboxLimits, SandboxResult, SandboxUnavailable
@@ -85,8 +86,22 @@ def _python_binds(python: str) -> list[tuple[str, str]]:
     return sorted(binds, key=lambda b: b[1])
 
 
-def bwrap_command(bwrap: str, python: str, scratch_bytes: int, run_as_uid: int | None) -> list[str]:
-    """The bwrap command line; `run_as_uid` set means we are root (see the module docstring)."""
+def bwrap_command(
+    bwrap: str,
+    python: str,
+    scratch_bytes: int,
+    run_as_uid: int | None,
+    *,
+    read_only: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    python_args: Sequence[str] = ("-I", "-"),
+) -> list[str]:
+    """The bwrap command line; `run_as_uid` set means we are root (see the module docstring).
+
+    `read_only`: further host paths made visible, read-only, at their own path;
+    `env`: variables set besides `SANDBOX_ENV`; `python_args`: what follows the
+    interpreter (default: read the program from stdin, isolated mode).
+    """
     cmd = [
         bwrap,
         "--unshare-pid",
@@ -113,7 +128,8 @@ def bwrap_command(bwrap: str, python: str, scratch_bytes: int, run_as_uid: int |
     # Parent folders of the Python installation are created world-traversable
     # (the host's may not be, e.g. /root).
     made: set[str] = set()
-    for source, dest in _python_binds(python):
+    binds = _python_binds(python) + [(os.path.realpath(p), os.path.abspath(p)) for p in read_only]
+    for source, dest in binds:
         for parent in _ancestors(dest):
             if parent not in made:
                 made.add(parent)
@@ -130,7 +146,7 @@ def bwrap_command(bwrap: str, python: str, scratch_bytes: int, run_as_uid: int |
         "/scratch",
         "--clearenv",
     ]
-    for k, v in sandbox_process.SANDBOX_ENV.items():
+    for k, v in {**sandbox_process.SANDBOX_ENV, **(env or {})}.items():
         cmd += ["--setenv", k, v]
     cmd.append("--")
     if run_as_uid is not None:
@@ -143,7 +159,7 @@ def bwrap_command(bwrap: str, python: str, scratch_bytes: int, run_as_uid: int |
             "--inh-caps=-all",
             "--bounding-set=-all",
         ]
-    return cmd + [python, "-I", "-"]
+    return cmd + [python, *python_args]
 
 
 @functools.cache
