@@ -5,15 +5,20 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
-import peft
 import pytest
-import torch
 import transformers
 from flax import nnx
 
 from orchestra_jax.models import peft_adapter
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
+from tests.float_roundoff import qwen3_forward_terms, two_evaluations_apart
+
+# PyPI's torch on Python 3.12+ is the CUDA build; CI runs these tests on 3.11 with
+# the CPU wheel (README, "Tested combinations").
+NO_TORCH = "needs PyTorch (CI: Python 3.11 with the CPU wheel; README, Tested combinations)"
+torch = pytest.importorskip("torch", reason=NO_TORCH)
+peft = pytest.importorskip("peft", reason=NO_TORCH)
 
 TARGETS = ("q", "v", "o", "up", "down")
 
@@ -113,7 +118,14 @@ def test_fresh_adapters_start_as_peft_does(tmp_path):
     model, _ = load_hf_checkpoint(tmp_path / "base", lora=spec, seed=0)
     plain, _ = load_hf_checkpoint(tmp_path / "base")
     ids, pos = _inputs()
-    np.testing.assert_array_equal(_ours(model, ids, pos), _ours(plain, ids, pos))  # B = 0
+    # B = 0: the adapters add nothing (the lora_b bits are zero); the two models compile
+    # apart, so their logits agree up to float32 round-off (tests/float_roundoff.py).
+    lora_b = [v for k, v in nnx.to_flat_state(nnx.state(model, LoRAParam)) if k[-1] == "lora_b"]
+    assert lora_b and all(not np.asarray(b.get_value()).any() for b in lora_b)
+    want = _ours(plain, ids, pos)
+    terms = qwen3_forward_terms(plain.config, ids.shape[1])
+    tolerance = two_evaluations_apart(terms, np.abs(want).max())
+    np.testing.assert_allclose(_ours(model, ids, pos), want, rtol=0, atol=tolerance)
     layer = model.model.layers[0]
     a = np.asarray(layer.mlp.down_proj.lora_a[...])  # [in=80, r]
     assert (
