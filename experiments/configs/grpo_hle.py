@@ -178,6 +178,15 @@ def _base() -> ml_collections.ConfigDict:
     # The rebuilt prompt ("rebuild"; the reference's values).
     c.agent.rebuild = ml_collections.ConfigDict()
     c.agent.rebuild.system = "You are good at using tools. "  # The system message.
+    # How a QA turn's calls are read (agent/reference_turns.py): "project" (calls
+    # outside <think>, every one run, the turn malformed when any is invalid) or
+    # "reference" (the release's: calls in <think> too, the first per tool, well-formed
+    # with one valid call).
+    c.agent.tool_calls = "project"
+    # What an episode is charged: "project" (every call, the slowest tool and the
+    # generation time as a turn's latency) or "reference" (the release's: calls summed
+    # up to the answer call, which is not charged; no generation time).
+    c.agent.accounting = "project"
     c.agent.rebuild.instruction = "Choose an approriate tool."  # Ends the user message (sic).
     c.agent.rebuild.doc_chars = 4000  # Each document's first this many characters.
     c.agent.rebuild.code_tokens = 24000  # Programs and outputs: their last this many tokens.
@@ -799,9 +808,8 @@ def _qwen3_8b(c):
     verl/trainer/config/ppo_trainer.yaml, gen = lead_agent/llm_agent/generation_quick3.py."""
     c = _qwen3_8b_shape(c)
     c.agent.context = "rebuild"  # Each turn's prompt rebuilt from the task (gen run_llm_loop).
-    c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
-    c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
-    c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).
+    c.agent.tool_calls = "reference"  # Calls read as gen 2104-2129 reads them.
+    c.agent.accounting = "reference"  # Charged as gen 2041, 2074-2075, 1282, 1337.
     c.agent.rebuild.programs = "stdout"  # Programs that printed, verbatim (gen 234-235, 2024).
     c.agent.rebuild.cut = "reference"  # cut_seq's decode, special tokens skipped (gen 103).
     c.tools.document_text = "content"  # The retriever's text as it is (gen 592-595).

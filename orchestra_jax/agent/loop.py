@@ -56,7 +56,9 @@ Accounting: tool_cost = sum of result costs; orchestrator_cost = sum over turns
 of token_cost(context tokens read, tokens generated) at the config's
 `orchestrator_price` (USD per million tokens, input and output alike); latency =
 sum over turns of (generation latency + slowest tool of the turn), since a
-turn's calls run concurrently.
+turn's calls run concurrently. `LoopLimits.accounting="reference"` charges as the
+release does instead, and `tool_calls="reference"` reads a QA turn's calls as it
+does (`agent/reference_turns.py`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ from orchestra_jax.agent.conversation import (
 )
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
 from orchestra_jax.agent.infra_failure import InfraFailure, endpoint_of
+from orchestra_jax.agent.reference_turns import (
+    ACCOUNTINGS,
+    TOOL_CALL_READINGS,
+    offered_models,
+    reference_charges,
+    reference_tool_calls,
+)
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.chat.template import (
     generation_prompt,
@@ -140,8 +149,16 @@ class LoopLimits:
     # How each turn's prompt is built (agent/context.py): the growing sequence
     # ("history") or a fresh prompt per turn ("rebuild", the reference's).
     context: ContextPolicy = HistoryContext()
+    # How a QA turn's calls are read and charged (agent/reference_turns.py): the
+    # project's ("project") or the reference release's ("reference").
+    tool_calls: str = "project"
+    accounting: str = "project"
 
     def __post_init__(self):
+        if self.tool_calls not in TOOL_CALL_READINGS:
+            raise ValueError(f"tool_calls must be one of {TOOL_CALL_READINGS}")
+        if self.accounting not in ACCOUNTINGS:
+            raise ValueError(f"accounting must be one of {ACCOUNTINGS}")
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -249,14 +266,19 @@ class _Episode:
         self.traj.turns.append(turn)
         price = self.config.orchestrator_price
         self.traj.orchestrator_cost_usd += token_cost(prompt_tokens, n, price, price)
-        self.traj.latency_s += turn.generation_latency_s
+        if self.limits.accounting == "project":  # the reference's latency is its tools'
+            self.traj.latency_s += turn.generation_latency_s
         return turn
 
     async def _act(self, turn: Turn, closed: bool) -> str | None:
         """Parse the turn's calls, run them, account for them; returns the final answer."""
         content = turn.text[: -len(IM_END)] if closed and turn.text.endswith(IM_END) else turn.text
         self.ctx.messages.append({"role": "assistant", "content": content})
-        calls = parse_tool_calls(turn.text, tools=self.schemas)
+        if self.limits.tool_calls == "reference" and self.party is None:
+            offered = offered_models(list(self.spec.tools), self.spec.tool_config)
+            calls: list[Any] = reference_tool_calls(turn.text, offered)
+        else:
+            calls = parse_tool_calls(turn.text, tools=self.schemas)
         turn.tool_calls = [tool_runner.record_call(c, self.traj.tool_call_counts) for c in calls]
         turn.tool_results, final_answer = await tool_runner.run_calls(
             calls,
@@ -276,8 +298,12 @@ class _Episode:
                 self.traj.tool_call_counts[call.feature] += 1
                 if turn.first_call_feature is None and result.error is None:
                     turn.first_call_feature = call.feature
-        turn.tool_latency_s = max((r.latency_s for r in turn.tool_results), default=0.0)
-        self.traj.tool_cost_usd += sum(r.cost_usd for r in turn.tool_results)
+        if self.limits.accounting == "reference":
+            cost, turn.tool_latency_s = reference_charges(turn.tool_calls, turn.tool_results)
+        else:
+            cost = sum(r.cost_usd for r in turn.tool_results)
+            turn.tool_latency_s = max((r.latency_s for r in turn.tool_results), default=0.0)
+        self.traj.tool_cost_usd += cost
         self.traj.latency_s += turn.tool_latency_s
         return final_answer
 

@@ -47,6 +47,17 @@ REASONS = {
 }
 
 
+# A fact the agent must communicate is graded by tau2 as a case-insensitive substring of
+# the agent's messages: one with fewer letters or digits than this ("4", "yes", "$12")
+# is found in almost any reply and proves nothing.
+MIN_FACT_CHARS = 4
+
+
+def vague_facts(facts: list[str]) -> list[str]:
+    """The `communicate_info` facts with fewer than `MIN_FACT_CHARS` letters or digits."""
+    return [f for f in facts if sum(c.isalnum() for c in f) < MIN_FACT_CHARS]
+
+
 class Rejected(ValueError):
     """An output that is not kept: `reason` (a `REASONS` key) and a detail."""
 

@@ -14,6 +14,9 @@ variants). It writes into `out_dir`:
   tasks.json     the kept tasks, tau2 task rows as ToolScale publishes them
                  (`data.sources=toolscale`, `data.paths.toolscale=<this file>`)
   report.json, report.md   kept and rejected per stage by reason, calls, tokens, cost
+
+A run that keeps no task fails (`StageFailed`, the task stages' rejects by
+reason in its message and the report); experiments/synthesize.py exits non-zero.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ async def run(config: Any, generator: Generator) -> Result:
         rows = await stages.task_stage(ctx, domain, purposes, config.tasks.samples_per_purpose)
         if config.tasks.evolve:
             rows += await stages.evolve_stage(ctx, domain, rows)
+        if not rows:
+            raise stages.StageFailed(f"no task kept: {no_task_reasons(ctx.report)}")
     except stages.StageFailed as e:
         ctx.report.write(out, {"failed": str(e)})
         raise
@@ -147,6 +152,16 @@ async def run(config: Any, generator: Generator) -> Result:
     }
     ctx.report.write(out, extra)
     return Result(tasks_file, rows, domain.folder, {**ctx.report.to_dict(), **extra})
+
+
+def no_task_reasons(report: Report) -> str:
+    """The task stages' rejects by reason, e.g. "tasks: gold_action_fails 3, timeout 1"."""
+    parts = []
+    for name in ("purposes", "tasks", "evolve"):
+        rejected = report.stage(name).rejected
+        counts = ", ".join(f"{reason} {n}" for reason, n in sorted(rejected.items()))
+        parts.append(f"{name}: {counts or 'nothing rejected'}")
+    return "; ".join(parts)
 
 
 def synthesize(config: Any, generator: Generator | None = None) -> Result:

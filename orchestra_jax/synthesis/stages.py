@@ -8,7 +8,7 @@ output (schema, data model, tools, policy, purposes) try up to `attempts`
 samples in turn and keep the first valid one; stages of many items (entries,
 tasks, evolved tasks) ask for all of them at once (concurrency bounded by the
 generator) and keep every valid one. Model-written code is only ever run by
-the probe process (`probe.py`); this module reads it as text.
+the probe process, in the sandbox (`probe.py`); this module reads it as text.
 
 Validation per stage (rejects counted by reason, `outputs.REASONS`):
   schema      JSON of `SCHEMA_SCHEMA`
@@ -21,10 +21,14 @@ Validation per stage (rejects counted by reason, `outputs.REASONS`):
   policy      at least `min_policy_chars` characters
   purposes    JSON of `PURPOSES_SCHEMA`
   tasks, evolve
-              JSON of `TASK_SCHEMA`, a valid tau2 `Task` once converted, and the
+              JSON of `TASK_SCHEMA`, a valid tau2 `Task` once converted, every
+              `communicate_info` fact with at least `outputs.MIN_FACT_CHARS`
+              letters or digits (tau2 grades a fact by substring), and the
               verifiability filter: the gold actions name the domain's tools and
-              replay without error, in order, on a fresh copy of the database,
-              which they change exactly when the task says they do
+              replay without error, in order, on two fresh copies of the
+              database, ending both times in the same database (tau2's evaluator
+              compares hashes), which they change exactly when the task says
+              they do
 """
 
 from __future__ import annotations
@@ -331,6 +335,13 @@ async def verified_tasks(
             continue
         try:
             value = outputs.extract_json(text, outputs.TASK_SCHEMA)
+            vague = outputs.vague_facts(value["communicate_info"])
+            if vague:
+                raise Rejected(
+                    "communicate_info_vague",
+                    f"{vague}: each fact needs at least {outputs.MIN_FACT_CHARS} letters or "
+                    "digits (tau2 finds it in the agent's reply by substring)",
+                )
         except Rejected as e:
             ctx.report.reject(stage, e, task_id)
             continue

@@ -339,6 +339,8 @@ def loop_limits(config: Any) -> LoopLimits:
     )
 
 
+        tool_calls=a.tool_calls,
+        accounting=a.accounting,
 def check_rollout(config: Any) -> list[str]:
     """rollout.*, agent.*."""
     rollout = config.rollout
@@ -385,8 +387,13 @@ def check_rollout(config: Any) -> list[str]:
 
 
 def check_context(config: Any) -> list[str]:
-    """agent.context, agent.rebuild.*, and the sample unit a context needs."""
-    errors = _choice("agent.context", config.agent.context, CONTEXT_POLICIES)
+    """agent.context, agent.rebuild.*, the sample unit a context needs, and how a
+    turn's calls are read and charged (agent.tool_calls, agent.accounting)."""
+    from orchestra_jax.agent.reference_turns import ACCOUNTINGS, TOOL_CALL_READINGS
+
+    errors = _choice("agent.tool_calls", config.agent.tool_calls, TOOL_CALL_READINGS)
+    errors += _choice("agent.accounting", config.agent.accounting, ACCOUNTINGS)
+    errors += _choice("agent.context", config.agent.context, CONTEXT_POLICIES)
     if errors:
         return errors
     try:
