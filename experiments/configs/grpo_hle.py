@@ -175,9 +175,6 @@ def _base() -> ml_collections.ConfigDict:
     # the messages so far, whole ones dropped from the middle to fit (needs
     # rl.sample_unit="turn").
     c.agent.context = "history"
-    # The rebuilt prompt ("rebuild"; the reference's values).
-    c.agent.rebuild = ml_collections.ConfigDict()
-    c.agent.rebuild.system = "You are good at using tools. "  # The system message.
     # How a QA turn's calls are read (agent/reference_turns.py): "project" (calls
     # outside <think>, every one run, the turn malformed when any is invalid) or
     # "reference" (the release's: calls in <think> too, the first per tool, well-formed
@@ -187,6 +184,9 @@ def _base() -> ml_collections.ConfigDict:
     # generation time as a turn's latency) or "reference" (the release's: calls summed
     # up to the answer call, which is not charged; no generation time).
     c.agent.accounting = "project"
+    # The rebuilt prompt ("rebuild"; the reference's values).
+    c.agent.rebuild = ml_collections.ConfigDict()
+    c.agent.rebuild.system = "You are good at using tools. "  # The system message.
     c.agent.rebuild.instruction = "Choose an approriate tool."  # Ends the user message (sic).
     c.agent.rebuild.doc_chars = 4000  # Each document's first this many characters.
     c.agent.rebuild.code_tokens = 24000  # Programs and outputs: their last this many tokens.
@@ -195,9 +195,6 @@ def _base() -> ml_collections.ConfigDict:
     # A conversation (τ²): whole messages dropped from its middle to fit this many
     # tokens less the tool schemas', before the prompt_tokens cut.
     c.agent.rebuild.conversation_tokens = 23000
-
-    # --- tasks -----------------------------------------------------------------
-    c.data = ml_collections.ConfigDict()
     # Programs shown: "formatted" (stdout, stderr, exit status, "(no output)"; every
     # program) or "stdout" (the reference's: what it printed, verbatim, when not blank).
     c.agent.rebuild.programs = "formatted"
@@ -205,6 +202,9 @@ def _base() -> ml_collections.ConfigDict:
     # or "reference" (the reference's cut_seq: re-decoded id by id, special-token text
     # dropped; a multi-byte character split over ids becomes U+FFFD, its bug).
     c.agent.rebuild.cut = "project"
+
+    # --- tasks -----------------------------------------------------------------
+    c.data = ml_collections.ConfigDict()
     # Comma-separated `source[:weight]` list; a source is a task reader of
     # data/readers.py READERS ("synthetic", "frames", "jsonl", ...) or "package.module:reader".
     c.data.sources = "synthetic"
@@ -342,12 +342,12 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.search_index = ""  # A folder from python -m orchestra_jax.tools.build_index.
     c.tools.search_min_docs = 3
     c.tools.search_top_k = 3  # Documents each search returns.
-    # USD per search call and per document it returns (web search's prices).
-    c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
-    c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
     # A document as the orchestrator and experts read it: "title_text" ("title: text")
     # or "content" (the reference's: the retriever's text as it is, no title).
     c.tools.document_text = "title_text"
+    # USD per search call and per document it returns (web search's prices).
+    c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
+    c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
 
     # --- reward ----------------------------------------------------------------
     c.reward = ml_collections.ConfigDict()
@@ -813,6 +813,9 @@ def _qwen3_8b(c):
     c.agent.rebuild.programs = "stdout"  # Programs that printed, verbatim (gen 234-235, 2024).
     c.agent.rebuild.cut = "reference"  # cut_seq's decode, special tokens skipped (gen 103).
     c.tools.document_text = "content"  # The retriever's text as it is (gen 592-595).
+    c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
+    c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
+    c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).
     c.reward.type = "toolorchestra_reference"  # The preference reward as gen computes it.
     c.rl.advantage_boost = 0.1  # sh correct_sample_advantage_boost_value.
     c.rl.drop_no_answer = True  # Rollouts without a valid answer give no sample (gen).

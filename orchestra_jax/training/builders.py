@@ -336,11 +336,11 @@ def loop_limits(config: Any) -> LoopLimits:
         max_concurrent_episodes=a.max_concurrent_episodes or None,
         max_batch_size=config.rollout.max_batch_size,
         context=context_policy(a),
+        tool_calls=a.tool_calls,
+        accounting=a.accounting,
     )
 
 
-        tool_calls=a.tool_calls,
-        accounting=a.accounting,
 def check_rollout(config: Any) -> list[str]:
     """rollout.*, agent.*."""
     rollout = config.rollout
@@ -492,10 +492,10 @@ def tool_config_fields(config: Any) -> dict[str, Any]:
         search_top_k=t.search_top_k,
         search_price_per_query=t.search_price_per_query,
         search_price_per_document=t.search_price_per_document,
+        document_text=t.document_text,
     )
 
 
-        document_text=t.document_text,
 def sampler_ranges(config: Any) -> SamplerRanges:
     t = config.tools
     return SamplerRanges(
@@ -514,20 +514,20 @@ def sampler_ranges(config: Any) -> SamplerRanges:
 def check_env(config: Any) -> list[str]:
     """env.name, tools.*."""
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
+    from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
-    from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
     errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
     try:
         enabled_tools(config.tools.enabled)
     except ValueError as e:
         errors.append(f"tools.enabled: {e}")
     errors += _choice("tools.description_style", config.tools.description_style, DESCRIPTION_STYLES)
+    errors += _choice("tools.document_text", config.tools.document_text, DOCUMENT_TEXTS)
     for lo, hi in (
         ("price_scale_min", "price_scale_max"),
         ("latency_scale_min", "latency_scale_max"),
-    errors += _choice("tools.document_text", config.tools.document_text, DOCUMENT_TEXTS)
     ):
         if not 0 < config.tools[lo] <= config.tools[hi]:
             errors.append(
