@@ -2,8 +2,12 @@
 # Build a virtual environment holding vLLM's CPU build, for launch/vllm_server.sh
 # and the tests that serve a model with it.
 #
-#   scripts/make_vllm_venv.sh DIR
+#   [PYTHON=/path/to/python] scripts/make_vllm_venv.sh DIR
 #
+# The venv is made from $PYTHON (default: `python` on PATH), which must be a
+# Python for which pip finds torch 2.13.0's CPU build: PyPI's Linux torch is the
+# CUDA build, and CI's local CPU wheel is cp311 only, so .ci/run passes its
+# default Python 3.11 (elsewhere: PyTorch's CPU index, PIP_EXTRA_INDEX_URL).
 # vLLM lives in a venv of its own: it pins transformers below the project's. The
 # torchvision, torchaudio and torchcodec wheels it pulls do not load against
 # torch 2.13.0+cpu, and a text model needs none of them, so they are removed.
