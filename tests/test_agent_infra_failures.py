@@ -183,3 +183,87 @@ def test_the_policys_own_failures_are_never_infrastructure(turns):
     [traj] = run([spec(tools)], scripted({"t0/0": turns}), max_turns=2)
     assert traj.infra_failure is None and traj.finish_reason == "max_turns"
     assert all(r.infra_failure is None for t in traj.turns for r in t.tool_results)
+
+
+def test_only_transport_server_and_timeout_errors_are_a_services_failure():
+    import aiohttp
+    import httpx
+    import jax
+    import openai
+
+    from orchestra_jax.agent.infra_failure import InfraError, is_service_failure
+    from orchestra_jax.envs.tau2_user import PartyError
+    from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
+    from orchestra_jax.rollout.server_pool import NoServerAvailable
+
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1")
+    services = [
+        ConnectionRefusedError("refused"),
+        asyncio.TimeoutError(),
+        TimeoutError("read timed out"),
+        aiohttp.ClientConnectionError("dropped"),
+        aiohttp.ServerDisconnectedError(),
+        openai.APIConnectionError(request=request),
+        RolloutServerError("generate failed after 3 attempts"),
+        ServerUnreachable("no answer"),
+        NoServerAvailable("every server is out"),
+        PartyError("user simulator failed after 4 attempt(s)"),
+        InfraError("judge down", kind="judge", endpoint="http://judge"),
+        jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory"),
+    ]
+    bugs = [
+        TypeError("'NoneType' object is not subscriptable"),
+        KeyError("weight_version"),
+        AssertionError(),
+        ValueError("bad reward basis"),
+        AttributeError("no attribute 'urls'"),
+        RuntimeError("an unnamed runtime error"),
+        FileNotFoundError("db.json"),
+    ]
+    assert [is_service_failure(e) for e in services] == [True] * len(services)
+    assert [is_service_failure(e) for e in bugs] == [False] * len(bugs)
+
+
+@pytest.mark.parametrize(
+    "bug", [TypeError("bad operand"), KeyError("finish_reason"), AssertionError("bad state")]
+)
+def test_a_bug_in_the_engine_client_is_a_crash_not_an_infrastructure_failure(bug):
+    def raising(ids, request):
+        raise bug
+
+    with pytest.raises(type(bug)):
+        run([spec([FakeTool("answer", final=True)])], ScriptedEngine(raising))
+
+
+def test_a_bug_in_the_other_party_is_a_crash_not_an_infrastructure_failure():
+    FakeUser = conversation_tests.FakeUser
+
+    class BuggyUser(FakeUser):
+        def __init__(self, at, **kwargs):
+            super().__init__(["a", "b"], **kwargs)
+            self.at = at
+
+        async def open(self, state):
+            if self.at == "open":
+                raise TypeError("bug at open")
+            return await super().open(state)
+
+        async def respond(self, state, turn):
+            if self.at == "respond":
+                raise KeyError("bug in respond")
+            return await super().respond(state, turn)
+
+    engine = conversation_tests.scripted(["Hello."])
+    with pytest.raises(TypeError, match="bug at open"):
+        conversation_tests.play(conversation_tests.conversation(BuggyUser("open")), engine)
+    with pytest.raises(KeyError, match="bug in respond"):
+        conversation_tests.play(conversation_tests.conversation(BuggyUser("respond")), engine)
+
+
+def test_a_tool_that_raises_a_bug_stays_an_observation_for_the_policy():
+    tools = [FakeTool("search", raises=TypeError("tool bug")), FakeTool("answer", final=True)]
+    turns = [call("search", q="x"), call("answer", q="done")]
+    [traj] = run([spec(tools)], scripted({"t0/0": turns}), max_turns=3)
+    assert traj.infra_failure is None and traj.finish_reason == "answer"
+    [result] = traj.turns[0].tool_results
+    assert "TypeError: tool bug" in result.text and result.error and result.infra_failure is None

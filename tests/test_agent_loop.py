@@ -308,7 +308,7 @@ def test_engine_failure_ends_only_that_episode():
 
     def policy(ids, request):
         if request.request_id.startswith("bad/"):
-            raise RuntimeError("server gone")
+            raise ConnectionError("server gone")
         return TOK.encode(call("answer", q="1") + "<|im_end|>")
 
     # Batches of one, so the failing request's call holds no other episode's request.

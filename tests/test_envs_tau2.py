@@ -136,7 +136,9 @@ def test_an_early_end_scores_0(env, retail):
     assert cut.metadata["grade"]["reward"] == 0.0 and not cut.correct
 
 
-def test_an_evaluator_that_raises_is_retried_then_the_evaluators_failure(env, retail, monkeypatch):
+def test_an_evaluator_whose_service_fails_is_retried_then_the_evaluators_failure(
+    env, retail, monkeypatch
+):
     import tau2.evaluator.evaluator as evaluator
 
     calls = {"n": 0}
@@ -144,8 +146,8 @@ def test_an_evaluator_that_raises_is_retried_then_the_evaluators_failure(env, re
 
     def flaky(*args, **kwargs):  # failure injection: the first `fail` calls raise
         calls["n"] += 1
-        if calls["n"] <= fail:
-            raise RuntimeError("evaluator crashed")
+        if calls["n"] <= fail:  # as its NL judge's endpoint does when it goes down
+            raise ConnectionError("evaluator crashed")
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(evaluator, "evaluate_simulation", flaky)
@@ -162,6 +164,25 @@ def test_an_evaluator_that_raises_is_retried_then_the_evaluators_failure(env, re
     assert traj.infra_failure.endpoint == "tau2 evaluator (retail)"
     assert "after 2 attempt(s)" in traj.infra_failure.message
     assert "evaluator crashed" in traj.infra_failure.message
+
+
+def test_an_evaluator_that_raises_a_bug_is_not_retried_and_not_infrastructure(
+    env, retail, monkeypatch
+):
+    import tau2.evaluator.evaluator as evaluator
+
+    calls = {"n": 0}
+
+    def broken(*args, **kwargs):  # deterministic: another attempt raises the same
+        calls["n"] += 1
+        raise ValueError("reward basis has an unknown criterion")
+
+    monkeypatch.setattr(evaluator, "evaluate_simulation", broken)
+    monkeypatch.setattr(env, "evaluator_retries", 3)
+    task = with_basis(retail[EXCHANGE_TASK], ["DB", "COMMUNICATE"])
+    with pytest.raises(ValueError, match="unknown criterion"):
+        play(env, task, gold_calls(task) + ["You will pay $22.55 for the difference."])
+    assert calls["n"] == 1
 
 
 def test_tau2_budgets_end_the_conversation(tau2_data, retail):

@@ -211,6 +211,25 @@ def test_a_dead_user_endpoint_ends_the_episode_with_the_error_and_nothing_lost(t
     assert traj.correct is False and "grade" not in traj.metadata
 
 
+def test_a_bug_in_the_user_simulator_is_not_retried_and_not_infrastructure(
+    user_server, task, tau2_data, monkeypatch
+):
+    from tau2.user.user_simulator import UserSimulator
+
+    calls = {"n": 0}
+
+    def broken(self, message, state):
+        calls["n"] += 1
+        raise TypeError("'NoneType' object is not iterable")
+
+    monkeypatch.setattr(UserSimulator, "generate_next_message", broken)
+    server, _, _ = user_server
+    env = make_env(tau2_data, server.url + "/v1", retries=3)
+    with pytest.raises(TypeError, match="not iterable"):
+        play(env, task, gold_plan(task))
+    assert calls["n"] == 1
+
+
 def test_a_tiny_model_on_the_project_server_plays_the_user(task, tau2_data):
     from flax import nnx
 

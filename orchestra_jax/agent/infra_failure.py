@@ -24,11 +24,24 @@ Kinds (`INFRA_KINDS`):
 Where a failure happens, the code raises `InfraError` (or a subclass) or builds
 the record directly; the agent loop and the grader turn it into
 `Trajectory.infra_failure`.
+
+What counts as a service's failure (`is_service_failure`): the transport (a
+connection refused or dropped, a timeout), the server (an HTTP error answer, a
+server that stayed unreachable, a device that failed under the in-process
+engine), and the project's own errors that say so (`ServiceError`: `InfraError`,
+a rollout client's `RolloutServerError`, τ²'s user `PartyError`, ...). Anything
+else the loop or the grader meets (a `TypeError`, a `KeyError`, an assertion, an
+evaluator's `ValueError`) is a bug: it propagates with its traceback and stops the
+run, never hidden as an infrastructure failure. A tool that raises is neither: it
+stays an error observation the policy reads (`agent/tool_runner.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import sys
+import urllib.error
 from typing import Any
 
 INFRA_KINDS = ("engine", "expert", "search", "judge", "user_simulator", "evaluator")
@@ -53,7 +66,12 @@ class InfraFailure:
         return cls(kind=data["kind"], endpoint=data["endpoint"], message=data["message"])
 
 
-class InfraError(RuntimeError):
+class ServiceError(RuntimeError):
+    """The project's errors that say a service failed (transport, server, timeout),
+    not the caller: what `is_service_failure` recognises among them."""
+
+
+class InfraError(ServiceError):
     """A service failed for good (its retries spent): raised where it failed, turned
     into the episode's `InfraFailure` by whoever plays or grades the episode."""
 
@@ -77,3 +95,28 @@ def endpoint_of(part: Any) -> str:
         if isinstance(value, str) and value:
             return value
     return type(part).__name__
+
+
+# Errors of libraries the project talks to services through, by module and class:
+# an error can only come from a module already imported, so none is imported here.
+_LIBRARY_SERVICE_ERRORS = (
+    ("aiohttp", "ClientError"),  # connection, payload and HTTP status errors
+    ("openai", "APIError"),  # litellm's errors too (τ²'s user simulator and judge)
+    ("jax.errors", "JaxRuntimeError"),  # the in-process engine's device failed
+)
+
+
+def is_service_failure(error: BaseException) -> bool:
+    """Whether `error` is a service's failure (see the module docstring) rather than
+    a bug: `ServiceError`, a connection error or timeout, `urllib`'s URL errors,
+    and the service errors of aiohttp, openai/litellm and JAX's runtime."""
+    if isinstance(
+        error,
+        (ServiceError, ConnectionError, TimeoutError, asyncio.TimeoutError, urllib.error.URLError),
+    ):
+        return True
+    for module_name, class_name in _LIBRARY_SERVICE_ERRORS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(error, getattr(module, class_name)):
+            return True
+    return False

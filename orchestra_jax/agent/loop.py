@@ -24,7 +24,8 @@ template is append-only (thinking on, raw assistant text, canonical non-empty
 `<think>` blocks; see `chat/template.py` and `tests/test_agent_loop.py`).
 
 Stops: `answer` ("answer"), the turn limit ("max_turns"), the context budget
-("context"), a turn without a call when `stop_on_no_tool_call` ("no_tool_call"),
+or a server's context refusing the turn (a completion with finish reason
+"context": the policy's stop, not a failure; "context"), a turn without a call when `stop_on_no_tool_call` ("no_tool_call"),
 an engine or other-party failure ("error"), the other party ending the
 conversation ("conversation", its reason in `metadata["conversation_end"]`). A
 turn without a valid call otherwise gets an error observation and the episode
@@ -35,8 +36,11 @@ with "error" and set `Trajectory.infra_failure`: the engine raising or
 aborting a turn ("engine"; engines retry in their own clients), the other
 party failing ("user_simulator"; it retries in its own client), and a tool
 result that carries one (an expert endpoint or the search backend, failed after
-their retries). The policy's own failures (malformed or unknown calls, bad
-arguments, context, turns) never set it.
+their retries). Only a service's failure does so (`is_service_failure`: a
+transport, server or timeout error); any other exception of the engine or the
+party is a bug and propagates, stopping the run with its traceback. The
+policy's own failures (malformed or unknown calls, bad arguments, context,
+turns) never set it.
 
 Conversations: where the episode has another party (`EpisodeSpec.other_party`,
 e.g. a simulated user; `agent/conversation.py`), the prompt is the party's
@@ -86,7 +90,7 @@ from orchestra_jax.agent.conversation import (
     party_message,
 )
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
-from orchestra_jax.agent.infra_failure import InfraFailure, endpoint_of
+from orchestra_jax.agent.infra_failure import InfraFailure, endpoint_of, is_service_failure
 from orchestra_jax.agent.reference_turns import (
     ACCOUNTINGS,
     TOOL_CALL_READINGS,
@@ -344,11 +348,13 @@ class _Episode:
         False when the conversation ended, or the party failed, before the first turn."""
         try:
             reply = await self.party.open(self.spec.state)
-            check_opening(reply)
-        except Exception as e:  # a failing party ends this episode, reported, not the run
+        except Exception as e:
+            if not is_service_failure(e):
+                raise  # a bug, not a service's failure: the run stops with its traceback
             self._begin(self._prompt(conversation_messages(self.spec, [])))
             self._fail("user_simulator", self.party, f"other party failed to open: {_text(e)}")
             return False
+        check_opening(reply)
         add_usage(self.party_usage, reply)
         self.ctx.messages = conversation_messages(self.spec, list(reply.messages))
         context = self.limits.context
@@ -391,14 +397,16 @@ class _Episode:
         said_to_party = PolicyTurn(message_text(turn.text), turn.tool_calls, relayed)
         try:
             reply = await self.party.respond(self.spec.state, said_to_party)
-            said = party_message(reply)
-            if reply.end is None and said_to_party.is_message and said is None:
-                raise ValueError("the other party did not answer a message")
-            if said is not None and not said_to_party.is_message:
-                raise ValueError("the other party spoke after a turn of tool calls")
-        except Exception as e:  # a failing party ends this episode, reported, not the run
+        except Exception as e:
+            if not is_service_failure(e):
+                raise  # a bug, not a service's failure: the run stops with its traceback
             self._fail("user_simulator", self.party, f"other party failed: {_text(e)}")
             return True, None
+        said = party_message(reply)  # a party breaking the protocol is a bug: it raises
+        if reply.end is None and said_to_party.is_message and said is None:
+            raise ValueError("the other party did not answer a message")
+        if said is not None and not said_to_party.is_message:
+            raise ValueError("the other party spoke after a turn of tool calls")
         add_usage(self.party_usage, reply)
         if reply.end is not None:
             self._end_conversation(reply.end)
@@ -449,15 +457,17 @@ class _Episode:
             request = self._request(turn_index, sampling, room, self.traj.token_ids[start:])
             try:
                 completion = await batcher.generate(request)
-                if completion.finish_reason is None:  # a stream's partial completion
-                    raise RuntimeError("engine returned an unfinished completion")
-                if len(completion.output_ids) > request.sampling.max_new_tokens:
-                    raise RuntimeError(
-                        f"engine returned {len(completion.output_ids)} tokens, "
-                        f"over max_new_tokens={request.sampling.max_new_tokens}"
-                    )
-            except Exception as e:  # a dead engine ends this episode, reported, not the run
-                self._fail("engine", batcher.engine, _text(e))
+            except Exception as e:
+                if not is_service_failure(e):
+                    raise  # a bug, not a service's failure: the run stops with its traceback
+                self._fail("engine", batcher.engine, _text(e))  # this episode's, not the run's
+                break
+            malformed = _malformed(completion, request)
+            if malformed is not None:  # the engine's answer breaks the contract: its fault
+                self._fail("engine", batcher.engine, malformed)
+                break
+            if completion.finish_reason == "context":  # the server's context is full:
+                self._finish("context")  # the policy's context stop, as the budget's
                 break
             turn = self._record_generation(completion, start)
             if completion.finish_reason == "abort":
@@ -502,6 +512,18 @@ class _Episode:
 
 def _text(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
+
+
+def _malformed(completion: Completion, request: GenerateRequest) -> str | None:
+    """What is wrong with an engine's completion of `request`, or None."""
+    if completion.finish_reason is None:  # a stream's partial completion
+        return "engine returned an unfinished completion"
+    if len(completion.output_ids) > request.sampling.max_new_tokens:
+        return (
+            f"engine returned {len(completion.output_ids)} tokens, "
+            f"over max_new_tokens={request.sampling.max_new_tokens}"
+        )
+    return None
 
 
 async def run_episodes(

@@ -22,10 +22,13 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      COMMUNICATE, NL_ASSERTION) on the episode's message record;
                      correct = reward 1. A conversation the loop cut short (turn
                      or context budget, an error) is graded as tau2 grades one
-                     that hit its step budget: 0. An evaluator that raises is
-                     tried `evaluator_retries` more times, then is an
-                     infrastructure failure ("evaluator",
-                     `agent/infra_failure.py`): the episode is not scored.
+                     that hit its step budget: 0. An evaluator whose service
+                     fails (its NL-assertion judge's endpoint: a transport,
+                     server or timeout error, `is_service_failure`) is tried
+                     `evaluator_retries` more times, then is an infrastructure
+                     failure ("evaluator", `agent/infra_failure.py`): the
+                     episode is not scored. Any other exception of the
+                     evaluator is a bug: it propagates at once, not retried.
 
 The policy's prompt is tau2's own agent prompt (instructions and the domain
 policy), then the tool configuration's preferences, the domain tools' schemas
@@ -48,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
-from orchestra_jax.agent.infra_failure import InfraError
+from orchestra_jax.agent.infra_failure import InfraError, is_service_failure
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.tau2_domain_folder import domain_folder, register_domain_folder
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
@@ -110,7 +113,7 @@ class Tau2Environment:
       domain: the domain `tasks(split, n)` reads: one of tau2's (from `data_dir`),
         a ToolScale domain's name (in `domains_dir`) or a domain folder's path
         (`tau2_domain_folder.py`).
-      evaluator_retries: extra attempts at an evaluation that raised
+      evaluator_retries: extra attempts at an evaluation whose service failed
         (`rollout.infra_retries`).
       domains_dir: where domains named by tasks or `domain` that tau2 lacks are
         looked for as folders (ToolScale's ten: ../shared/toolscale/domains).
@@ -371,8 +374,10 @@ class Tau2Environment:
                     run, task, EvaluationType.ALL, solo_mode=False, domain=episode.domain
                 )
                 break
-            except Exception as e:  # the evaluator's failure, not the policy's
-                last_error = f"{type(e).__name__}: {e}"
+            except Exception as e:
+                if not is_service_failure(e):  # a deterministic failure: another try
+                    raise  # would raise it again, and it is a bug, not a service's
+                last_error = f"{type(e).__name__}: {e}"  # its NL judge's endpoint failed
         else:
             raise InfraError(
                 f"τ² evaluator failed on task {task.id!r} after "

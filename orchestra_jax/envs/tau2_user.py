@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra_jax.agent.conversation import PartyReply, PolicyTurn
-from orchestra_jax.agent.infra_failure import endpoint_of
+from orchestra_jax.agent.infra_failure import ServiceError, endpoint_of, is_service_failure
 from orchestra_jax.envs.tau2_episode import Tau2Episode
 from orchestra_jax.tools.experts import backoff_delay
 
@@ -39,7 +39,7 @@ AGENT_STOP = "###STOP###"
 USER_STOPS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 
 
-class PartyError(RuntimeError):
+class PartyError(ServiceError):
     """The user could not speak (its endpoint failed for good)."""
 
 
@@ -319,8 +319,10 @@ class SimulatedUser:
                     self.simulator.generate_next_message, incoming, state
                 )
                 return message
-            except Exception as e:  # litellm raises its own error classes
+            except Exception as e:
                 del state.messages[kept:]  # the failed attempt leaves nothing behind
+                if not is_service_failure(e):  # a bug, not the endpoint's: never retried
+                    raise
                 last_error = f"{type(e).__name__}: {e}"
                 if type(e).__name__ in FINAL_ERRORS:
                     break

@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any, cast
 import aiohttp
 import numpy as np
 
+from orchestra_jax.agent.infra_failure import ServiceError
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
@@ -94,7 +95,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RolloutServerError(RuntimeError):
+class RolloutServerError(ServiceError):
     """The rollout server(s) failed or stayed unreachable after all retries."""
 
 

@@ -53,10 +53,12 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
+from orchestra_jax.agent.infra_failure import ServiceError
+
 log = logging.getLogger(__name__)
 
 
-class NoServerAvailable(RuntimeError):
+class NoServerAvailable(ServiceError):
     """Every server is out and none may serve (each missed a weight sync)."""
 
 
