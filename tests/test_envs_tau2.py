@@ -348,6 +348,7 @@ def test_relay_routers_consult_priced_experts_and_report_pass_k(tau2_data, retai
         cost_scale=0.02,
         latency_scale=120.0,
         workdir=str(tmp_path),
+        max_infra_failure_fraction=0.25,
         trials=2,
     )
     summary = asyncio.run(

@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from orchestra_jax.agent.trajectory import Trajectory
-from orchestra_jax.eval.pass_k import pass_hat_k, pass_k_by_domain
+from orchestra_jax.eval.pass_k import pass_hat_k, pass_k_by_domain, pass_k_task_counts
 
 
 def test_pass_hat_k_by_hand():
@@ -64,3 +64,28 @@ def test_pass_k_by_domain_averages_tasks_per_domain():
     assert table["all"]["pass^1"] == pytest.approx((1 + 2 / 3 + 1 / 3) / 3)
     with pytest.raises(ValueError, match="not graded"):
         pass_k_by_domain([_traj("d", None, "x")])
+
+
+def test_each_task_counts_towards_pass_k_up_to_its_own_trials():
+    trajs = [_traj("a", c, "retail") for c in (True, True, True, True)]  # 4 trials
+    trajs += [_traj("b", c, "retail") for c in (True, False, True)]  # lost one: 3
+    trajs += [_traj("c", c, "airline") for c in (True, True)]  # lost two: 2
+    table = pass_k_by_domain(trajs)
+    assert table["retail"] == pytest.approx(
+        {"pass^1": (1 + 2 / 3) / 2, "pass^2": (1 + 1 / 3) / 2, "pass^3": 0.5, "pass^4": 1.0}
+    )
+    assert table["airline"] == pytest.approx({"pass^1": 1.0, "pass^2": 1.0})
+    assert table["all"] == pytest.approx(
+        {
+            "pass^1": (1 + 2 / 3 + 1) / 3,
+            "pass^2": (1 + 1 / 3 + 1) / 3,
+            "pass^3": (1 + 0) / 2,  # a and b: c has 2 trials
+            "pass^4": 1.0,  # a alone
+        }
+    )
+    assert pass_k_task_counts(trajs) == {
+        "airline": {"pass^1": 1, "pass^2": 1},
+        "all": {"pass^1": 3, "pass^2": 3, "pass^3": 2, "pass^4": 1},
+        "retail": {"pass^1": 2, "pass^2": 2, "pass^3": 2, "pass^4": 1},
+    }
+    assert pass_k_by_domain([]) == {} and pass_k_task_counts([]) == {}

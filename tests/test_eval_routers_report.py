@@ -281,3 +281,34 @@ def test_report_leaves_out_a_tool_never_called_in_a_domain(tmp_path):
         text = f.read()
     assert "| grpo | 1.00, 0.0010; no calls | 0.50, 0.0200; answer/sim-small 1.00 |" in text
     assert (tmp_path / "eval_pareto.png").exists() and png.endswith("eval_pareto.png")
+
+
+def test_report_counts_infrastructure_failures_and_pass_k_over_the_trials_kept(tmp_path):
+    summary = {
+        "policy": "grpo",
+        "accuracy": 0.5,
+        "mean_cost_usd": 0.01,
+        "mean_latency_s": 1.0,
+        "num_episodes": 199,
+        "trials": 4,
+        "infra_failed": 1,
+        "infra_failed_by_kind": {"user_simulator": 1},
+        "infra_failed_by_endpoint": {"http://user.test/v1": 1},
+        "pass_k": {"all": {"pass^1": 0.5, "pass^2": 0.2, "pass^3": 0.1, "pass^4": 0.05}},
+        "pass_k_tasks": {"all": {"pass^1": 50, "pass^2": 50, "pass^3": 50, "pass^4": 49}},
+    }
+    clean = {**summary, "policy": "base", "num_episodes": 200, "infra_failed": 0}
+    clean.update(infra_failed_by_kind={}, infra_failed_by_endpoint={})
+    clean["pass_k_tasks"] = {"all": dict.fromkeys(summary["pass_k"]["all"], 50)}
+    for s in (summary, clean):
+        (tmp_path / f"eval_{s['policy']}.json").write_text(json.dumps(s))
+    md, _ = report.write_report(str(tmp_path))
+    text = open(md).read()
+    assert "Episodes failed by infrastructure" in text
+    assert (
+        "- grpo: 1 of 200 episodes (by kind: user_simulator 1; "
+        "by endpoint: http://user.test/v1 1)" in text
+    )
+    assert "- base: 0 of 200 episodes\n" in text
+    assert "| grpo | all | 0.500, 0.200, 0.100, 0.050 (49 of 50 tasks) |" in text
+    assert "a task with n trials counts towards pass^k for k <= n" in text

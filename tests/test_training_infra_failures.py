@@ -203,20 +203,25 @@ def test_evaluation_summary_counts_failures_apart():
     }
 
 
-def test_an_evaluation_scores_only_what_did_not_fail_by_infrastructure(tmp_path, monkeypatch):
+def _evaluator(tmp_path, task_ids, trials, max_fraction):
     from orchestra_jax.training import evaluation
 
-    played = [_traj("a", 0, True), _traj("a", 1, False), _traj("a", 2, False, failure=OUTAGE)]
-    evaluator = evaluation.Evaluator(
-        [types.SimpleNamespace(id="a", metadata={})],
-        {"a": None},
+    return evaluation.Evaluator(
+        [types.SimpleNamespace(id=i, metadata={}) for i in task_ids],
+        dict.fromkeys(task_ids),
         None,
         seed=0,
         cost_scale=1.0,
         latency_scale=100.0,
         workdir=str(tmp_path),
-        trials=3,
+        max_infra_failure_fraction=max_fraction,
+        trials=trials,
     )
+
+
+def test_an_evaluation_scores_only_what_did_not_fail_by_infrastructure(tmp_path, monkeypatch):
+    played = [_traj("a", 0, True), _traj("a", 1, False), _traj("a", 2, False, failure=OUTAGE)]
+    evaluator = _evaluator(tmp_path, ["a"], trials=3, max_fraction=1.0)
 
     async def play(engine):
         return [dataclasses.replace(t) for t in played]
@@ -230,6 +235,61 @@ def test_an_evaluation_scores_only_what_did_not_fail_by_infrastructure(tmp_path,
     played[:2] = [_traj("a", g, True, failure=OUTAGE) for g in range(2)]
     with pytest.raises(infra_failures.InfraFailureError, match="expert at http://expert.test"):
         asyncio.run(evaluator.evaluate("p", None))
+
+
+def _played(num_tasks, trials, failed):
+    """Every task wins its even trials; the episodes at places `failed` failed by
+    infrastructure."""
+    return [
+        _traj(f"t{i}", g, g % 2 == 0, failure=OUTAGE if i * trials + g in failed else None)
+        for i in range(num_tasks)
+        for g in range(trials)
+    ]
+
+
+def test_an_evaluation_is_bounded_as_a_training_step_is(tmp_path, monkeypatch):
+    evaluator = _evaluator(tmp_path, [f"t{i}" for i in range(4)], trials=4, max_fraction=0.25)
+    played = _played(4, 4, failed={0, 5, 10, 15})  # 4 of 16: at the bound, scored
+
+    async def play(engine):
+        return [dataclasses.replace(t) for t in played]
+
+    monkeypatch.setattr(evaluator, "play", play)
+    assert asyncio.run(evaluator.evaluate("p", None))["infra_failed"] == 4
+    played[:] = _played(4, 4, failed={0, 5, 10, 15, 1})  # 5 of 16: over it
+    with pytest.raises(infra_failures.InfraFailureError) as e:
+        asyncio.run(evaluator.evaluate("p", None))
+    assert "5 of 16 of the evaluation of 'p'" in str(e.value)
+    assert "rl.max_infra_failure_fraction=0.25" in str(e.value) and "expert at" in str(e.value)
+
+
+def test_one_lost_episode_of_200_leaves_every_other_tasks_pass_k(tmp_path, monkeypatch):
+    tasks = [f"t{i}" for i in range(50)]
+    evaluator = _evaluator(tmp_path, tasks, trials=4, max_fraction=0.25)
+    played = _played(50, 4, failed={7})  # task t1 keeps 3 trials
+
+    async def play(engine):
+        return [dataclasses.replace(t) for t in played]
+
+    monkeypatch.setattr(evaluator, "play", play)
+    summary = asyncio.run(evaluator.evaluate("p", None))
+    # 2 wins of 4: pass^1 = 1/2, pass^2 = C(2,2)/C(4,2) = 1/6, pass^3 = pass^4 = 0;
+    # t1 (wins g=0, g=2 of 3): pass^1 = 2/3, pass^2 = 1/3, pass^3 = 0.
+    assert summary["pass_k"]["all"] == pytest.approx(
+        {
+            "pass^1": (49 / 2 + 2 / 3) / 50,
+            "pass^2": (49 / 6 + 1 / 3) / 50,
+            "pass^3": 0.0,
+            "pass^4": 0.0,
+        }
+    )
+    assert summary["pass_k_tasks"]["all"] == {
+        "pass^1": 50,
+        "pass^2": 50,
+        "pass^3": 50,
+        "pass^4": 49,
+    }
+    assert summary["infra_failed"] == 1
 
 
 def test_bad_infrastructure_bounds_are_named_at_start_up(tmp_path):

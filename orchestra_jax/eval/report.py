@@ -4,8 +4,10 @@
 `eval_report.md` (the evaluation protocol, a warning where policies ran under
 different ones; accuracy, cost, latency, preference score, held-out reward,
 tool mix; accuracy, cost and tool mix per task domain and per benchmark
-category; the rows each data source read, skipped and held out; pass^k per
-domain where policies played several trials per task) and `eval_pareto.png`
+category; the rows each data source read, skipped and held out; how many
+episodes failed by infrastructure, by kind and endpoint (left out of every
+score); pass^k per domain where policies played several trials per task, each
+task over the trials it kept) and `eval_pareto.png`
 (accuracy against mean cost, one point per policy, the non-dominated ones
 joined). A policy is dominated when another is at least as accurate and at
 most as expensive, and strictly better in one.
@@ -81,8 +83,30 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
         + _group_table(summaries, "by_domain", "domain", min_groups=2)
         + _group_table(summaries, "by_category", "category", min_groups=1)
         + _data_table(summaries)
+        + _infra_lines(summaries)
         + _pass_k_table(summaries)
     )
+
+
+def _infra_lines(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per policy: the episodes that failed by infrastructure (left out of every
+    score above), by kind and by endpoint."""
+    lines = [
+        "",
+        "Episodes failed by infrastructure (an engine, expert, search, judge, user "
+        "simulator or evaluator that failed for good; left out of every score):",
+        "",
+    ]
+    for s in summaries:
+        failed = int(s.get("infra_failed", 0))
+        played = int(s.get("num_episodes", 0)) + failed
+        line = f"- {s['policy']}: {failed} of {played} episodes"
+        if failed:
+            kinds = ", ".join(f"{k} {n}" for k, n in s.get("infra_failed_by_kind", {}).items())
+            ends = ", ".join(f"{e} {n}" for e, n in s.get("infra_failed_by_endpoint", {}).items())
+            line += f" (by kind: {kinds}; by endpoint: {ends})"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _pass_k_table(summaries: Sequence[dict[str, Any]]) -> str:
@@ -93,7 +117,10 @@ def _pass_k_table(summaries: Sequence[dict[str, Any]]) -> str:
     lines = [
         "",
         "pass^k over trials per task (mean cost in USD and latency in s per episode; "
-        "the simulated user's spending is apart and not included):",
+        "the simulated user's spending is apart and not included). Each task counts "
+        "over the trials it kept: a task with n trials counts towards pass^k for k <= n, "
+        "so where a task lost an episode to infrastructure, pass^k for its highest k "
+        "is over fewer tasks, as the cell says:",
         "",
         "| policy | domain | pass^k (k = 1, 2, ...) | mean cost | mean latency |",
         "|---|---|---|---|---|",
@@ -102,7 +129,13 @@ def _pass_k_table(summaries: Sequence[dict[str, Any]]) -> str:
         domains = s.get("by_domain", {})
         for domain, values in s.get("pass_k", {}).items():
             row = s if domain == "all" else domains.get(domain, {})
-            passes = ", ".join(f"{v:.3f}" for v in values.values())
+            counts = s.get("pass_k_tasks", {}).get(domain, {})
+            tasks = max(counts.values(), default=0)
+            passes = ", ".join(
+                f"{v:.3f}"
+                + (f" ({counts[k]} of {tasks} tasks)" if counts.get(k, tasks) < tasks else "")
+                for k, v in values.items()
+            )
             lines.append(
                 f"| {s['policy']} | {domain} | {passes} "
                 f"| {_fmt(row.get('mean_cost_usd'), '.5f')} "

@@ -31,8 +31,11 @@ Episodes that failed by infrastructure (`Trajectory.infra_failure`: an engine,
 expert, search, judge, user-simulator or evaluator failure) are not scored as
 wrong: every score of the summary is over the other episodes, and the summary
 counts them (`infra_failed`, by kind and by endpoint;
-`training/infra_failures.summary`). An evaluation where every episode failed so
-raises `InfraFailureError` naming the endpoints.
+`training/infra_failures.summary`). The same bound as a training step's holds:
+an evaluation where more than `max_infra_failure_fraction`
+(`rl.max_infra_failure_fraction`) of the episodes failed so, or every one,
+raises `InfraFailureError` naming the endpoints. pass^k is per task over the
+trials it kept (`eval/pass_k.py`; `pass_k_tasks`: how many tasks each is over).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
 from orchestra_jax.data.pipeline import global_positions
 from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
-from orchestra_jax.eval.pass_k import pass_k_by_domain
+from orchestra_jax.eval.pass_k import pass_k_by_domain, pass_k_task_counts
 from orchestra_jax.eval.summary import summarize
 from orchestra_jax.io import paths
 from orchestra_jax.parallel.multihost import is_primary
@@ -160,7 +163,9 @@ class Evaluator:
     The test is fixed at construction: `tasks` (`trials` episodes each), their
     held-out `tool_configs` (task id -> ToolConfig), the episodes' seed and sampling,
     and the name of the evaluation protocol that set them (`protocol`, written into
-    every summary). Each `evaluate(name, engine)` plays the test with that policy and
+    every summary), and the largest share of its episodes that may fail by
+    infrastructure (`max_infra_failure_fraction`, the run's
+    `rl.max_infra_failure_fraction`). Each `evaluate(name, engine)` plays the test with that policy and
     writes `<workdir>/eval_<name>.json` and `<workdir>/trajectories/eval_<name>.jsonl`.
     """
 
@@ -174,6 +179,7 @@ class Evaluator:
         cost_scale: float,
         latency_scale: float,
         workdir: str,
+        max_infra_failure_fraction: float,
         data_reports: Sequence[Mapping[str, Any]] = (),
         trials: int = 1,
         protocol: str = "heldout",
@@ -183,6 +189,11 @@ class Evaluator:
             raise ValueError(f"no held-out tool configuration for tasks {missing[:5]}")
         if trials < 1:
             raise ValueError(f"trials must be >= 1, got {trials}")
+        if not 0.0 <= max_infra_failure_fraction <= 1.0:
+            raise ValueError(
+                f"max_infra_failure_fraction must be in [0, 1], got {max_infra_failure_fraction}"
+            )
+        self.max_infra_failure_fraction = max_infra_failure_fraction
         self.trials, self.protocol = trials, protocol
         self.tasks, self.tool_configs = list(tasks), dict(tool_configs)
         self.data_reports = [dict(r) for r in data_reports]
@@ -219,6 +230,9 @@ class Evaluator:
         default the evaluator's); `extra` fields are added to the summary."""
         workdir = workdir or self.workdir
         played = await self.play(engine)
+        infra_failures.check_fraction(
+            played, self.max_infra_failure_fraction, what=f"the evaluation of {name!r}"
+        )
         trajectories = [t for t in played if t.infra_failure is None]  # the scored ones
         if not trajectories:
             raise infra_failures.InfraFailureError(
@@ -248,6 +262,7 @@ class Evaluator:
             "data": self.data_reports,
             "trials": self.trials,
             "pass_k": pass_k_by_domain(trajectories),
+            "pass_k_tasks": pass_k_task_counts(trajectories),
             **other_party_spending(trajectories),
             **infra_failures.summary(played),
             **(extra or {}),

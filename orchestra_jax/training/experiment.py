@@ -129,6 +129,7 @@ def build_evaluator(
         cost_scale=test.eval.cost_scale_usd,
         latency_scale=test.eval.latency_scale_s,
         workdir=grpo_loop.workdir_of(test),
+        max_infra_failure_fraction=test.rl.max_infra_failure_fraction,
         data_reports=reports,
         trials=test.eval.num_trials,
         protocol=protocol.name,
