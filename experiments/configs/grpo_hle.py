@@ -345,6 +345,11 @@ def _base() -> ml_collections.ConfigDict:
     # A document as the orchestrator and experts read it: "title_text" ("title: text")
     # or "content" (the reference's: the retriever's text as it is, no title).
     c.tools.document_text = "title_text"
+    # What a search costs (tools/search_pricing.py): "per_document" (the prices above,
+    # per query and per returned document) or "reference" (the reference's: a web
+    # engine's search + top_k extractions; a local index, the query's tokens at the
+    # orchestrator's input price).
+    c.tools.search_pricing = "per_document"
     # USD per search call and per document it returns (web search's prices).
     c.tools.search_price_per_query = pricing.SEARCH_PRICE_PER_QUERY
     c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT
@@ -813,6 +818,8 @@ def _qwen3_8b(c):
     c.agent.rebuild.programs = "stdout"  # Programs that printed, verbatim (gen 234-235, 2024).
     c.agent.rebuild.cut = "reference"  # cut_seq's decode, special tokens skipped (gen 103).
     c.tools.document_text = "content"  # The retriever's text as it is (gen 592-595).
+    c.tools.search_pricing = "reference"  # Search + extract x top_k, or query tokens (gen 563).
+    c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT  # Tavily's extract.
     c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
     c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
     c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).

@@ -43,6 +43,7 @@ from orchestra_jax.tools.experts import ExpertClient, ExpertError
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.tools.retrieval import Retriever
+from orchestra_jax.tools.search_pricing import PER_DOCUMENT, SearchCharge, search_charge
 
 
 class QAEnvironment:
@@ -75,6 +76,7 @@ class QAEnvironment:
         expert_protocol: ExpertProtocol = PROJECT,
         families: Mapping[str, str] | None = None,
         search_retries: int = 0,
+        search_charge: SearchCharge = PER_DOCUMENT,
     ):
         self.profiles = tuple(profiles)
         self.experts = dict(experts)
@@ -94,6 +96,7 @@ class QAEnvironment:
         self.expert_protocol = expert_protocol
         self.families = dict(families or {})
         self.search_retries = search_retries
+        self.search_charge = search_charge
 
     # --- tasks -----------------------------------------------------------------------
 
@@ -140,6 +143,7 @@ class QAEnvironment:
             experts_for_config=per_config,
             charge_measured_time=self.charge_measured_time,
             search_retries=self.search_retries,
+            search_charge=self.search_charge,
         )
 
     def tools(
@@ -202,6 +206,7 @@ def from_config(config: Any) -> QAEnvironment:
     the sandbox `tools.sandbox`; experts are asked as `tools.experts` says, each
     by its catalogue family. Tasks come from `data.*` (`data/splits.py`).
     """
+    from orchestra_jax.chat.tokenizer import load_tokenizer
     from orchestra_jax.data.splits import load_split
     from orchestra_jax.tools import live_backends
     from orchestra_jax.tools.catalogue import load_catalogue
@@ -230,10 +235,16 @@ def from_config(config: Any) -> QAEnvironment:
         profiles += catalogue.profiles(live)
         families = {m.name: m.family for m in models}
     retriever = None
+    charge = SearchCharge()
     if "search" in tools:
         retriever = live_backends.make_retriever(
             t.search, t.search_index, min_docs=t.search_min_docs
         )
+        count_tokens: Callable[[str], int] | None = None
+        if t.search_pricing == "reference" and "tavily" not in t.search:
+            tokenizer = load_tokenizer(config.tokenizer)  # the orchestrator's, as the release's
+            count_tokens = lambda text: len(tokenizer.encode(text))  # noqa: E731
+        charge = search_charge(t.search_pricing, t.search, count_tokens)
 
     def load_tasks(split: str) -> list[Task]:
         sources, _ = load_split(config, split)
@@ -252,4 +263,5 @@ def from_config(config: Any) -> QAEnvironment:
         expert_protocol=EXPERT_PROTOCOLS.get(t.experts),
         families=families,
         search_retries=config.rollout.infra_retries,
+        search_charge=charge,
     )

@@ -13,7 +13,8 @@ the paper's three:
                      `search_top_k` documents (restricted to the task's
                      `metadata["allowed_doc_ids"]` when present), appended to
                      ctx.documents and listed in metadata["documents"].
-                     cost = tokens + price_per_query + n_docs * price_per_doc
+                     cost = tokens + the search's charge (`search_pricing.py`:
+                     price_per_query + n_docs * price_per_doc by default)
                      latency = expert latency + measured retrieval time*
   enhance_reasoning: the expert writes a program; the sandbox runs it; the
                      output is appended to ctx.notes (metadata "code", "output",
@@ -172,10 +173,7 @@ class SearchTool(MetaTool):
         meta.update(query=query, doc_ids=[d.id for d in docs], documents=shown)
         return ToolResult(
             text="\n".join(lines),
-            cost_usd=cost
-            + pricing.search_cost(
-                len(docs), self.config.search_price_per_query, self.config.search_price_per_document
-            ),
+            cost_usd=cost + self.backends.search_charge.cost(query, len(docs), self.config),
             latency_s=reply.latency_s + retrieval_s,
             metadata=meta,
         )

@@ -21,6 +21,7 @@ from orchestra_jax.tools.meta_tool_table import is_meta_tool
 from orchestra_jax.tools.meta_tools import make_meta_tool
 from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.retrieval import Retriever
+from orchestra_jax.tools.search_pricing import SearchCharge
 
 
 @dataclasses.dataclass
@@ -48,6 +49,7 @@ class Backends:
       search_retries: extra attempts at a search the retriever failed
         (`rollout.infra_retries`), before the call is the search backend's
         failure (`agent/infra_failure.py`).
+      search_charge: what one search costs (`search_pricing.py`, `tools.search_pricing`).
     """
 
     experts: Mapping[str, ExpertClient]
@@ -60,6 +62,7 @@ class Backends:
     experts_for_config: Callable[[Any], Mapping[str, ExpertClient]] | None = None
     charge_measured_time: bool = True
     search_retries: int = 0
+    search_charge: SearchCharge = SearchCharge()
 
     def charged_seconds(self, measured_s: float) -> float:
         """The part of a measured wall time that is charged (see the attribute)."""

@@ -515,6 +515,7 @@ def check_env(config: Any) -> list[str]:
     """env.name, tools.*."""
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
     from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
+    from orchestra_jax.tools.search_pricing import SEARCH_PRICINGS
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
@@ -525,6 +526,12 @@ def check_env(config: Any) -> list[str]:
         errors.append(f"tools.enabled: {e}")
     errors += _choice("tools.description_style", config.tools.description_style, DESCRIPTION_STYLES)
     errors += _choice("tools.document_text", config.tools.document_text, DOCUMENT_TEXTS)
+    errors += _choice("tools.search_pricing", config.tools.search_pricing, SEARCH_PRICINGS)
+    if config.tools.search_pricing == "reference" and config.env.name not in ("qa", "routed"):
+        errors.append(
+            "tools.search_pricing='reference' prices the live search of env.name='qa'; "
+            f"env.name={config.env.name!r} has none"
+        )
     for lo, hi in (
         ("price_scale_min", "price_scale_max"),
         ("latency_scale_min", "latency_scale_max"),
