@@ -1,6 +1,9 @@
-"""experiments/benchmarks/common.py: every result names the code and the CPU it timed."""
+"""experiments/benchmarks/common.py: every result names the code, the CPU and the
+Python and library versions it timed."""
 
+import importlib.metadata
 import json
+import platform
 
 from experiments.benchmarks import common
 
@@ -14,6 +17,9 @@ def test_result_names_commit_and_cpu(tmp_path, monkeypatch):
     assert code["commit"] is None or (len(code["commit"]) == 40 and isinstance(code["dirty"], bool))
     machine = record["machine"]
     assert "cpu_model" in machine and isinstance(machine["cpu_flags"], list)
+    assert machine["python"] == platform.python_version()
+    for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers"):
+        assert machine["libraries"][name] == importlib.metadata.version(name)
 
 
 def test_code_version_outside_git(monkeypatch):

@@ -16,6 +16,7 @@ API:
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -50,14 +51,31 @@ def cpu_model() -> dict[str, Any]:
     }
 
 
+# The stack whose versions decide a figure (installed versions, imported or not).
+_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "torch")
+
+
+def library_versions() -> dict[str, str]:
+    """`_LIBRARIES`' installed versions (those not installed are left out)."""
+    versions = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
 def machine_info() -> dict[str, Any]:
-    """Platform, CPU model and flags, CPU count, Python and (if imported) JAX / torch."""
+    """Platform, CPU model and flags, CPU count, Python, the library versions and
+    (if imported) JAX's devices and torch's threads."""
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         **cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
+        "libraries": library_versions(),
     }
     try:
         info["load_average_1m"] = os.getloadavg()[0]
