@@ -50,6 +50,49 @@ def test_a_repeated_question_never_lands_on_both_sides(questions, fraction, seed
     assert {t.id for t in train}.isdisjoint({t.id for t in heldout})
 
 
+def test_a_task_and_the_tasks_derived_from_it_share_a_split():
+    assert splits.family_id("tau2/school/school-001-0-evolved") == "tau2/school/school-001-0"
+    assert splits.family_id("a-evolved-evolved") == "a" and splits.family_id("a") == "a"
+    assert splits.family_id("-evolved") == "-evolved"  # nothing to derive from
+    assert splits.family_id("evolved-a") == "evolved-a"
+    rows = []
+    for i in range(100):
+        base = f"dom/t-{i:03d}-0"
+        rows += [Task(base, f"Q{i}?", "x"), Task(f"{base}-evolved", f"Harder Q{i}?", "x")]
+        rows.append(Task(f"{base}-evolved-evolved", f"Hardest Q{i}?", "x"))
+    for seed in range(4):
+        train, heldout = splits.hash_split(rows, 0.3, seed)
+        sides = {}
+        for side, part in (("train", train), ("heldout", heldout)):
+            for task in part:
+                sides.setdefault(splits.family_id(task.id), set()).add(side)
+        assert all(len(s) == 1 for s in sides.values()) and len(sides) == 100
+        assert 10 <= len(heldout) // 3 <= 50 and len(heldout) % 3 == 0
+
+
+def test_the_toolscale_demo_holds_out_a_task_with_its_evolved_twin():
+    from orchestra_jax.data.readers import read_tasks
+
+    config = grpo_hle.get_config("toolscale_demo")
+    tasks, _ = read_tasks("toolscale", config.data.paths.toolscale)
+    assert sum(t.id.endswith("-evolved") for t in tasks) == 2
+    for seed in range(20):
+        train, heldout = splits.hash_split(tasks, config.data.eval_fraction, seed)
+        held = {t.id for t in heldout}
+        for task in tasks:
+            assert (task.id in held) == (splits.family_id(task.id) in held), (seed, task.id)
+    train, heldout = splits.hash_split(tasks, config.data.eval_fraction, config.data.split_seed)
+    assert train and heldout and not splits.shared_questions(heldout, train)
+
+
+def test_split_files_with_a_task_and_its_derived_task_on_two_sides_are_refused():
+    train = [Task("t-1", "Book a room.", "x"), Task("t-2-evolved", "Book two rooms.", "x")]
+    heldout = [Task("t-2", "Book a desk.", "x")]
+    with pytest.raises(splits.SplitError, match=r"shares 1 question\(s\) with training"):
+        splits.check_disjoint(train, heldout, "the files")
+    splits.check_disjoint(train[:1], heldout, "the files")
+
+
 def write_rows(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)

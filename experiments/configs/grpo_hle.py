@@ -760,7 +760,8 @@ def _toolscale_demo(c):
     c.rl.tasks_per_step = 2
     c.rl.seq_buckets = (8192,)
     c.rl.micro_batch_size = 2
-    c.data.eval_fraction = 0.4  # Of the 5 tasks, those held out by id hash (data/splits.py).
+    c.data.eval_fraction = 0.4  # Of the 5 tasks, held out by id hash, each with its evolved
+    # twin (data/splits.py): 3 held out (school-000-0 and its twin, school-002-0), 2 trained.
     c.eval.num_tasks = 5  # Every held-out task.
     c.eval.num_trials = 2  # pass^1 and pass^2.
     return c

@@ -5,13 +5,21 @@ A file source (`data.sources` entry other than "synthetic") is split one of two 
   data.eval_paths.<source>   a second file holds the held-out questions; the two
                              files must share no question id and no question text
                              (`check_disjoint`, a start-up error naming both)
-  data.eval_fraction = f     one file, split by a seeded hash of each question id:
-                             a task is held out iff  u(split_seed, id) < f, where
+  data.eval_fraction = f     one file, split by a seeded hash of each question's
+                             family id: a task is held out iff
+                             u(split_seed, family_id(id)) < f, where
                              u = first 8 bytes of sha256("<seed>/<id>") / 2**64.
                              The split of an id never depends on the other rows,
                              so a file that grows keeps every old question's side;
                              a training row repeating a held-out question under
                              another id is dropped.
+
+A task and every task derived from it share a side: the family id of a task is
+its id less the suffixes of derived tasks (`DERIVED_SUFFIXES`: "-evolved", the
+harder variant `synthesis/stages.evolve_stage` makes of a task), so
+`school-001-0-evolved` goes where `school-001-0` goes, and two split files in
+which a task and its derived task are on different sides are refused as sharing
+a question (`check_disjoint`).
 
 f = 1 holds every question out (an evaluation-only config); f = 0 with no eval
 file leaves a source without a held-out split, which evaluation refuses.
@@ -34,6 +42,7 @@ from typing import Any
 from orchestra_jax.envs.base import Task
 
 TRAIN = "train"
+DERIVED_SUFFIXES = ("-evolved",)  # what synthesis appends to the id of a derived task
 
 
 class SplitError(ValueError):
@@ -46,14 +55,26 @@ def heldout_share(task_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
+def family_id(task_id: str) -> str:
+    """The id of the task `task_id` derives from (itself when it is no derived task):
+    the id less every trailing suffix of `DERIVED_SUFFIXES` ("a-evolved-evolved" -> "a")."""
+    family = task_id
+    while derived := next((s for s in DERIVED_SUFFIXES if family.endswith(s)), None):
+        if family == derived:  # nothing left to derive from: the id is its own
+            break
+        family = family.removesuffix(derived)
+    return family
+
+
 def hash_split(tasks: Sequence[Task], fraction: float, seed: int) -> tuple[list[Task], list[Task]]:
-    """(training, held-out): a task is held out iff heldout_share(id, seed) < fraction;
-    training rows that repeat a held-out question (another id, same text) are dropped."""
+    """(training, held-out): a task is held out iff heldout_share(family_id(id), seed)
+    < fraction, so a task and those derived from it share a side; training rows that
+    repeat a held-out question (another id, same text) are dropped."""
     if not 0 <= fraction <= 1:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
     train, heldout = [], []
     for task in tasks:
-        (heldout if heldout_share(task.id, seed) < fraction else train).append(task)
+        (heldout if heldout_share(family_id(task.id), seed) < fraction else train).append(task)
     dropped = set(shared_questions(heldout, train))
     return [t for t in train if t.id not in dropped], heldout
 
@@ -63,10 +84,13 @@ def _question_key(text: str) -> str:
 
 
 def shared_questions(a: Sequence[Task], b: Sequence[Task]) -> list[str]:
-    """Ids of tasks of `b` whose id or (whitespace- and case-normalised) question is in `a`."""
-    ids = {t.id for t in a}
+    """Ids of tasks of `b` whose family id (`family_id`: a task, or one derived from it)
+    or (whitespace- and case-normalised) question is in `a`."""
+    families = {family_id(t.id) for t in a}
     questions = {_question_key(t.question) for t in a}
-    return [t.id for t in b if t.id in ids or _question_key(t.question) in questions]
+    return [
+        t.id for t in b if family_id(t.id) in families or _question_key(t.question) in questions
+    ]
 
 
 def check_disjoint(train: Sequence[Task], heldout: Sequence[Task], what: str) -> None:
