@@ -414,6 +414,11 @@ def _base() -> ml_collections.ConfigDict:
     # the old log-probs the learner's before the first (the reference: 16). Needs a
     # constant schedule.
     c.rl.minibatch_size = 0
+    # The order samples enter those mini-batches (rl/minibatch_order.py): 0 keeps the
+    # rollout order; P > 0 is the reference's _balance_batch over P GPUs (16), in
+    # sequence-parallel groups of balance_group_size (2). Needs rl.minibatch_size.
+    c.rl.balance_partitions = 0
+    c.rl.balance_group_size = 2
     # What one learner sample is (rl/samples.py SAMPLE_UNITS, or "package.module:attr"):
     # "episode", a whole episode, its loss over every generated token; "turn", one
     # turn, the prompt the engine was given and the tokens it generated, with its
@@ -823,6 +828,8 @@ def _qwen3_8b(c):
     c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT  # Tavily's extract.
     c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
     c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
+    c.rl.balance_partitions = 16  # _balance_batch over its 16 GPUs (ray_trainer.py 906-917),
+    c.rl.balance_group_size = 2  # Ulysses pairs (sh ulysses_sequence_parallel_size).
     c.rl.num_epochs = 1  # Passes over a step's samples (sh PPO_EPOCHS).
     c.reward.type = "toolorchestra_reference"  # The preference reward as gen computes it.
     c.rl.advantage_boost = 0.1  # sh correct_sample_advantage_boost_value.

@@ -759,6 +759,17 @@ def check_rl(config: Any) -> list[str]:
         errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
     errors += _choice("rl.sample_unit", rl.sample_unit, SAMPLE_UNITS)
     errors += _positive(config, "rl.minibatch_size", allow_zero=True)
+    errors += _positive(config, "rl.balance_partitions", allow_zero=True)
+    errors += _positive(config, "rl.balance_group_size")
+    if rl.balance_partitions:
+        size, group = rl.minibatch_size, max(rl.balance_group_size, 1)
+        if not size:
+            errors.append("rl.balance_partitions orders rl.minibatch_size's mini-batches: set it")
+        elif rl.balance_partitions % group or size % max(rl.balance_partitions // group, 1):
+            errors.append(
+                f"rl.balance_partitions={rl.balance_partitions} in groups of "
+                f"rl.balance_group_size={group} must split rl.minibatch_size={size} evenly"
+            )
     if rl.minibatch_size:
         if rl.num_minibatches != 1:
             errors.append(

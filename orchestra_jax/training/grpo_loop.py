@@ -38,6 +38,7 @@ from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_minibatches
 from orchestra_jax.rl.learner import Learner
+from orchestra_jax.rl.minibatch_order import reorder_samples
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine, ServedEngine
@@ -265,10 +266,16 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     """The learner's updates on the kept episodes' samples (`rl.sample_unit`; skipped,
     and said so, when there are none): with rl.minibatch_size m, mini-batches of m
     samples in order, the remainder last (`Learner.minibatch_sizes`); otherwise
-    rl.num_minibatches strided mini-batches."""
-    samples = samples_of(run.config.rl.sample_unit, experience.kept)
+    rl.num_minibatches strided mini-batches. With rl.balance_partitions the samples are
+    first put in the reference's order (`rl/minibatch_order.py`)."""
+    rl = run.config.rl
+    samples = samples_of(rl.sample_unit, experience.kept)
     if not samples:
         return {"learner/skipped_no_signal": 1.0}
+    if rl.minibatch_size:  # the reference's _balance_batch when rl.balance_partitions
+        samples = reorder_samples(
+            samples, rl.balance_partitions, rl.balance_group_size, rl.minibatch_size
+        )
     sizes = run.learner.minibatch_sizes(len(samples))
     if sizes is not None:  # m, m, …, the remainder: each mini-batch its samples in order
         batch = build_train_batch(
