@@ -42,11 +42,12 @@ def _hf_base(folder):
     return model
 
 
-def _peft_model(base, rank=4, alpha=8.0, targets=TARGETS):
+def _peft_model(base, rank=4, alpha=8.0, targets=TARGETS, dropout=0.0):
     config = peft.LoraConfig(
         r=rank,
         lora_alpha=alpha,
         target_modules=[f"{t}_proj" for t in targets],
+        lora_dropout=dropout,
         task_type="CAUSAL_LM",
     )
     model = peft.get_peft_model(base, config).eval()
@@ -82,6 +83,25 @@ def test_peft_saved_adapter_loads_here_with_equal_logits(tmp_path, scan):
     ids, pos = _inputs()
     want = _theirs(theirs, ids)
     np.testing.assert_allclose(_ours(model, ids, pos), want, atol=1e-4, rtol=0)
+
+
+def test_an_adapter_trained_with_dropout_evaluates_and_merges_but_does_not_train(tmp_path):
+    from orchestra_jax.rl.learner import Learner, LearnerConfig
+
+    theirs = _peft_model(_hf_base(tmp_path / "base"), dropout=0.05)  # the usual published one
+    theirs.save_pretrained(tmp_path / "adapter")
+    spec = peft_adapter.read_spec(tmp_path / "adapter")
+    assert spec.dropout == 0.05 and spec.rank == 4
+    model, _ = load_hf_checkpoint(tmp_path / "base", lora=spec)
+    peft_adapter.load_adapter(model, tmp_path / "adapter")
+    ids, pos = _inputs()
+    ours = _ours(model, ids, pos)
+    np.testing.assert_allclose(ours, _theirs(theirs, ids), atol=1e-4, rtol=0)  # PEFT's eval
+    peft_adapter.merge_to_hf(tmp_path / "base", tmp_path / "adapter", tmp_path / "merged")
+    merged = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    np.testing.assert_allclose(_theirs(merged, ids), ours, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"dropout 0\.05: training runs adapters without"):
+        Learner(model, LearnerConfig())
 
 
 def test_exported_adapter_loads_in_peft_with_equal_logits(tmp_path):
@@ -146,7 +166,7 @@ def test_fresh_adapters_start_as_peft_does(tmp_path):
         ({"rank_pattern": {"q_proj": 2}}, "unsupported"),
         ({"target_modules": "all-linear"}, "list of names"),
         ({"target_modules": ["lm_head"]}, "not a Qwen3 projection"),
-        ({"lora_dropout": 0.1}, "dropout"),
+        ({"lora_dropout": 1.0}, "dropout"),
     ],
 )
 def test_unsupported_adapter_configs_are_refused(tmp_path, change, message):

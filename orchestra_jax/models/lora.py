@@ -12,9 +12,14 @@ unchanged. Adapters are stored in float32 whatever the base's dtype and
 multiplied in the model's compute dtype with float32 accumulation.
 
 Targets are named as PEFT's `target_modules` less the `_proj` suffix: q, k, v,
-o (attention), gate, up, down (MLP). Adapter dropout is not applied: GRPO's
-ratio compares the learner's log-probabilities with the rollout engine's for
-the same network, so `LoRASpec` refuses dropout > 0 rather than ignore it.
+o (attention), gate, up, down (MLP). Adapter dropout is never applied: an
+adapter's `dropout` (PEFT's `lora_dropout`) is the setting it was trained
+with, kept so that an adapter folder reads back as written. Dropout is
+irrelevant to evaluating, serving and merging an adapter (PEFT's eval mode runs
+without it too), so those accept any; training refuses dropout > 0 (the
+`Learner`, and `lora.dropout` at start-up), since GRPO's ratio compares the
+learner's log-probabilities with the rollout engine's for one network, and
+training here never applies it.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ class LoRAParam(nnx.Param):
 
 @dataclasses.dataclass(frozen=True)
 class LoRASpec:
-    """Rank, scale and targets of the adapters (a Qwen3Config runtime field)."""
+    """Rank, scale and targets of the adapters (a Qwen3Config runtime field), and the
+    dropout they were trained with (recorded, never applied: see the module docstring)."""
 
     rank: int
     alpha: float
@@ -57,11 +63,8 @@ class LoRASpec:
             raise ValueError(
                 f"lora targets must be distinct names among {LORA_TARGETS}, got {self.targets}"
             )
-        if self.dropout != 0.0:
-            raise ValueError(
-                f"lora dropout {self.dropout} is not supported: adapters run without dropout "
-                "(set lora.dropout=0)"
-            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora dropout must be in [0, 1), got {self.dropout}")
 
     @property
     def scaling(self) -> float:

@@ -278,6 +278,14 @@ class Learner:
         mesh: Mesh | None = None,
         reference_model: nnx.Module | None = None,
     ):
+        spec = getattr(getattr(model, "config", None), "lora", None)
+        if spec is not None and spec.dropout:
+            raise ValueError(
+                f"the model's LoRA adapters have dropout {spec.dropout}: training runs adapters "
+                "without dropout (GRPO's ratio compares the learner's and the engine's "
+                "log-probabilities of one network), so it would not train what was asked; "
+                "train with dropout 0 (evaluating or merging such an adapter is fine)"
+            )
         self.config, self.model = config, model
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
         self.tx = make_optimizer(config)
