@@ -7,7 +7,8 @@ for benchmarks and tests.
 
 `serve` passes `settings` to the launcher as environment variables (VLLM_PYTHON,
 DTYPE, TOKENIZER, EAGER, LORA_RANK, …: see launch/vllm_server.sh) and returns
-once `GET /v1/models` answers, or raises with the log's tail; `stop` ends the
+once `GET /v1/models` answers (sending ROLLOUT_API_KEY, from `settings` or
+the environment, when set), or raises with the log's tail; `stop` ends the
 whole group (the API server and its engine). On Linux the server is sent
 SIGTERM when the process that started it dies without stopping it (a test
 worker killed for memory, a benchmark interrupted), so no orphan server keeps
@@ -49,6 +50,10 @@ def serve(
         start_new_session=True,  # stopped as a group: the API server and its engine
     )
     url = f"http://127.0.0.1:{port}"
+    key = env.get("ROLLOUT_API_KEY")  # the server then requires it on /v1/*
+    ready = urllib.request.Request(
+        url + "/v1/models", headers={"Authorization": f"Bearer {key}"} if key else {}
+    )
     deadline = time.monotonic() + start_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -56,7 +61,7 @@ def serve(
                 f"vLLM exited ({process.returncode}): {open(log_path).read()[-3000:]}"
             )
         try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=5):
+            with urllib.request.urlopen(ready, timeout=5):
                 return process, url
         except OSError:
             time.sleep(2)

@@ -121,7 +121,9 @@ def test_with_no_server_up_requests_still_go_to_one_that_may_come_back():
     assert p.healthy() == []
     url = p.choose("ep1")
     assert url == A
-    p.report(url, ok=True)  # it answered: it is back
+    p.report(url, ok=True)  # it answered, but only its check (and the sync probe) readmits
+    assert p.healthy() == []
+    p.readmit(A)
     assert p.healthy() == [A]
 
 

@@ -123,6 +123,9 @@ def _base() -> ml_collections.ConfigDict:
     c.rollout.engine = "jax"  # "jax" (in process), "sglang" or "vllm" (servers).
     c.rollout.urls = ""  # sglang, vllm: comma-separated server (sglang: or router) URLs.
     c.rollout.weights_dir = ""  # sglang, vllm: where HF weights are written per sync.
+    # sglang, vllm: the environment variable holding the servers' API key, sent as
+    # `Authorization: Bearer` (unset or empty: none; launch/README.md, "Access").
+    c.rollout.api_key_env = "ROLLOUT_API_KEY"
     # sglang, vllm: largest |served − learner| log-prob of the sync probe's tokens after
     # a sync (rollout/sync_probe.py); 0: the serving dtype's tolerance.
     c.rollout.sync_tolerance = 0.0
@@ -149,7 +152,7 @@ def _base() -> ml_collections.ConfigDict:
     c.rollout.server_pool.recheck_s = 10.0  # Seconds between checks of a server that is out,
     c.rollout.server_pool.health_interval_s = 60.0  # and of one that is up (0: none).
     c.rollout.server_pool.health_timeout_s = 30.0  # The longest a /health check may take.
-    # Calls open at once over all servers; 0: the client's own bound (SGLang: every
+    # Generate calls open at once on each server; 0: the client's own bound (SGLang: every
     # chunk, vLLM: 256 requests).
     c.rollout.server_pool.max_in_flight = 0
 

@@ -25,8 +25,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
 
-FinishReason = Literal["stop", "length", "abort"]
-FINISH_REASONS = ("stop", "length", "abort")
+FinishReason = Literal["stop", "length", "abort", "context"]
+FINISH_REASONS = ("stop", "length", "abort", "context")
 
 
 SEED_SPACE = 2**64  # seeds are 64-bit words
@@ -158,7 +158,9 @@ class Completion:
     logprobs: one float per output token, see the module docstring.
     finish_reason: "stop" (a stop token or string), "length" (max_new_tokens or
       the context ran out) or "abort" (the engine gave up on the request, e.g. a
-      weight update that aborts requests in flight; the tokens so far are kept);
+      weight update that aborts requests in flight; the tokens so far are kept)
+      or "context" (a server refused it: prompt plus max_new_tokens exceed the
+      context it serves; no tokens; the HTTP clients, `http_client.py`);
       None only in the partial completions a streaming engine yields before its
       last one.
     cached_tokens: prompt tokens whose keys/values were reused from an earlier

@@ -10,19 +10,32 @@ Choice: several servers share the work through a `ServerPool` (`server_pool.py`)
 every turn of an episode goes to the server that served its previous turn and
 holds its prefix (`GenerateRequest.affinity_key`), new episodes to the least
 loaded server; requests to one server go in chunks of at most
-`max_batch_per_request`, all in flight at once (at most `max_in_flight` chunks
-when set). The time limits, retries and health-check intervals below are one
+`max_batch_per_request`, at most `max_in_flight` chunks open at once on each
+server (when set; the client's other calls, health checks and weight syncs,
+never wait behind them). The session's connector sets no limit of its own, so
+a call's time limit (`timeout_s`) starts when it is sent, not while it waits
+for its server's turn. The time limits, retries and health-check intervals below are one
 `ServerPoolSettings` (`server_pool_settings.py`; a config's `rollout.server_pool.*`).
 
+Access: with an API key (read from the environment variable `api_key_env`
+names, `rollout.api_key_env`, default ROLLOUT_API_KEY; unset or empty: none)
+every call carries `Authorization: Bearer <key>`, as vLLM's and SGLang's
+`--api-key` and `rollout/server.py` require.
+
 Start-up: before the first request or sync every server passes the client's
-start-up checks (`_startup_check`: none for SGLang; vLLM's in `vllm_client.py`),
-all at once. A server that does not answer within the retries is taken out
+start-up checks (`_startup_check`; vLLM's in `vllm_client.py`), all at once.
+With `max_context_tokens` (the agent's `agent.max_context_tokens`) each server
+must serve at least that context: `GET /v1/models` reports it as
+`max_model_len` (vLLM, SGLang and `rollout/server.py` alike); a shorter one
+raises RolloutServerError naming both numbers, one that reports none is logged
+and not checked. A server that does not answer within the retries is taken out
 (logged, naming it) and the others serve; when none answers, `check_servers`
 raises `ServerUnreachable` (a `RolloutServerError`) naming each. A server that
 answers but fails a check raises `RolloutServerError` saying what is wrong.
-SGLang's client checks nothing at start-up: a server that does not answer is
-taken out by the first weight sync (the sync goes on with the others) or by
-`max_consecutive_errors` failed requests (retried on the others).
+Without `max_context_tokens` SGLang's client checks nothing at start-up: a
+server that does not answer is taken out by the first weight sync (the sync
+goes on with the others) or by `max_consecutive_errors` failed requests
+(retried on the others).
 
 Failures: a connection error, timeout, 5xx or malformed reply (not JSON where
 its content type says JSON, or refused by the protocol's parser:
@@ -30,13 +43,21 @@ its content type says JSON, or refused by the protocol's parser:
 exponential backoff (`backoff_s * 2**attempt`, at most `max_retries` retries);
 after that `generate` raises `RolloutServerError` naming every server tried and
 the last error, so no request is ever silently dropped. A 4xx is the caller's
-fault and raises at once. `max_consecutive_errors` failures in a row, or a
+fault and raises at once, except a refusal for context length (a 400 saying
+the prompt plus max_new_tokens exceed the server's context, as vLLM, SGLang and
+`rollout/server.py` word it): that request gets a Completion with finish
+reason "context" and no tokens (the agent loop ends the episode as the
+policy's context stop, not as a failure of the server), and the others of its
+chunk are sent again on their own. `max_consecutive_errors` failures in a row, or a
 failed `/health` check (every `health_interval_s`, in the background), take a
 server out (its episodes move to the others); a server that is out gets a
 `/health` check every `recheck_s` seconds, and once it passes and holds the
 current weights (they are loaded on it if not: a restarted server comes back
 with its start-up weights), after passing the start-up checks if it never did,
-it is back.
+it is back. A server comes back only through `verify_weights`: the sync probe
+of the current version, even when it already reports that version, and only
+if no weight sync began while it was being checked (then it stays out, stale,
+and the next check catches it up).
 
 Weight sync: `update_weights(model, version=v)` writes HF safetensors in the
 compute (serving) dtype into `<weights_dir>/v<version>` (`save_hf_checkpoint`;
@@ -73,6 +94,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -109,6 +131,40 @@ class RefusedRequest(Exception):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
+
+
+DEFAULT_API_KEY_ENV = "ROLLOUT_API_KEY"  # rollout.api_key_env's default
+
+# How vLLM, SGLang and rollout/server.py word a refusal for context length (400).
+_CONTEXT_REFUSAL = re.compile(r"context length|maximum model length", re.IGNORECASE)
+
+
+def refused_for_context(error: RefusedRequest) -> bool:
+    """Whether a 4xx says the prompt plus max_new_tokens exceed the server's context."""
+    return error.status == 400 and bool(_CONTEXT_REFUSAL.search(str(error)))
+
+
+def context_refusal(request: GenerateRequest) -> Completion:
+    """The completion of a request a server refused for context length: no tokens,
+    finish reason "context"."""
+    return Completion(
+        output_ids=[],
+        logprobs=[],
+        finish_reason="context",
+        prompt_tokens=len(request.input_ids),
+        completion_tokens=0,
+        latency_s=0.0,
+    )
+
+
+def served_context(models: Any) -> int | None:
+    """The context a server reports on `GET /v1/models` (its first model's
+    `max_model_len`); None when it reports none."""
+    cards = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
+        return None
+    value = cards[0].get("max_model_len")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # What a retry may cure: a connection error, a timeout, a 5xx, a malformed reply.
@@ -216,8 +272,14 @@ class HttpEngineClient:
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
+        api_key_env: str | None = DEFAULT_API_KEY_ENV,
+        max_context_tokens: int | None = None,
     ):
         self.urls = server_urls(urls)
+        self.api_key_env = api_key_env or None
+        # None when the variable is unset or empty: no key is sent.
+        self.api_key = (os.environ.get(api_key_env) or None) if api_key_env else None
+        self.max_context_tokens = max_context_tokens
         self.settings = settings = settings or ServerPoolSettings()
         self.timeout_s = settings.timeout_s
         self.max_retries = settings.max_retries
@@ -251,6 +313,9 @@ class HttpEngineClient:
         self._start_up: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        # Per server, the generate calls it may have open at once (`max_in_flight`);
+        # made with the session, for its event loop.
+        self._gates: dict[str, asyncio.Semaphore] = {}
         self._closing: set[asyncio.Task] = set()  # sessions of ended loops being closed
 
     # -- the protocol: each client implements these ------------------------------------
@@ -293,9 +358,55 @@ class HttpEngineClient:
         return (await self._generate_on(url, [request]))[0]
 
     async def _startup_check(self, url: str) -> None:
-        """What server `url` must pass before it serves, beyond answering /health (nothing
-        here): raises ServerUnreachable when it does not answer, RolloutServerError naming
-        what is wrong with it otherwise."""
+        """What server `url` must pass before it serves, beyond answering /health: here,
+        with `max_context_tokens`, the context it serves (`_check_context`). Raises
+        ServerUnreachable when it does not answer, RolloutServerError naming what is
+        wrong with it otherwise."""
+        if self.max_context_tokens is None:
+            return
+        self._check_context(url, await self._models(url))
+
+    async def _models(self, url: str) -> Any:
+        """`GET /v1/models` on `url`, retried: ServerUnreachable when it never answers,
+        RolloutServerError when it refuses (an API key it does not take, named)."""
+        try:
+            return await self._request("GET", "/v1/models", url=url)
+        except RefusedRequest as e:
+            hint = ""
+            if e.status == 401:
+                hint = (
+                    f": it requires an API key, and ${self.api_key_env} does not hold it "
+                    "(rollout.api_key_env names the variable; launch/README.md)"
+                    if self.api_key_env
+                    else ": it requires an API key (set rollout.api_key_env)"
+                )
+            raise RolloutServerError(f"{url} refused GET /v1/models: {e}{hint}") from None
+        except RolloutServerError as e:
+            raise ServerUnreachable(str(e)) from None
+
+    def _check_context(self, url: str, models: Any) -> None:
+        """RolloutServerError when `url`'s reported context (`served_context(models)`)
+        is shorter than `max_context_tokens`."""
+        if self.max_context_tokens is None:
+            return
+        served = served_context(models)
+        if served is None:
+            log.warning(
+                "%s reports no max_model_len on /v1/models: its context is not checked "
+                "against agent.max_context_tokens=%d",
+                url,
+                self.max_context_tokens,
+            )
+            return
+        if served < self.max_context_tokens:
+            raise RolloutServerError(
+                f"{url} serves a context of {served} tokens (max_model_len), shorter than "
+                f"agent.max_context_tokens={self.max_context_tokens}: every longer episode "
+                "would be refused. Start the server with a context of at least "
+                f"{self.max_context_tokens} (vLLM: MAX_MODEL_LEN, SGLang: CONTEXT_LENGTH in "
+                "launch/*_server.sh; rollout/server.py: --max-seq-len), or lower "
+                "agent.max_context_tokens"
+            )
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -362,10 +473,16 @@ class HttpEngineClient:
                 closing = loop.create_task(self._session.close())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
+            # No connector limit (aiohttp's default is 100 connections in all): the
+            # per-server gates bound generate calls, and a call's time limit starts
+            # when it is sent, never while it queues for a connection.
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+                headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else None,
             )
             self._session_loop = loop
+            self._gates = {}
             self._checks = set()  # tasks of another loop are not ours to await
         return self._session
 
@@ -471,18 +588,56 @@ class HttpEngineClient:
 
     # -- RolloutEngine ----------------------------------------------------------------------
 
+    def _gate(self, url: str) -> asyncio.Semaphore | None:
+        """The bound on `url`'s open generate calls (None: `max_in_flight` unset)."""
+        if not self.max_in_flight:
+            return None
+        self._get_session()  # the gates belong to the session's event loop
+        gate = self._gates.get(url)
+        if gate is None:
+            gate = self._gates[url] = asyncio.Semaphore(self.max_in_flight)
+        return gate
+
     async def _generate_chunk(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
-        """`_generate_on` (counted in flight on `url` by the pool), reported to the pool and
-        released from it however it ends."""
+        """`_served_chunk` (counted in flight on `url` by the pool), released from the
+        pool however it ends."""
+        try:
+            return await self._served_chunk(url, chunk)
+        finally:
+            for r in chunk:
+                self.pool.release(url, load=request_load(r))
+
+    async def _served_chunk(self, url: str, chunk: Sequence[GenerateRequest]) -> list[Completion]:
+        """`_generate_on` once `url`'s gate lets it (the time limit starts then), reported
+        to the pool; a refusal for context length answers a lone request with
+        `context_refusal` and sends a chunk's requests again one by one."""
+        gate = self._gate(url)
+        if gate is not None:
+            await gate.acquire()
         start = time.perf_counter()
         try:
             result = await self._generate_on(url, chunk)
+        except RefusedRequest as e:
+            if not refused_for_context(e):
+                raise
+            if gate is not None:
+                gate.release()
+                gate = None
+            if len(chunk) == 1:
+                return [context_refusal(chunk[0])]
+            parts = await asyncio.gather(
+                *(self._served_chunk(url, [r]) for r in chunk), return_exceptions=True
+            )
+            for part in parts:
+                if isinstance(part, BaseException):
+                    raise part from None
+            return [c for part in cast("list[list[Completion]]", parts) for c in part]
         except SERVER_FAULTS as e:
             self.pool.report(url, ok=False, requests=len(chunk), error=fault(url, e))
             raise
         finally:
-            for r in chunk:
-                self.pool.release(url, load=request_load(r))
+            if gate is not None:
+                gate.release()
         self.pool.report(
             url,
             ok=True,
@@ -501,13 +656,9 @@ class HttpEngineClient:
         failed_on: list[set[str]] = [set() for _ in requests]
         pending = list(range(len(requests)))
         errors: list[str] = []
-        gate = asyncio.Semaphore(self.max_in_flight) if self.max_in_flight else None
 
         async def send(url: str, idx: list[int]) -> list[Completion]:
-            if gate is None:
-                return await self._generate_chunk(url, [requests[i] for i in idx])
-            async with gate:
-                return await self._generate_chunk(url, [requests[i] for i in idx])
+            return await self._generate_chunk(url, [requests[i] for i in idx])
 
         for attempt in range(self.max_retries + 1):
             self._start_due_checks()
@@ -572,9 +723,10 @@ class HttpEngineClient:
             return False
 
     async def _check(self, url: str) -> bool:
-        """Health-check `url`: readmitted if it answers and holds (or now loads and passes
-        `verify_weights` on) the current weights; else out (stale if its weights could not
-        be brought up to date)."""
+        """Health-check `url`: readmitted if it answers and passes `verify_weights` on the
+        current weights (loading them first when it reports another version; probed
+        even when it reports the current one, if it is out), and no weight sync began
+        meanwhile; else out (stale if its weights could not be brought up to date)."""
         if not await self._healthy(url):
             self.pool.mark_down(url, "failed its /health check")
             return False
@@ -583,20 +735,26 @@ class HttpEngineClient:
         except (RolloutServerError, *SERVER_FAULTS, RefusedRequest) as e:
             self.pool.mark_down(url, f"failed its start-up checks: {e}", stale=True)
             return False
-        if self._weights is not None:
-            path, version = self._weights
+        weights = self._weights
+        if weights is not None:
+            path, version = weights
+            out = url not in self.pool.healthy()
             try:
-                loaded = await self._served_version(url) != str(version)
-                if loaded:
+                if await self._served_version(url) != str(version):
                     await self._load_and_verify(url, path, version, "wait")
+                elif out:  # its label alone does not bring it back: the probe does
+                    await self.verify_weights(url, version)
             except (RolloutServerError, SyncNotLanded, *SERVER_FAULTS, RefusedRequest) as e:
                 self.pool.mark_down(
                     url, f"could not load weight version {version}: {e}", stale=True
                 )
                 return False
-            if loaded and self._weights[1] != version:  # a sync began meanwhile: catch up next time
-                self.pool.mark_down(url, f"caught up to version {version}, now old", stale=True)
-                return False
+        if self._weights != weights:  # a sync began while this check awaited the server
+            if url not in self.pool.healthy():
+                self.pool.mark_down(
+                    url, f"checked at weight version {weights and weights[1]}, now old", stale=True
+                )
+            return False
         self.pool.readmit(url)
         return True
 

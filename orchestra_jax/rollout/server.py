@@ -17,7 +17,16 @@ Endpoints (the JSON SGLang 0.5.23 speaks, see `sglang_protocol.py`):
   POST /update_weight_version     {"new_version"}: names the weights now served
   POST /v1/chat/completions       OpenAI chat (needs --tokenizer): Qwen3 tool calls and
                                   reasoning parsed, see `openai_chat.py`
-  GET  /v1/models
+  GET  /v1/models                 the model, with its context as `max_model_len`
+
+Access: the server listens on loopback (--host 127.0.0.1) unless told
+otherwise. With an API key (the environment variable --api-key-env names,
+ROLLOUT_API_KEY by default; never on the command line) every route, /health
+included, answers 401 unless the request carries `Authorization: Bearer
+<key>`, which the project's clients send (`http_client.py`). Without one,
+anyone who reaches the port may load weights or adapters from any path this
+process can read (/update_weights_from_disk, /load_lora_adapter), so a host
+beyond loopback needs a key (`main` refuses to start otherwise).
 
 Every request is checked completely before the engine sees it (`parse_generate`);
 a bad one gets a 4xx JSON `{"error": {"message", "type", "code"}}` and nothing
@@ -50,8 +59,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import hmac
 import json
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -90,6 +101,8 @@ class ServerConfig:
     vocab_size: int | None = None
     context_len: int | None = None
     eos_token_ids: tuple[int, ...] | None = None
+    # Requests must carry `Authorization: Bearer <api_key>` (401 otherwise); None: open.
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
 
 class ServerClosing(RuntimeError):
@@ -115,6 +128,22 @@ async def _errors_as_json(request: web.Request, handler):
     except Exception as e:  # noqa: BLE001 - the server must survive engine errors
         log.exception("request to %s failed", request.path)
         return _error(500, f"{type(e).__name__}: {e}", "InternalError")
+
+
+def _require_key(api_key: str):
+    """Middleware: 401 for a request without `Authorization: Bearer <api_key>`."""
+    expected = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            return _error(
+                401, "a valid API key is required (Authorization: Bearer)", "Unauthorized"
+            )
+        return await handler(request)
+
+    return check
 
 
 def _engine_limits(engine: RolloutEngine, config: ServerConfig, tokenizer) -> proto.ServerLimits:
@@ -171,9 +200,10 @@ class RolloutServer:
         return self._version_names[self._version]
 
     def app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[_errors_as_json], client_max_size=self.config.max_body_bytes
-        )
+        middlewares = [_errors_as_json]
+        if self.config.api_key:
+            middlewares.insert(0, _require_key(self.config.api_key))
+        app = web.Application(middlewares=middlewares, client_max_size=self.config.max_body_bytes)
         app.add_routes(
             [
                 web.post("/generate", self.generate),
@@ -516,7 +546,13 @@ class RolloutServer:
         return web.json_response(reply)
 
     async def models(self, request: web.Request) -> web.Response:
-        card = {"id": self.config.model_path, "object": "model", "owned_by": "orchestra_jax"}
+        card: dict[str, Any] = {
+            "id": self.config.model_path,
+            "object": "model",
+            "owned_by": "orchestra_jax",
+        }
+        if self.limits.context_len < _UNBOUNDED:
+            card["max_model_len"] = self.limits.context_len
         return web.json_response({"object": "list", "data": [card]})
 
     # -- shutdown -------------------------------------------------------------------------
@@ -673,8 +709,22 @@ def _build_from_args(args) -> RolloutServer:
         max_batch_prompts=args.max_batch_prompts,
         health_timeout_s=args.health_timeout,
         drain_timeout_s=args.drain_timeout,
+        api_key=args.api_key,
     )
     return RolloutServer(engine, config, tokenizer=tokenizer, weight_loader=weight_loader)
+
+
+def api_key_from(env_name: str, host: str) -> str | None:
+    """The key in `$env_name` (None when unset or empty); SystemExit when `host` is not
+    loopback and there is none."""
+    key = (os.environ.get(env_name) or None) if env_name else None
+    if key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(
+            f"--host {host} exposes the server beyond this machine, where anyone who reaches "
+            f"the port could load weights from any path: set ${env_name or 'ROLLOUT_API_KEY'} "
+            "(--api-key-env) to the key the clients send"
+        )
+    return key
 
 
 async def serve(server: RolloutServer, host: str, port: int) -> None:
@@ -705,7 +755,13 @@ def main(argv=None):
         help="HF folder (config.json + safetensors) or a Qwen3Config preset name (random weights)",
     )
     parser.add_argument("--tokenizer", default=None, help='"demo" or a folder with tokenizer.json')
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="another than loopback needs a key")
+    parser.add_argument(
+        "--api-key-env",
+        default="ROLLOUT_API_KEY",
+        help="the environment variable holding the API key every request must carry "
+        "(unset or empty: none)",
+    )
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--max-batch-size", type=int, default=16, help="engine slots")
     parser.add_argument("--max-seq-len", type=int, default=2048, help="context length")
@@ -727,6 +783,7 @@ def main(argv=None):
         help="the adapted projections, comma-separated (the learner's lora.targets)",
     )
     args = parser.parse_args(argv)
+    args.api_key = api_key_from(args.api_key_env, args.host)
     logging.basicConfig(level=logging.INFO)
     asyncio.run(serve(_build_from_args(args), args.host, args.port))
 

@@ -27,7 +27,9 @@ Policy:
   `recheck_s` seconds after it went down (and again every `recheck_s` while it
   stays down), a server that is up every `health_interval_s` (0: never);
   whoever checks it calls `readmit` or `mark_down` (after bringing its weights
-  up to date). A success on a down server (tried when no server was up) readmits it.
+  up to date and passing the sync probe: `HttpEngineClient._check`). Nothing
+  else brings a server back: a success on a down server (tried when no server
+  was up) counts, but the server stays out until its check.
 - A server taken out by a failed weight sync (`mark_down(..., stale=True)`) holds
   old weights: it gets no request until `readmit`.
 - No server up: requests go to the least loaded down server that is not stale,
@@ -184,7 +186,7 @@ class ServerPool:
         `latency_s`, `tokens` prompt plus generated tokens of which `cached_tokens`
         prompt tokens came from the server's cache), or failed with `error`. The
         `max_consecutive_errors`-th failure in a row takes the server out; a success
-        on a down server readmits it."""
+        on a down server does not bring it back (only `readmit` does)."""
         with self._lock:
             s = self._servers[url]
             w = s.window
@@ -195,8 +197,6 @@ class ServerPool:
                 w.latency_s += latency_s
                 w.reports += 1
                 s.consecutive_errors = 0
-                if not s.up and not s.stale:
-                    self._readmit(s, "served a request")
                 return
             w.errors += requests
             s.consecutive_errors += 1

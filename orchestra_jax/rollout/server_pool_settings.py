@@ -16,8 +16,9 @@ field each (`training/builders.py`). The meaning of each value is in
 - `health_interval_s`: seconds between health checks of a server that is up
   (0: none);
 - `health_timeout_s`: the longest a `/health` check may take;
-- `max_in_flight`: calls open at once over all servers (0: the client's own
-  bound: every chunk for SGLang, 256 requests for vLLM).
+- `max_in_flight`: generate calls open at once on each server (0: the
+  client's own bound: every chunk for SGLang, 256 requests for vLLM); a call
+  waiting for its turn is not yet timed (`timeout_s` starts when it is sent).
 """
 
 from __future__ import annotations

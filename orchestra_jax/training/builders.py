@@ -46,6 +46,7 @@ from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
 from orchestra_jax.rl.samples import SAMPLE_UNITS
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
+from orchestra_jax.rollout.http_client import DEFAULT_API_KEY_ENV
 from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
@@ -267,6 +268,8 @@ def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) 
         weights_dir=r.weights_dir,
         sync_tolerance=r.sync_tolerance or None,
         settings=server_pool_settings(config),
+        api_key_env=r.get("api_key_env", DEFAULT_API_KEY_ENV) or None,
+        max_context_tokens=config.agent.max_context_tokens,
     )
 
 
