@@ -252,6 +252,10 @@ def _base() -> ml_collections.ConfigDict:
     # Where domains that tau2 lacks (ToolScale's ten, e.g. env.tau2.domain=bank) are found
     # as folders (envs/tau2_domain_folder.py); env.tau2.domain may also be a folder's path.
     c.env.tau2.domains_dir = ""
+    # A folder domain's code runs in the sandbox (envs/sandboxed_domain.py; tools.sandbox),
+    # unless tools.code_is_trusted, or it is one of ToolScale's ten in domains_dir (the
+    # release's own code) and this is True: then it is imported into the trainer (faster).
+    c.env.tau2.release_domains_in_process = True
     # The user: "simulator" (tau2's user simulator at user_url, any OpenAI-compatible
     # server) or "scripted" (the scenario's reason for calling, a confirmation, stop).
     c.env.tau2.user = "simulator"

@@ -21,6 +21,14 @@ makes such a folder loadable without editing it:
      tau2's evaluator (which rebuilds environments by domain name) grades
      its episodes as it grades `retail`'s.
 
+Where the code runs: a folder's code came from a model unless it is one of
+ToolScale's ten in the configured `domains_dir` (the release's own code) or
+the config says the code is trusted. Model-written code is never imported
+here: `register_domain_folder(..., in_process=False)` registers a
+`sandboxed_domain.SandboxedDomain`, whose stand-in environments run the code
+in the sandbox (tau2's evaluator builds those stand-ins too);
+`in_process=True` imports it into this process (`is_release_domain`).
+
 A folder whose name is already one of tau2's own domains (`mock`, `retail`, …)
 or another folder's is refused: tau2 knows a domain by its name alone.
 """
@@ -83,13 +91,30 @@ def check_domain_folder(folder: str | os.PathLike) -> list[str]:
     return [f"{folder} has no {name}" for name in REQUIRED_FILES if not (folder / name).is_file()]
 
 
+def is_release_domain(folder: str | os.PathLike, domains_dir: str | os.PathLike | None) -> bool:
+    """True for one of ToolScale's ten domains in `domains_dir` (the release's own code)."""
+    folder = pathlib.Path(folder).resolve()
+    return bool(
+        domains_dir
+        and folder.name in TOOLSCALE_DOMAINS
+        and folder.parent == pathlib.Path(domains_dir).resolve()
+    )
+
+
 def register_domain_folder(
-    folder: str | os.PathLike, data_dir: str | os.PathLike | None = None
+    folder: str | os.PathLike,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    in_process: bool = False,
+    sandbox: str = "auto",
+    code_is_trusted: bool = False,
 ) -> str:
     """Makes the domain in `folder` a tau2 domain (module docstring); returns its name.
 
-    Registering the same folder again is a no-op. Raises ValueError when the
-    folder is incomplete, its name is taken, or its code does not load.
+    `in_process`: import its code here (trusted code only); else it runs in the
+    domain-code sandbox `sandbox` (`domain_sandbox.domain_sandbox`). Registering
+    the same folder again is a no-op. Raises ValueError when the folder is
+    incomplete, its name is taken, or its code does not load.
     """
     folder = pathlib.Path(folder).resolve()
     name = folder.name
@@ -113,8 +138,23 @@ def register_domain_folder(
             f"{folder}: {name!r} is one of tau2's own domains; rename the folder "
             "(tau2 knows a domain by its name)"
         )
-    db_class, toolkit_class = load_domain_code(folder)
-    registry.register_domain(environment_constructor(folder, db_class, toolkit_class), name)
+    if in_process:
+        db_class, toolkit_class = load_domain_code(folder)
+        registry.register_domain(environment_constructor(folder, db_class, toolkit_class), name)
+    else:
+        from tau2.utils import utils as tau2_utils
+
+        from orchestra_jax.envs.sandboxed_domain import DomainCallFailed, SandboxedDomain
+
+        domain = SandboxedDomain(
+            folder, str(tau2_utils.DATA_DIR), sandbox=sandbox, code_is_trusted=code_is_trusted
+        )
+        try:
+            domain.describe()
+        except DomainCallFailed as e:
+            domain.close()
+            raise ValueError(f"{folder}: its domain code does not load in the sandbox: {e}") from e
+        registry.register_domain(domain.environment, name)  # pyright: ignore[reportArgumentType]
     _REGISTERED[name] = folder
     return name
 

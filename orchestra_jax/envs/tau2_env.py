@@ -53,7 +53,11 @@ from typing import Any
 from orchestra_jax.agent.conversation import OtherParty
 from orchestra_jax.agent.infra_failure import InfraError, is_service_failure
 from orchestra_jax.envs.base import Task
-from orchestra_jax.envs.tau2_domain_folder import domain_folder, register_domain_folder
+from orchestra_jax.envs.tau2_domain_folder import (
+    domain_folder,
+    is_release_domain,
+    register_domain_folder,
+)
 from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
 from orchestra_jax.envs.tau2_setup import import_tau2
 from orchestra_jax.envs.tau2_tools import (
@@ -117,6 +121,13 @@ class Tau2Environment:
         (`rollout.infra_retries`).
       domains_dir: where domains named by tasks or `domain` that tau2 lacks are
         looked for as folders (ToolScale's ten: ../shared/toolscale/domains).
+      sandbox / code_is_trusted: where a folder domain's code runs
+        (`tools.sandbox`, `tools.code_is_trusted`): model-written domains run in
+        the domain-code sandbox (`sandboxed_domain.py`); with `code_is_trusted`
+        every folder's code is imported into this process.
+      release_domains_in_process: ToolScale's ten in `domains_dir`, the
+        release's own code, are imported into this process (faster) rather
+        than sandboxed.
     """
 
     def __init__(
@@ -138,6 +149,9 @@ class Tau2Environment:
         drop_tools: Sequence[str] = (),
         evaluator_retries: int = 0,
         domains_dir: str | os.PathLike | None = None,
+        sandbox: str = "auto",
+        code_is_trusted: bool = False,
+        release_domains_in_process: bool = True,
     ):
         self.tau2 = import_tau2(data_dir)
         self.domains_dir = domains_dir
@@ -171,8 +185,10 @@ class Tau2Environment:
         self.drop_tools = frozenset(drop_tools)
         self.nl_assertions = nl_assertions
         self.evaluator_retries = evaluator_retries
+        self.sandbox, self.code_is_trusted = sandbox, code_is_trusted
+        self.release_domains_in_process = release_domains_in_process
         folder = domain_folder(domain, domains_dir)
-        self.domain = register_domain_folder(folder) if folder else domain
+        self.domain = self.register_folder(folder) if folder else domain
         self._folder = folder
         self._tasks: dict[str, Any] = {}
         self._domains: dict[str, Domain] = {}
@@ -217,7 +233,7 @@ class Tau2Environment:
             if name not in registry.get_domains():
                 folder = domain_folder(name, self.domains_dir)
                 if folder is not None:
-                    register_domain_folder(folder)
+                    self.register_folder(folder)
             try:
                 environment = registry.get_env_constructor(name)()
             except Exception as e:
@@ -229,6 +245,19 @@ class Tau2Environment:
                 name, environment.get_policy(), tuple(environment.get_tools()), environment
             )
         return self._domains[name]
+
+    def register_folder(self, folder: Any) -> str:
+        """Registers a domain folder in tau2, its code in this process when trusted (the
+        release's own, or `code_is_trusted`), else in the sandbox; returns its name."""
+        in_process = self.code_is_trusted or (
+            self.release_domains_in_process and is_release_domain(folder, self.domains_dir)
+        )
+        return register_domain_folder(
+            folder,
+            in_process=in_process,
+            sandbox=self.sandbox,
+            code_is_trusted=self.code_is_trusted,
+        )
 
     @staticmethod
     def task_domain(task: Task) -> str:
@@ -535,6 +564,9 @@ def from_config(config: Any) -> Tau2Environment:
         drop_tools=split_names(t.drop_tools),
         evaluator_retries=config.rollout.infra_retries,
         domains_dir=t.domains_dir or None,
+        sandbox=config.tools.sandbox,
+        code_is_trusted=config.tools.code_is_trusted,
+        release_domains_in_process=t.release_domains_in_process,
     )
 
 

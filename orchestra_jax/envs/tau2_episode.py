@@ -14,6 +14,8 @@ tools, its user and its grader share (`ToolContext.state`):
                 value), or None while it goes on
   expert_acted  an expert took the current policy turn (`call_expert`); the
                 turn's record clears it
+  tool_lock     keeps the episode's domain tool calls, each run off the event
+                loop (`tool_thread.run_off_loop`), one at a time and in order
 
 Steps are counted as tau2's half-duplex orchestrator counts them: every
 message passed on (a user message, an agent message, a batch of tool results)
@@ -25,6 +27,7 @@ reason, as tau2 does.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -51,6 +54,7 @@ class Tau2Episode:
     termination: str | None = None
     user_state: Any = None
     expert_acted: bool = False
+    tool_lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False)
 
     @property
     def done(self) -> bool:

@@ -5,7 +5,9 @@ call runs in the episode's tau2 environment (`ToolContext.state`, a
 `Tau2Episode`) through tau2's `Environment.get_response`, with tau2's error
 semantics: a call that fails (bad arguments, a rule of the domain) returns
 "Error: ..." to the policy and counts as a tool error. Domain tools cost
-nothing and take no time, as in τ²-bench.
+nothing and take no time, as in τ²-bench. A call runs off the event loop
+(`tool_thread.run_off_loop`: other episodes go on meanwhile), so the agent's
+per-call time limit holds: a call past it is that call's error, interrupted.
 
 `ask_expert` is a meta-tool (`meta_tool_table.META_TOOLS` entry, one `model`
 argument naming a priced alias, as the paper's meta-tools): the chosen expert
@@ -38,6 +40,7 @@ from typing import Any
 
 from orchestra_jax.agent.conversation import RELAYED_MESSAGE, message_text
 from orchestra_jax.chat.template import to_json
+from orchestra_jax.envs.tool_thread import run_off_loop
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.config import ModelProfile
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
@@ -112,7 +115,9 @@ class DomainTool:
         episode = ctx.state
         if episode is None or not hasattr(episode, "run_tool"):
             return error_result(f"{self.name}: this episode has no τ² environment", tool=self.name)
-        _, message = episode.run_tool(self.name, arguments)
+        _, message = await run_off_loop(
+            episode.run_tool, self.name, arguments, lock=episode.tool_lock
+        )
         return ToolResult(
             text=message.content,
             error=message.content if message.error else None,
@@ -244,7 +249,9 @@ class CallExpertTool(MetaTool):
             episode.expert_acted = True
             lines = []
             for name, arguments in calls:
-                _, result = episode.run_tool(name, arguments)
+                _, result = await run_off_loop(
+                    episode.run_tool, name, arguments, lock=episode.tool_lock
+                )
                 lines.append(f"{name}({to_json(arguments)}) returned: {result.content}")
             meta["action"] = [{"name": n, "arguments": a} for n, a in calls]
             text = f"{alias} made tool calls for you:\n" + "\n".join(lines)
