@@ -90,23 +90,41 @@ def test_each_domain_builds_lists_its_tools_and_runs_one(env, domains_dir, name)
     assert isinstance(DomainTool(domain.tools[0]).schema(), dict)
 
 
-def test_a_domain_by_path_and_tau2s_evaluator_grades_its_episode(env, tau2_data, tmp_path):
-    from orchestra_jax.envs.tau2_env import Tau2Environment, scripted_user_factory
+CANCEL = {"registration_id": "GO1ZSB7"}  # a registration of school's db.json, 2 courses
+
+
+def test_a_domain_by_path_plays_tool_actions_and_tau2_grades_them_by_its_database(env, tau2_data):
+    from orchestra_jax.envs.tau2_env import Tau2Environment
+    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from tests.test_envs_tau2 import call, play
 
     folder = env._folder  # no domain given: tau2's own domains and the named ten
     assert folder is None
     by_path = Tau2Environment(
-        scripted_user_factory, data_dir=tau2_data, domain=str(env.domains_dir) + "/school"
+        lambda task, environment: ScriptedUser(["Please cancel my registration GO1ZSB7."]),
+        data_dir=tau2_data,
+        domain=str(env.domains_dir) + "/school",
     )
     assert by_path.domain == "school"
     with pytest.raises(FileNotFoundError, match="data.sources=toolscale"):
         by_path.tasks("base", 1)  # the folder has no tasks.json
-    task = probe_task("school")
-    episode = by_path.reset(task)
-    episode.termination = "user_stop"  # the user ended it
-    verdict = asyncio.run(by_path.grade(task, None, state=episode))
-    assert verdict.info["breakdown"] == {"DB": 1.0}  # nothing done, nothing to do
-    assert verdict.correct
+    gold = [{"action_id": "cancel", "name": "cancel_registration", "arguments": CANCEL}]
+    task = probe_task("school", gold)
+    look = call("get_registration_details", CANCEL)
+    done = "Your registration is cancelled."
+    right = play(by_path, task, [look, call("cancel_registration", CANCEL), done])
+    [read], [wrote] = (t.tool_results for t in right.turns[:2])
+    assert read.error is None and '"ART-1101"' in read.text  # the folder's database
+    assert (
+        wrote.error is None and '"courses": []' in wrote.text and '"total_credits": 0' in wrote.text
+    )
+    assert right.metadata["grade"]["breakdown"] == {"DB": 1.0} and right.correct is True
+    other = {"registration_id": "2ZLODR2"}  # cancels a registration, not the one asked
+    wrong = play(by_path, task, [look, call("cancel_registration", other), done])
+    assert wrong.turns[1].tool_results[0].error is None
+    assert wrong.metadata["grade"]["breakdown"] == {"DB": 0.0} and wrong.correct is False
+    idle = play(by_path, task, [look, done])  # reads only: the database is not the gold one
+    assert idle.metadata["grade"]["breakdown"] == {"DB": 0.0} and idle.correct is False
 
 
 def test_incomplete_and_clashing_folders_are_refused(env, tau2_data, domains_dir, tmp_path):

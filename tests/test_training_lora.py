@@ -120,19 +120,54 @@ def test_a_lora_run_resumes_with_its_adapters_and_optimizer_state_exactly(whole)
         resumed.engine.close()
 
 
-def test_evaluation_loads_a_base_folder_plus_an_adapter(whole, tmp_path):
-    config, _ = whole
+def _first_turn_logprobs(model, traj, temperature):
+    """log p(token) of the episode's first generated turn under `model` at `temperature`
+    (the sampler's log_softmax(logits / T), rollout/sampling.py)."""
+    n = traj.turns[0].num_generated_tokens
+    ids = jnp.asarray(traj.token_ids[: traj.prompt_length + n])
+    logits = model(ids[None, :-1], jnp.arange(len(ids) - 1)[None])[0]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32) / temperature, axis=-1)
+    rows = jnp.arange(traj.prompt_length - 1, traj.prompt_length - 1 + n)
+    return np.asarray(logp[rows, ids[rows + 1]])
+
+
+def test_evaluation_of_a_base_folder_plus_an_adapter_samples_the_merged_model(tmp_path):
+    import json
+
     from experiments.evaluate import evaluate_policies
+    from orchestra_jax.agent.trajectory import read_jsonl
+    from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 
     plain = micro_config(tmp_path, **{"lora.rank": 0})
     mesh = builders.build_mesh(plain)
     base, base_config = builders.build_model(plain, mesh, builders.build_tokenizer(plain))
     save_hf_checkpoint(base, base_config, tmp_path / "base")
+    # An adapter far from the base, published as PEFT's usual settings write it.
+    adapted, _ = load_hf_checkpoint(tmp_path / "base", lora=LoRASpec(rank=4, alpha=8.0))
+    randomise_adapters(adapted)
+    peft_adapter.save_adapter(adapted, tmp_path / "adapter")
+    settings = tmp_path / "adapter" / "adapter_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "lora_dropout": 0.05}))
     eval_config = micro_config(tmp_path / "eval", **{"eval.num_tasks": 2})
-    policy = f"hf:{tmp_path / 'base'}+{grpo_loop.adapter_dir(config)}"
+    policy = f"hf:{tmp_path / 'base'}+{tmp_path / 'adapter'}"
     summaries = evaluate_policies(eval_config, [policy])
     assert list(summaries) == ["hf_base+adapter"]
-    assert summaries["hf_base+adapter"]["adapter"] == grpo_loop.adapter_dir(config)
+    assert summaries["hf_base+adapter"]["adapter"] == str(tmp_path / "adapter")
+    played = read_jsonl(
+        grpo_loop.paths.join(grpo_loop.workdir_of(eval_config), "trajectories")
+        + "/eval_hf_base+adapter.jsonl"
+    )
+    peft_adapter.merge_to_hf(tmp_path / "base", tmp_path / "adapter", tmp_path / "merged")
+    merged, _ = load_hf_checkpoint(tmp_path / "merged")
+    temperature = eval_config.eval.temperature
+    assert played and all(t.turns and t.turns[0].num_generated_tokens for t in played)
+    for traj in played:  # what the evaluated policy sampled, as the engine reported it
+        n = traj.turns[0].num_generated_tokens
+        sampled = traj.rollout_logprobs[traj.prompt_length : traj.prompt_length + n]
+        np.testing.assert_allclose(
+            sampled, _first_turn_logprobs(merged, traj, temperature), atol=2e-4, rtol=0
+        )
+        assert np.abs(sampled - _first_turn_logprobs(base, traj, temperature)).max() > 0.05
 
 
 def test_lora_config_errors_name_the_fields(tmp_path):

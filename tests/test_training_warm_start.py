@@ -25,8 +25,10 @@ def _config(tmp_path):
     return config
 
 
-def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path):
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path, lora_rank):
     config = _config(tmp_path)
+    config.lora.rank = lora_rank  # LoRA: the reference is the base + the warm start's adapters
     run = grpo_loop.setup_run(config)
     initial = _leaves(run.learner.params)
     experiment.run_warm_start(config, run)
@@ -34,6 +36,7 @@ def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path):
     assert any(not np.array_equal(a, b) for a, b in zip(initial, warm)), "SFT changed nothing"
     for ref, w in zip(_leaves(run.learner.ref_params), warm):
         np.testing.assert_array_equal(ref, w)
+    assert any(np.abs(ref).max() > 0 for ref in _leaves(run.learner.ref_params))  # not off
     # The reference survives a GRPO step, which donates the parameters' buffers.
     episode = Trajectory(
         task_id="t",

@@ -96,11 +96,12 @@ def _base() -> ml_collections.ConfigDict:
     c.tokenizer = "demo"  # "demo" (bundled) or a folder with tokenizer.json.
     # LoRA (models/lora.py): rank 0 trains every weight; rank > 0 trains only
     # adapters of that rank on the projections named, the base frozen in
-    # model.param_dtype, and the KL reference is the base with the adapters off.
+    # model.param_dtype; the KL reference is the base with the warm start's adapters
+    # after a warm start (sft.steps > 0), else with the adapters off (the start).
     c.lora = ml_collections.ConfigDict()
     c.lora.rank = 0
     c.lora.alpha = 16.0  # Adapters scaled by alpha / rank (PEFT's lora_alpha).
-    c.lora.dropout = 0.0  # Must be 0: adapters run without dropout.
+    c.lora.dropout = 0.0  # Must be 0 to train: adapters run without dropout here.
     c.lora.targets = "q,k,v,o,gate,up,down"  # Projections with adapters (PEFT's *_proj).
 
     c.mesh = ml_collections.ConfigDict()
@@ -916,7 +917,7 @@ def _qwen3_8b_lora(c):
     c.lora.alpha = 128.0  # Adapters scaled by 2.
     c.model.param_dtype = "bfloat16"  # The frozen base: 16 GB, never cast to float32.
     c.rl.lr = 1e-5  # LoRA's usual 10x the full fine-tuning rate (1e-6).
-    c.rollout.engine = "jax"  # Server engines cannot take adapters yet.
+    c.rollout.engine = "jax"  # In process, beside the learner (vllm/sglang take adapters too).
     c.rollout.urls = ""
     c.rollout.weights_dir = ""
     # Sequences the engine decodes at once, 32768 tokens each (4.5 GiB of KV cache
