@@ -4,6 +4,7 @@ observations, and start-up errors."""
 
 import asyncio
 import collections
+import copy
 import json
 
 import pytest
@@ -232,3 +233,19 @@ def test_simulated_experts_answer_synthetic_tasks_beside_live_ones(live):
     before = len(proxy.chat_records())
     result = asyncio.run(tools["answer"]({"model": alias}, ToolContext(task=task)))
     assert result.final_answer and len(proxy.chat_records()) == before  # simulated: no HTTP
+
+
+@pytest.mark.parametrize(
+    ("pricing_name", "mode"), [("per_document", "per_document"), ("reference", "local")]
+)
+def test_the_search_is_priced_as_tools_search_pricing_says(live, pricing_name, mode):
+    config, tokenizer, _, _ = live
+    config = copy.deepcopy(config)
+    config.tools.search_pricing = pricing_name
+    charge = builders.build_env(config).build_backends().search_charge
+    assert charge.mode == mode  # a local index under "reference": the query's tokens
+    if mode == "local":
+        tool_config = type("C", (), {"orchestrator_price": 0.2})()
+        assert charge.cost("river valley", 30, tool_config) == pytest.approx(
+            len(load_tokenizer(config.tokenizer).encode("river valley")) * 0.2 / 1e6
+        )

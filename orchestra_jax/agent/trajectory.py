@@ -73,7 +73,8 @@ class Turn:
     the masked text appended after them (tool results or an error message; empty
     when the episode ended on this turn). `generation_latency_s` is the engine's
     figure for this request; `tool_latency_s` is the slowest result of the turn,
-    because the turn's calls run concurrently. `first_call_feature` is the
+    because the turn's calls run concurrently (under `agent.accounting="reference"`
+    the sum of its calls' latencies up to its answer call, as the release counts it). `first_call_feature` is the
     feature ("tool:<alias or tool>") of the turn's first valid call: the first
     call, in the order written, that counts in `Trajectory.tool_call_counts`
     (parsed, an offered tool, a feature of the tool configuration) and ran
