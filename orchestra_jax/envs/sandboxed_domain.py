@@ -18,6 +18,10 @@ request, kills the server: the request fails (a tool call gets tau2's
 starts a fresh server, on which each live stand-in first replays what built
 its state (its `set_state` and its calls that succeeded; the synthesis
 pipeline keeps only tasks whose gold actions replay to the same database).
+
+The server runs the domain's code in its own process, so that code can write
+on the answer channel; it can only misanswer calls of its own domain (whose
+results it shapes anyway), and an answer out of step kills the server.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 class DomainCallFailed(RuntimeError):
     """A request to the sandboxed domain raised there, ran past its time, or got no answer."""
+
+
+class OutOfStep(DomainCallFailed):
+    """The answer channel held something other than the answer to the request (the domain's
+    code wrote on it): the server is killed and the request tried once more on a fresh one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +92,7 @@ class SandboxedDomain:
         self._ids = itertools.count(1)
         self._envs = itertools.count(1)
         self._freed: list[int] = []
+        self._buffer = b""  # what the server wrote past the last answer read
         self._described: dict[str, Any] | None = None
 
     # --- what the trainer reads -----------------------------------------------------------
@@ -112,13 +122,19 @@ class SandboxedDomain:
     def call(self, stand_in: SandboxedEnvironment, request: dict[str, Any], *, log: bool) -> Any:
         """`request` on `stand_in`'s environment (rebuilt first on a fresh server); kept in
         its log when `log` and it succeeded."""
-        with self._lock:
-            if stand_in.generation != self.starts or self._process is None:
-                self._ensure_started()
-                stand_in.generation = self.starts
-                for earlier in [{"op": "new"}, *stand_in.log]:
-                    self._request({**earlier, "env": stand_in.env}, self.call_timeout_s)
-            value = self._request({**request, "env": stand_in.env}, self.call_timeout_s)
+        for attempt in range(2):
+            try:
+                with self._lock:
+                    if stand_in.generation != self.starts or self._process is None:
+                        self._ensure_started()
+                        stand_in.generation = self.starts
+                        for earlier in [{"op": "new"}, *stand_in.log]:
+                            self._request({**earlier, "env": stand_in.env}, self.call_timeout_s)
+                    value = self._request({**request, "env": stand_in.env}, self.call_timeout_s)
+                break
+            except OutOfStep:
+                if attempt:
+                    raise
         if log:
             stand_in.log.append(request)
         return value
@@ -166,41 +182,58 @@ class SandboxedDomain:
         return answer.get("value")
 
     def _answer(self, request_id: int, timeout_s: float) -> dict[str, Any]:
-        """The server's answer to `request_id`; any other outcome kills it and raises."""
+        """The server's answer to `request_id`; any other outcome kills it and raises
+        (`OutOfStep` when the channel held anything but that one answer)."""
         process = self._process
         assert process is not None and process.proc.stdout is not None
-        stdout = process.proc.stdout
-        deadline = time.monotonic() + timeout_s
-        while True:  # short waits, so an interrupt (tool_thread) lands soon
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._stop()
-                raise DomainCallFailed(
-                    f"no answer within {timeout_s:g} s (the server is restarted)"
-                )
-            if select.select([stdout], [], [], min(left, 0.1))[0]:
-                break
-        line = stdout.readline(MAX_ANSWER_BYTES).decode("utf-8", errors="replace")
+        fd = process.proc.stdout.fileno()
+        line = self._line(fd, time.monotonic() + timeout_s)
+        if line is None:
+            self._stop()
+            raise DomainCallFailed(f"no answer within {timeout_s:g} s (the server is restarted)")
+        text = line.decode("utf-8", errors="replace")
         problem = ""
         answer: Any = None
-        if not line:
+        if not text:
             problem = "the server ended"
-        elif not line.startswith(MARKER):
+        elif not text.startswith(MARKER):
             problem = "not an answer line"
         else:
             try:
-                answer = json.loads(line[len(MARKER) :])
+                answer = json.loads(text[len(MARKER) :])
             except ValueError as e:
                 problem = f"not JSON ({e})"
         if not problem and (not isinstance(answer, dict) or answer.get("id") != request_id):
             problem = f"not the answer to request {request_id}"
+        if not problem and (self._buffer or select.select([fd], [], [], 0)[0]):
+            problem = "more than one answer"
         if problem:
             tail = process.stderr_tail()
             self._stop()
-            raise DomainCallFailed(f"{problem}: {line[:200]!r}\n{tail}")
+            kind = DomainCallFailed if not text else OutOfStep
+            raise kind(f"{problem}: {text[:200]!r}\n{tail}")
         return answer
 
+    def _line(self, fd: int, deadline: float) -> bytes | None:
+        """The next line the server wrote (b"" when it ended), None at the deadline. Short
+        waits, so an interrupt (`tool_thread`) lands soon."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if select.select([fd], [], [], min(left, 0.1))[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return b""
+                self._buffer += chunk
+                if len(self._buffer) > MAX_ANSWER_BYTES:  # no answer is that long
+                    line, self._buffer = self._buffer[:200], b""
+                    return line
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
     def _stop(self) -> None:
+        self._buffer = b""
         if self._process is not None:
             self._process.close()
             self._process = None
@@ -261,7 +294,7 @@ class SandboxedEnvironment:
         request = {"op": "get_response", "call": message.model_dump(mode="json")}
         try:
             return ToolMessage.model_validate(self.domain.call(self, request, log=True))
-        except DomainCallFailed as e:
+        except (DomainCallFailed, ValueError) as e:  # ValueError: not a tool message
             return ToolMessage(
                 id=message.id,
                 content=f"Error: {e}",

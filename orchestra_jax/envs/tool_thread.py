@@ -27,14 +27,32 @@ class ToolInterrupted(Exception):
     """Raised inside a tool's thread when its call ran past its time limit."""
 
 
-def interrupt(thread: threading.Thread) -> bool:
-    """Raises `ToolInterrupted` in `thread` (False when it has already ended)."""
-    if thread.ident is None or not thread.is_alive():
-        return False
-    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(ToolInterrupted)
-    )
-    return done == 1
+class _Call:
+    """One call's thread and whether `fn` still runs in it (under `guard`, so an interrupt
+    never reaches the thread once `fn` has returned, nor a thread that has ended)."""
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.running = True
+        self.thread: threading.Thread | None = None
+
+    def interrupt(self) -> bool:
+        """Raises `ToolInterrupted` in the thread while `fn` runs (False when it no longer does)."""
+        with self.guard:
+            if not self.running or self.thread is None or self.thread.ident is None:
+                return False
+            done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread.ident), ctypes.py_object(ToolInterrupted)
+            )
+            return done == 1
+
+    def finished(self) -> None:
+        """In the thread, once `fn` has returned: no interrupt from now on; one already
+        sent but not yet raised is withdrawn."""
+        with self.guard:
+            self.running = False
+            assert self.thread is not None and self.thread.ident is not None
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), None)
 
 
 async def run_off_loop(fn: Callable[..., Any], *args: Any, lock: asyncio.Lock | None = None) -> Any:
@@ -43,6 +61,7 @@ async def run_off_loop(fn: Callable[..., Any], *args: Any, lock: asyncio.Lock | 
     if lock is not None:
         await lock.acquire()
     future: asyncio.Future = loop.create_future()
+    call = _Call()
 
     def settle(value: Any, error: BaseException | None) -> None:
         if lock is not None:
@@ -55,21 +74,29 @@ async def run_off_loop(fn: Callable[..., Any], *args: Any, lock: asyncio.Lock | 
             future.set_result(value)
 
     def target() -> None:
-        value, error = None, None
+        outcome: tuple[Any, BaseException | None] | None = None
+        while True:
+            try:
+                if outcome is None:
+                    try:
+                        outcome = (fn(*args), None)
+                    except BaseException as e:  # handed to the awaiting task
+                        outcome = (None, e)
+                call.finished()
+                break
+            except ToolInterrupted as e:  # landed after `fn` returned, before `finished`
+                if outcome is None:
+                    outcome = (None, e)
         try:
-            value = fn(*args)
-        except BaseException as e:  # handed to the awaiting task
-            error = e
-        try:
-            loop.call_soon_threadsafe(settle, value, error)
+            loop.call_soon_threadsafe(settle, *outcome)
         except RuntimeError:  # the loop has closed; nobody waits
             pass
 
-    thread = threading.Thread(
+    call.thread = threading.Thread(
         target=target, name=f"tool:{getattr(fn, '__name__', fn)}", daemon=True
     )
     try:
-        thread.start()
+        call.thread.start()
     except BaseException:
         if lock is not None:
             lock.release()
@@ -77,5 +104,5 @@ async def run_off_loop(fn: Callable[..., Any], *args: Any, lock: asyncio.Lock | 
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        interrupt(thread)
+        call.interrupt()
         raise
