@@ -47,22 +47,26 @@ def release_search_cost(arguments, query_to_call, cur_tool_pricing=TOOL_PRICING)
 
 
 class Searcher:
+    def __init__(self, query=QUERY):
+        self.query = query
+
     async def complete(self, messages, *, max_tokens, temperature, ctx=None):
-        return ExpertReply(f"<query>{QUERY}</query>", 100, 20, 1.0)
+        return ExpertReply(f"<query>{self.query}</query>", 100, 20, 1.0)
 
 
 class Index:
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, n, query=QUERY):
+        self.n, self.query = n, query
 
     def search(self, query, k, allowed_ids=None):
-        assert query == QUERY
+        assert query == self.query[:390]  # the release sends `query_to_call[:390]`
         return [Document(f"d{i}", f"passage {i}") for i in range(min(self.n, k))]
 
 
-def search_cost(variant, engine, returned):
+def search_cost(variant, engine, returned, query=QUERY):
     """The search tool's cost under `variant`'s fields, on `engine` returning
-    `returned` documents (the searcher model free, so only the search is charged)."""
+    `returned` documents for the searcher's `query` (the searcher model free, so only
+    the search is charged)."""
     config = grpo_hle.get_config(variant)
     fields = builders.tool_config_fields(config)
     tool_config = ToolConfig(
@@ -71,8 +75,8 @@ def search_cost(variant, engine, returned):
     )
     charge = search_charge(config.tools.search_pricing, engine, lambda text: len(TOK.encode(text)))
     backends = Backends(
-        experts={"s": Searcher()},
-        retriever=Index(returned),
+        experts={"s": Searcher(query)},
+        retriever=Index(returned, query),
         search_charge=charge,
         expert_protocol=EXPERT_PROTOCOLS.get("reference"),
         families={"s": "qwen"},
@@ -98,6 +102,17 @@ def test_a_local_index_is_charged_the_querys_tokens():
     release = release_search_cost({"cur_index": "wiki", "tokenizer": hf_tokenizer}, QUERY)
     assert search_cost("qwen3_8b", "index", 30) == pytest.approx(release, rel=1e-12)
     assert 0 < release < 1e-5
+
+
+def test_a_long_query_is_charged_whole_and_sent_cut():
+    # The release counts the tokens of the whole query, then searches its first 390
+    # characters (567-570).
+    query = " ".join(f"term{i}" for i in range(100))
+    assert len(query) > 390
+    release = release_search_cost({"cur_index": "wiki", "tokenizer": hf_tokenizer}, query)
+    assert search_cost("qwen3_8b", "index", 30, query) == pytest.approx(release, rel=1e-12)
+    cut = release_search_cost({"cur_index": "wiki", "tokenizer": hf_tokenizer}, query[:390])
+    assert release > cut
 
 
 def test_the_project_charges_a_query():

@@ -69,6 +69,11 @@ class ExpertProtocol(Protocol):
 
     def query(self, text: str, question: str) -> str: ...
 
+    def charged_query(self, text: str, question: str) -> str:
+        """The query a search is charged for (`search_pricing`): the one sent, unless
+        the protocol cuts what it sends."""
+        ...
+
     def code(self, text: str) -> str: ...
 
     def code_timeout_s(self, configured_s: float) -> float: ...
@@ -106,6 +111,9 @@ class ProjectProtocol:
     def query(self, text, question):
         del question
         return prompts.extract_query(text)
+
+    def charged_query(self, text, question):
+        return self.query(text, question)
 
     def code(self, text):
         return prompts.extract_code(text)
@@ -214,10 +222,15 @@ def reference_prompt(role: str, family: str, question: str, context: str) -> str
 def extract_tagged_query(text: str, question: str) -> str:
     """The text after the last `<query>` up to `</query>`; the question when that is
     under MIN_QUERY_CHARS characters; cut to MAX_QUERY_CHARS characters."""
+    return extract_tagged_query_whole(text, question)[:MAX_QUERY_CHARS]
+
+
+def extract_tagged_query_whole(text: str, question: str) -> str:
+    """`extract_tagged_query` before the cut: what the release charges a local index's
+    search for (the tokens of `query_to_call`, generation_quick3.py 565, before it
+    sends `query_to_call[:390]`)."""
     query = text.split("<query>")[-1].split("</query>")[0]
-    if len(query) < MIN_QUERY_CHARS:
-        query = question
-    return query[:MAX_QUERY_CHARS]
+    return question if len(query) < MIN_QUERY_CHARS else query
 
 
 def extract_python_after_fence(text: str) -> str:
@@ -262,6 +275,9 @@ class ReferenceProtocol:
 
     def query(self, text, question):
         return extract_tagged_query(text, question)
+
+    def charged_query(self, text, question):
+        return extract_tagged_query_whole(text, question)
 
     def code(self, text):
         return extract_python_after_fence(text)

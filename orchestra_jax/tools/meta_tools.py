@@ -159,6 +159,7 @@ class SearchTool(MetaTool):
         if self.backends.retriever is None:
             raise RuntimeError("no retriever configured")
         query = self.protocol.query(reply.text, ctx.task.question)
+        charged = self.protocol.charged_query(reply.text, ctx.task.question)
         start = time.monotonic()
         docs = await self.retrieve(query, ctx)
         retrieval_s = self.backends.charged_seconds(time.monotonic() - start)
@@ -173,7 +174,7 @@ class SearchTool(MetaTool):
         meta.update(query=query, doc_ids=[d.id for d in docs], documents=shown)
         return ToolResult(
             text="\n".join(lines),
-            cost_usd=cost + self.backends.search_charge.cost(query, len(docs), self.config),
+            cost_usd=cost + self.backends.search_charge.cost(charged, len(docs), self.config),
             latency_s=reply.latency_s + retrieval_s,
             metadata=meta,
         )
