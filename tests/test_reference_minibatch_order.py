@@ -6,13 +6,18 @@ data-parallel group's mini-batches of 16 / 8 in order (`dp_actor.update_policy`)
 `qwen3_8b`'s `rl.balance_partitions` must give every update the same samples."""
 
 import heapq
+import types
 
+import numpy as np
 import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.rl.minibatch_order import release_order, reorder_samples
 from orchestra_jax.rl.samples import Sample
-from orchestra_jax.training import builders
+from orchestra_jax.rl.batching import BatchingConfig
+from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training.rollouts import StepExperience
+from tests.trajectory_helpers import graded_episode
 
 
 def karmarkar_karp(seqlen_list, k_partitions, equal_size):
@@ -160,3 +165,55 @@ def test_partitions_that_do_not_split_a_minibatch_are_a_config_error():
     config = grpo_hle.get_config("qwen3_8b")
     config.rl.balance_partitions = 12
     assert any("rl.balance_partitions" in e for e in builders.check_rl(config))
+
+
+class RecordingLearner:
+    """The learner's mini-batch arithmetic (m = 16) and a `train_step` that keeps the
+    batch it was given."""
+
+    def __init__(self, size=16):
+        self.size, self.batches = size, []
+
+    def minibatch_sizes(self, n):
+        return [self.size] * (n // self.size) + ([n % self.size] if n % self.size else [])
+
+    def minibatch_rows(self, n):
+        return min(self.size, n)
+
+    def train_step(self, batch, *, num_minibatches, minibatch_sizes):
+        self.batches.append(batch)
+        return {"updates": float(num_minibatches)}
+
+
+def test_the_learner_trains_the_samples_in_the_release_order():
+    """`grpo_loop.train_step` hands the learner its mini-batches in `release_order`."""
+    config = grpo_hle.get_config("qwen3_8b")
+    config.rl.sample_unit = "episode"  # one sample an episode: its first token names it
+    lengths = [3 + (7 * i) % 23 for i in range(32)]
+    episodes = [
+        graded_episode(
+            f"t{i}",
+            token_ids=[100 + i] + [5] * (n - 1),
+            loss_mask=[0] + [1] * (n - 1),
+            rollout_logprobs=[0.0] * n,
+            advantage=1.0,
+        )
+        for i, n in enumerate(lengths)
+    ]
+    experience = StepExperience(
+        trajectories=episodes,
+        rewards=np.ones(32),
+        advantages=np.ones(32),
+        keep=np.ones(32, bool),
+        metrics={},
+    )
+    learner = RecordingLearner(config.rl.minibatch_size)
+    batching = BatchingConfig(seq_buckets=(32,))
+    run = types.SimpleNamespace(config=config, learner=learner, batching=batching)
+    grpo_loop.train_step(run, experience)
+    [batch] = learner.batches
+    first = np.asarray(batch.input_ids)[:, 0] - 100
+    n = len(learner.minibatch_sizes(32))  # mini-batch j: rows j, n + j, … (strided)
+    trained = [int(i) for j in range(n) for i in first[j::n]]
+    want = release_order(lengths, config.rl.balance_partitions, config.rl.balance_group_size, 16)
+    assert trained == list(want) and trained != list(range(32))
