@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.minibatch_order import release_order, reorder_samples
 from orchestra_jax.rl.samples import Sample
-from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.training import builders, grpo_loop
 from orchestra_jax.training.rollouts import StepExperience
 from tests.trajectory_helpers import graded_episode
