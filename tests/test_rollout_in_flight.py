@@ -74,9 +74,29 @@ def test_a_call_waiting_for_its_turn_is_not_timed_out():
             finally:
                 await client.aclose()
 
-    # 200 calls of a second each, a 1.8 s limit: all open at once (vLLM's default bound
-    # of 256), none queued behind a connection limit, so none times out.
-    assert asyncio.run(go(0, 200)) == (200, 200, 0)
+    # 120 calls of a second each, a 1.8 s limit: all open at once (vLLM's default bound
+    # of 256; aiohttp's default connector would queue 20 of them for a second, timed),
+    # so none times out. (Under the loopback listener's backlog of 128 connections.)
+    assert asyncio.run(go(0, 120)) == (120, 120, 0)
     # 60 calls, 30 at once: the second 30 wait a second for their turn, then take a
     # second; the wait is not timed, so they finish too.
     assert asyncio.run(go(30, 60)) == (60, 30, 0)
+
+
+def test_a_call_that_outlasts_the_time_limit_fails_over():
+    async def go():
+        async with FakeVLLM(Held(delay_s=5.0)) as slow, FakeVLLM() as fast:
+            settings = ServerPoolSettings(max_retries=1, backoff_s=0.0, timeout_s=0.5)
+            client = VLLMClient([slow.url, fast.url], settings=settings)
+            try:
+                start = asyncio.get_running_loop().time()
+                [out] = await client.generate(requests(1))
+                return out, asyncio.get_running_loop().time() - start, client.take_metrics()
+            finally:
+                await client.aclose()
+
+    out, took, metrics = asyncio.run(go())
+    # rollout.server_pool.timeout_s holds for generate calls too: the slow server's
+    # call is cut at 0.5 s and the request served by the other.
+    assert out.output_ids == [5, 6] and took < 3.0
+    assert metrics["0/errors"] == 1 and metrics["1/requests"] == 1

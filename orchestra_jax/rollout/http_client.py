@@ -523,10 +523,11 @@ class HttpEngineClient:
         parse: Callable[[Any], Any] | None = None,
         timeout_s: float | None = None,
     ) -> Any:
-        """One `method path` on `url`: the decoded JSON (or text) body, through `parse` if
-        given. Raises RefusedRequest on a 4xx, and one of SERVER_FAULTS (a body that does
+        """One `method path` on `url` within `timeout_s` (default: `self.timeout_s`) from
+        when it is sent: the decoded JSON (or text) body, through `parse` if given. Raises RefusedRequest on a 4xx, and one of SERVER_FAULTS (a body that does
         not decode or that `parse` refuses: MalformedResponse) on a server fault."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        # Always explicit: aiohttp reads `timeout=None` as no limit at all.
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s if timeout_s is None else timeout_s)
         async with self._get_session().request(
             method, url + path, json=body, timeout=timeout
         ) as resp:
