@@ -11,7 +11,11 @@ from aiohttp import web
 
 from orchestra_jax.agent.loop import LoopLimits, run_episodes_sync
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.http_client import RolloutServerError
+from orchestra_jax.rollout.http_client import (
+    RefusedRequest,
+    RolloutServerError,
+    refused_for_context,
+)
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
 from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
@@ -116,3 +120,19 @@ def test_a_config_passes_the_agent_budget_and_the_key_variable_to_the_client():
     client = build_engine(config, None, None)
     assert isinstance(client, SGLangClient)
     assert client.max_context_tokens == 3000 and client.api_key_env == "MY_KEY_VARIABLE"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [  # vLLM 0.32's two wordings, SGLang's (and rollout/server.py's) two
+        "This model's maximum context length is 4096 tokens. However, you requested 100 "
+        "output tokens and your prompt contains 4000 input tokens, for a total of 4100 tokens.",
+        "The decoder prompt (length 5000) is longer than the maximum model length of 4096.",
+        "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+        "Requested token count exceeds the model's maximum context length of 4096 tokens.",
+    ],
+)
+def test_the_servers_context_refusals_are_recognised(message):
+    assert refused_for_context(RefusedRequest(f"POST /x -> 400: {message}", 400))
+    assert not refused_for_context(RefusedRequest(f"POST /x -> 404: {message}", 404))
+    assert not refused_for_context(RefusedRequest("POST /x -> 400: top_p must be > 0", 400))
