@@ -93,6 +93,7 @@ class SandboxedDomain:
         self._envs = itertools.count(1)
         self._freed: list[int] = []
         self._buffer = b""  # what the server wrote past the last answer read
+        self._ready = False  # the server has said it is ready
         self._described: dict[str, Any] | None = None
 
     # --- what the trainer reads -----------------------------------------------------------
@@ -143,10 +144,8 @@ class SandboxedDomain:
         """A stand-in is gone: its environment is freed with the next request."""
         self._freed.append(env)
 
-    def _ensure_started(self) -> None:
-        if self._process is not None and self._process.proc.poll() is None:
-            return
-        self._stop()
+    def _spawn(self) -> None:
+        """Starts a server (it imports tau2 and the domain while the caller goes on)."""
         self._process = domain_sandbox.start_python_module(
             self.backend,
             "orchestra_jax.envs.domain_server",
@@ -156,11 +155,20 @@ class SandboxedDomain:
             args=[str(self.folder)],
         )
         self.starts += 1
+        self._ready = False
         self._freed.clear()
-        answer = self._answer(0, self.startup_s)
-        if "error" in answer:
+
+    def _ensure_started(self) -> None:
+        """A server that has said it is ready (started, or its start awaited, here)."""
+        if self._process is None or self._process.proc.poll() is not None:
             self._stop()
-            raise DomainCallFailed(f"{self.folder}: the domain's code does not load: {answer}")
+            self._spawn()
+        if not self._ready:
+            answer = self._answer(0, self.startup_s)
+            if "error" in answer:
+                self._stop()
+                raise DomainCallFailed(f"{self.folder}: the domain's code does not load: {answer}")
+            self._ready = True
 
     def _request(self, request: dict[str, Any], timeout_s: float) -> Any:
         self._ensure_started()
@@ -174,8 +182,9 @@ class SandboxedDomain:
             process.proc.stdin.write((json.dumps({**request, "id": request_id}) + "\n").encode())
             process.proc.stdin.flush()
             answer = self._answer(request_id, timeout_s)
-        except BaseException:  # an interrupted wait leaves the server out of step
+        except BaseException:  # a failed or interrupted wait leaves the server out of step
             self._stop()
+            self._spawn()  # the next request's server starts now
             raise
         if "error" in answer:
             raise DomainCallFailed(str(answer["error"]))
