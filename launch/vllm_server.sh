@@ -7,7 +7,7 @@
 # MODEL_DIR: an HF folder (config.json + safetensors, with the tokenizer files
 # unless TOKENIZER=0), e.g. one written by save_hf_checkpoint.
 # Override with environment variables: HOST (default 127.0.0.1; see "Access"
-# below), ROLLOUT_API_KEY, DTYPE (float32, bfloat16, auto),
+# below), ROLLOUT_API_KEY (or vLLM's own VLLM_API_KEY), DTYPE (float32, bfloat16, auto),
 # MAX_MODEL_LEN, SEED, SERVED_NAMES (space-separated model names the
 # OpenAI endpoints answer to; default: the folder's name), TOKENIZER (1/0),
 # KV_CACHE_GIB (CPU: the KV cache's size), OMP_CPUS (CPU: the cores the model's
@@ -69,13 +69,14 @@ export VLLM_CPU_NUM_OF_RESERVED_CPU="${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}"
 export VLLM_CPU_KVCACHE_SPACE="${KV_CACHE_GIB:-1}"
 export VLLM_SERVER_DEV_MODE=1
 HOST="${HOST:-127.0.0.1}"
-if [[ -n "${ROLLOUT_API_KEY:-}" ]]; then
-  export VLLM_API_KEY="${ROLLOUT_API_KEY}"
+API_KEY="${ROLLOUT_API_KEY:-${VLLM_API_KEY:-}}"
+if [[ -n "${API_KEY}" ]]; then
+  export VLLM_API_KEY="${API_KEY}"
 fi
 case "${HOST}" in
   127.*|localhost|::1) ;;
   *)
-    if [[ -z "${ROLLOUT_API_KEY:-}" ]]; then
+    if [[ -z "${API_KEY}" ]]; then
       echo "error: HOST=${HOST} exposes the server beyond this machine: set ROLLOUT_API_KEY" \
         "(the clients send it), and keep the port on a network only the learner reaches" >&2
       exit 2

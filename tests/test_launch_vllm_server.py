@@ -92,7 +92,9 @@ def test_lora_rank_serves_adapters_beside_the_base(tmp_path):
 
 
 def test_loopback_by_default_and_a_wider_host_needs_the_api_key(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "ROLLOUT_API_KEY")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HOST", "ROLLOUT_API_KEY", "VLLM_API_KEY")
+    }
     (tmp_path / "config.json").write_text("{}")
 
     def start(**extra):
@@ -127,3 +129,15 @@ def test_the_api_key_reaches_vllm_through_its_environment(tmp_path):
         check=True,
     ).stdout
     assert "VLLM_API_KEY=s3cret" in out.splitlines()
+
+
+def test_vllms_own_key_variable_counts_as_the_key(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "ROLLOUT_API_KEY"}
+    out = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path)],
+        env={**env, "VLLM_PYTHON": "echo", "HOST": "10.0.0.5", "VLLM_API_KEY": "k"},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and "10.0.0.5" in out.stdout.split()
