@@ -20,9 +20,9 @@ import pytest
 from orchestra_jax.agent.tool_runner import run_call
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.python_sandbox import bwrap_available
+from orchestra_jax.tools.sandbox_process import SANDBOX_ENV
 from tests import synthesis_script as script
 
-SECRET = "sk-domain-secret-0123456789"
 READ = (
     "        if book_id not in self.db.books:\n"
     '            raise ValueError(f"Book {book_id} not found")\n'
@@ -140,10 +140,7 @@ def test_a_looping_tool_is_that_calls_error_and_the_episode_goes_on(tau2_data, t
 
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
-def test_a_synthesized_domains_code_runs_in_the_sandbox_and_cannot_get_out(
-    tau2_data, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("GENERATOR_API_KEY", SECRET)
+def test_a_synthesized_domains_code_runs_in_the_sandbox_and_cannot_get_out(tau2_data, tmp_path):
     target = tmp_path / "escaped.txt"
     imported = tmp_path / "imported.txt"
     listener = socket.socket()
@@ -152,7 +149,7 @@ def test_a_synthesized_domains_code_runs_in_the_sandbox_and_cannot_get_out(
     listener.setblocking(False)
     port = listener.getsockname()[1]
     escape = f"""        import os, socket
-        seen = [repr(dict(os.environ))]
+        seen = [repr(dict(os.environ)), "processes=%d" % sum(p.isdigit() for p in os.listdir("/proc"))]
         for pid in os.listdir("/proc"):
             if pid.isdigit():
                 try:
@@ -183,7 +180,13 @@ def test_a_synthesized_domains_code_runs_in_the_sandbox_and_cannot_get_out(
     )
     assert record.error is None, record.text
     assert "OSError" in record.text or "Error" in record.text  # its tries failed
-    assert SECRET not in record.text
+    # Nothing of this process's environment (as /proc/<pid>/environ holds it) is seen, and
+    # of the processes only the sandbox's own (bwrap's init and the server).
+    own = [e.decode() for e in open("/proc/self/environ", "rb").read().split(b"\0") if e]
+    given = {*SANDBOX_ENV, "TAU2_DATA_DIR", "LITELLM_LOCAL_MODEL_COST_MAP"}  # set for it
+    leaked = [e for e in own if len(e) > 12 and e.split("=")[0] not in given and e in record.text]
+    assert not leaked, leaked
+    assert "processes=2 " in record.text
     assert "WROTE" not in record.text and "CONNECTED" not in record.text
     assert not target.exists() and not imported.exists()  # nor did its import-time code
     assert not [m for m in sys.modules if m.startswith(f"tau2.domains.{domain.name}")]

@@ -15,7 +15,12 @@ pydantic) and says so; rlimits is refused unless the code is trusted.
 Needs the `tau2` extra and ../shared/tau2-bench.
 """
 
+import json
+import os
+import pathlib
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +30,7 @@ from orchestra_jax.tools.sandbox_base import SandboxRefused, SandboxUnavailable
 from tests import synthesis_script as script
 
 SECRET = "sk-probe-secret-0123456789"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")
 
@@ -47,31 +53,47 @@ def prober(tau2_data):
         yield p
 
 
-@needs_bwrap
-def test_secrets_of_the_pipeline_are_out_of_reach(prober, tmp_path, monkeypatch):
-    monkeypatch.setenv("GENERATOR_API_KEY", SECRET)
-    attack = data_model(
-        tmp_path,
-        "environ",
-        """
+ENVIRON_ATTACK = """
 import os
-seen = [repr(dict(os.environ))]
+seen, procs = [str(dict(os.environ))], 0
 for pid in os.listdir("/proc"):
     if pid.isdigit():
+        procs += 1
         try:
-            seen.append(pid + ":" + open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
-        except OSError as e:
-            seen.append(pid + ":" + type(e).__name__)
-seen.append("ppid=%d" % os.getppid())
-raise ValueError("SEEN " + " | ".join(seen))
-""",
+            seen.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+found = [part for text in seen for part in text.replace("\\0", " ").split() if "sk-" in part]
+raise ValueError(f"SEEN processes={procs} ppid={os.getppid()} secrets={found}")
+"""
+PIPELINE = """
+import json, sys
+from orchestra_jax.synthesis.probe import ProbeLimits, Prober
+with Prober(ProbeLimits(timeout_s=20.0), tau2_data_dir=sys.argv[1]) as prober:
+    print(json.dumps(prober.one({"kind": "data_model", "folder": sys.argv[2]})))
+"""
+
+
+@needs_bwrap
+def test_secrets_of_the_pipeline_are_out_of_reach(tau2_data, tmp_path):
+    """The pipeline runs with an API key in its environment from its start (so it is in
+    its /proc/<pid>/environ); the generated code looks for it everywhere it can."""
+    attack = data_model(tmp_path, "environ", ENVIRON_ATTACK)
+    proc = subprocess.run(
+        [sys.executable, "-c", PIPELINE, str(tau2_data), attack["folder"]],
+        env={**os.environ, "GENERATOR_API_KEY": SECRET},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
     )
-    # The secret is in this process's environment when the sandbox starts.
-    prober.close()
-    result = prober.one(attack)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["reason"] == "data_model_invalid" and "SEEN" in result["error"]
-    assert SECRET not in result["error"]
-    assert prober.one(data_model(tmp_path, "good", "")) == GOOD
+    assert "secrets=[]" in result["error"] and SECRET not in result["error"]
+    # Only the sandbox's own processes are visible (bwrap's init, the judge, this child).
+    assert "processes=3 " in result["error"]
 
 
 @needs_bwrap
