@@ -25,6 +25,9 @@
 # HOST needs ROLLOUT_API_KEY (the script refuses otherwise), and the key is on
 # SGLang's command line, visible to this machine's users (`ps`).
 #
+# CONTEXT_LENGTH must be at least the run's agent.max_context_tokens: the client
+# reads it from /v1/models at start-up and refuses a shorter one.
+#
 # DETERMINISTIC=1 (the default) adds --enable-deterministic-inference: without it
 # SGLang ignores every request's sampling_seed, so seeded rollouts (as JaxEngine
 # gives them) are not reproducible. Set 0 for throughput when that does not matter.

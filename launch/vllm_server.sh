@@ -42,6 +42,8 @@
 # /server_info), which load weights from any path the server can read, answer
 # anyone who reaches the port. Another HOST therefore needs ROLLOUT_API_KEY (the
 # script refuses otherwise) and must still be a network only the learner reaches.
+# MAX_MODEL_LEN (default 4096) must be at least the run's agent.max_context_tokens:
+# the client reads it from /v1/models at start-up and refuses a shorter one.
 # EAGER=1 adds --enforce-eager: no compilation, a start-up of about a minute
 # instead of two and a half on 2 CPU cores (tests), slower decoding.
 set -euo pipefail
