@@ -212,6 +212,18 @@ def test_killing_the_judge_loops_forks_and_memory_cost_only_their_own_request(pr
         "busy_loop": "while True:\n    pass",
         "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
         "memory": "x = bytearray(64 * 1024 ** 3)",
+        "planter": (
+            "import os\n"
+            "os.makedirs('/scratch/trap/inner')\n"
+            "open('/scratch/trap/inner/tools.py', 'w').write('raise SystemExit')\n"
+            "os.chmod('/scratch/trap/inner', 0)\n"
+            "os.chmod('/scratch/trap', 0)\n"
+            "try:\n"
+            "    for i in range(40):  # fill the scratch folder\n"
+            "        open(f'/scratch/fill{i}', 'wb').write(bytes(15 << 20))\n"
+            "except OSError:\n"
+            "    pass"
+        ),
         "survivor": (
             "import subprocess, sys\n"
             "subprocess.Popen([sys.executable, '-c', 'import os, signal, time; time.sleep(2); "
@@ -221,8 +233,8 @@ def test_killing_the_judge_loops_forks_and_memory_cost_only_their_own_request(pr
     good = data_model(tmp_path, "good", "")
     for name, code in attacks.items():
         result = prober.one(data_model(tmp_path, name, code))
-        if name == "survivor":
-            assert result == GOOD  # it loaded; what it left behind is killed with it
+        if name in ("survivor", "planter"):
+            assert result == GOOD  # it loaded; what it left behind is killed or wiped
             import time
 
             time.sleep(3)

@@ -9,7 +9,9 @@ on its stdout.
 
 The verdict channel is out of the probed code's reach: this process (the
 judge) never runs model-written code. For each request it writes the
-candidate's files into a fresh folder under /scratch and forks a child that
+candidate's files into a fresh folder of a random name under /scratch
+(emptied after each request, so nothing a candidate leaves there reaches the
+next one) and forks a child that
 closes the verdict pipe and stdin, sends its stdout and stderr to a log
 file, lowers its CPU limit, runs the probe and reports the result on a pipe
 of its own. The judge is made non-dumpable first (`PR_SET_DUMPABLE` 0), so
@@ -48,6 +50,7 @@ import math
 import os
 import pathlib
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -274,9 +277,34 @@ def _kill_the_rest(child: int, own_pid_namespace: bool) -> None:
             break
 
 
+def wipe(folder: pathlib.Path) -> None:
+    """Removes everything in `folder` (what the probed code left there too, whatever its
+    permissions), so the next candidate starts on an empty scratch folder."""
+
+    def writable_again(function: Any, path: str, excinfo: Any) -> None:
+        del excinfo
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+        except OSError:
+            pass
+
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, onerror=writable_again)
+        else:
+            try:
+                entry.unlink()
+            except OSError:
+                pass
+
+
 def judge(request: dict[str, Any], number: int, own_pid_namespace: bool) -> dict[str, Any]:
     """Runs one request in a forked child (module docstring); its result."""
-    root = SCRATCH / f"request-{number}" if own_pid_namespace else pathlib.Path.cwd() / str(number)
+    del number
+    scratch = SCRATCH if own_pid_namespace else pathlib.Path.cwd()
+    root = scratch / f"request-{secrets.token_hex(8)}"  # no earlier candidate can plant it
     try:
         folder = write_folder(root, request)
     except Exception as e:
@@ -298,7 +326,7 @@ def judge(request: dict[str, Any], number: int, own_pid_namespace: bool) -> dict
         os.close(read_end)
         _kill_the_rest(child, own_pid_namespace)
     tail = _log_tail(log_path)
-    shutil.rmtree(root, ignore_errors=True)
+    wipe(scratch)
     if timed_out:
         return _failure("timeout", f"no result within {request.get('timeout_s')} s\n{tail}")
     if not data:
