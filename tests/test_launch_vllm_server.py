@@ -5,6 +5,8 @@ import os
 import pathlib
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).parents[1]
 SCRIPT = ROOT / "launch" / "vllm_server.sh"
 
@@ -70,6 +72,26 @@ def test_make_vllm_venv_skips_a_venv_built_with_the_same_pins(tmp_path):
         text=True,
     )
     assert out.returncode == 0 and "already built" in out.stderr
+
+
+def test_tests_do_not_build_the_vllm_venv_from_a_python_with_only_cuda_torch(tmp_path, monkeypatch):
+    from tests import vllm_helpers
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"  # answers the version question like Python 3.13
+    fake.write_text('#!/bin/sh\necho "3 13"\n')
+    fake.chmod(0o755)
+    monkeypatch.delenv("PYTHON", raising=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ORCHESTRA_VLLM_VENV", str(tmp_path / "venv"))
+    with pytest.raises(pytest.skip.Exception, match="3.13, where PyPI's torch is the CUDA"):
+        vllm_helpers.vllm_python()
+    assert not (tmp_path / "venv").exists()
+    fake.write_text('#!/bin/sh\necho "3 11"\n')
+    assert vllm_helpers.build_python_error() is None
+    monkeypatch.setenv("PYTHON", "/opt/python3.13/bin/python")  # named: the caller's choice
+    assert vllm_helpers.build_python_error() is None
 
 
 def test_lora_rank_serves_adapters_beside_the_base(tmp_path):

@@ -40,12 +40,35 @@ TINY_SHAPE = dict(
 )
 
 
+def build_python_error() -> str | None:
+    """Why the venv is not built from the `python` on PATH, or None. scripts/make_vllm_venv.sh
+    builds from $PYTHON, else `python`: in a Python 3.12+ test environment (CI's 3.13
+    venv) that would fetch PyPI's CUDA torch, so there $PYTHON must name the builder."""
+    if os.environ.get("PYTHON"):
+        return None
+    python = shutil.which("python")
+    if python is None:
+        return "no `python` on PATH to build the vLLM venv with (set PYTHON)"
+    version = subprocess.run(
+        [python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True
+    ).stdout.split()
+    if tuple(map(int, version)) >= (3, 12):
+        return (
+            f"the vLLM venv is not built and `python` is {'.'.join(version)}, where PyPI's "
+            "torch is the CUDA build: build it with a Python whose pip finds torch's CPU "
+            "wheel (CI: PYTHON=python3.11 scripts/make_vllm_venv.sh DIR), or set PYTHON"
+        )
+    return None
+
+
 def vllm_python() -> str:
     """The venv's python, building the venv first if needed; pytest.skip if it cannot."""
     venv = os.environ.get("ORCHESTRA_VLLM_VENV") or DEFAULT_VENV
     python = os.path.join(venv, "bin", "python")
     if os.path.exists(os.path.join(venv, STAMP)):
         return python
+    if error := build_python_error():
+        pytest.skip(error)
     os.makedirs(os.path.dirname(os.path.abspath(venv)), exist_ok=True)
     with open(os.path.abspath(venv) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build, whoever asks first
