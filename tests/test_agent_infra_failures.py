@@ -156,6 +156,29 @@ def test_a_judge_that_gives_no_verdict_is_the_judges_and_nothing_is_graded_wrong
     assert traj.correct is False and "grade" not in traj.metadata
 
 
+def test_a_bug_in_the_judges_client_is_a_crash_not_the_judges_failure():
+    from orchestra_jax.tools.experts import ExpertError
+
+    class Client:
+        def __init__(self, error):
+            self.error = error
+
+        async def complete(self, messages, **kwargs):
+            raise self.error
+
+    def grade(error):
+        tools = [FakeTool("answer", final=True)]
+        [traj] = run([spec(tools)], scripted({"t0/0": [call("answer", q="Paris")]}))
+        tasks = {"t0": Task("t0", "Capital?", "Rome")}
+        asyncio.run(grade_all([traj], tasks, JudgedEnv(), judge=LLMJudge(Client(error))))
+        return traj
+
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        grade(TypeError("complete() got an unexpected keyword 'seed'"))
+    down = grade(ExpertError("failed after 3 attempt(s)", endpoint="http://judge.test/v1"))
+    assert down.infra_failure.kind == "judge" and down.correct is False
+
+
 def test_an_episode_failed_in_rollout_is_not_graded():
     class Refuses:
         async def grade(self, *args, **kwargs):
@@ -195,6 +218,7 @@ def test_only_transport_server_and_timeout_errors_are_a_services_failure():
     from orchestra_jax.envs.tau2_user import PartyError
     from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
     from orchestra_jax.rollout.server_pool import NoServerAvailable
+    from orchestra_jax.tools.experts import ExpertError
 
     request = httpx.Request("POST", "http://127.0.0.1:1/v1")
     services = [
@@ -208,6 +232,7 @@ def test_only_transport_server_and_timeout_errors_are_a_services_failure():
         ServerUnreachable("no answer"),
         NoServerAvailable("every server is out"),
         PartyError("user simulator failed after 4 attempt(s)"),
+        ExpertError("failed after 3 attempt(s)", endpoint="http://expert.test/v1"),
         InfraError("judge down", kind="judge", endpoint="http://judge"),
         jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory"),
     ]

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
-from orchestra_jax.agent.infra_failure import InfraError, endpoint_of
+from orchestra_jax.agent.infra_failure import InfraError, endpoint_of, is_service_failure
 from orchestra_jax.io.jsonl_log import JsonlLog
 from orchestra_jax.io.paths import as_path
 from orchestra_jax.registry import Registry
@@ -253,8 +253,10 @@ class LLMJudge:
             )
             if inspect.isawaitable(reply):
                 reply = await reply
-        except Exception as e:  # an endpoint that failed for good: the step fails, loudly
-            raise JudgeError(
+        except Exception as e:
+            if not is_service_failure(e):  # a bug in the client: the run stops with it
+                raise
+            raise JudgeError(  # an endpoint that failed for good: the episode's failure
                 f"judge {self.name!r} gave no verdict: {e}", endpoint=endpoint_of(self.client)
             ) from e
         cost = token_cost(

@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 
+from orchestra_jax.agent.infra_failure import ServiceError
+
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
@@ -53,7 +55,7 @@ class ExpertReply:
     attempts: int = 1
 
 
-class ExpertError(RuntimeError):
+class ExpertError(ServiceError):
     """An expert call failed for good (after retries, or a non-retryable error).
 
     `endpoint`: the URL that failed ("" where there is none, as for a missing key).
