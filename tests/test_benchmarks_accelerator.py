@@ -1,5 +1,6 @@
 """The accelerator benchmark's CPU dry run: every cell runs at tiny shapes and is reported."""
 
+import importlib.util
 import json
 
 import pytest
@@ -26,7 +27,12 @@ def test_dry_run_reports_every_cell(tmp_path):
     for cell in learner.values():
         assert "error" not in cell, cell.get("log_tail")
         assert cell["tokens_per_s"] > 0 and cell["plan_total"] > 0 and cell["loss"] is not None
-    for side in ("jax", "hf"):
-        assert "error" not in written["decode"][side], written["decode"][side].get("log_tail")
-    assert set(written["decode_ratio_jax_over_hf"]) == {"b2"}
+    decode = written["decode"]
+    assert "error" not in decode["jax"], decode["jax"].get("log_tail")
+    if importlib.util.find_spec("torch") is not None:
+        assert "error" not in decode["hf"], decode["hf"].get("log_tail")
+        assert set(written["decode_ratio_jax_over_hf"]) == {"b2"}
+    else:  # Python 3.12+ in CI has no PyTorch (README, "Tested combinations"): the cell says so
+        assert "No module named 'torch'" in decode["hf"]["log_tail"]
+        assert written["decode_ratio_jax_over_hf"] == {}
     assert written["machine"]["cpu_count"] and "commit" in written["code"]
