@@ -106,6 +106,8 @@ def step_shape(config, mesh_sizes, device_kind):
     loss_tokens = 8
     while loss_tokens < generated and loss_tokens < seq_len:
         loss_tokens *= 2
+    if config.rl.pack:  # a packed row's samples can put loss positions all along it
+        loss_tokens = seq_len
     num_devices = math.prod(mesh_sizes.values())
     colocated = config.rollout.engine == "jax"
     return StepShape(
@@ -136,6 +138,11 @@ def plan(config, mesh_sizes, device_kind, preset: str = ""):
     memory = plan_memory(mc, mesh_sizes, learner, shape, device=device_kind)
     if config.rl.share_prompts:
         memory.notes.append("rl.share_prompts: planned as whole episodes (an upper bound)")
+    if config.rl.pack:
+        memory.notes.append(
+            "rl.pack: packed rows planned at the largest bucket with every position a loss "
+            "position, and as many rows as samples (upper bounds: packing needs fewer)"
+        )
     if config.rl.sample_unit == "turn":
         memory.notes.append(
             "rl.sample_unit=turn: every episode planned at agent.max_turns samples (an upper bound)"

@@ -115,6 +115,17 @@ def test_qwen3_8b_shape_without_its_checkpoint():
         plan_cli.model_config(config)
 
 
+def test_packed_rows_planned_with_every_position_a_loss_position():
+    """qwen3_8b packs its turns (rl.pack): a row's K loss positions can fill it."""
+    config = grpo_hle.get_config("qwen3_8b")
+    kind = DEVICE_KINDS["h100-80gb"]
+    mesh = plan_cli.parse_mesh("fsdp=8")
+    packed = plan_cli.step_shape(config, mesh, kind)
+    assert packed.loss_tokens == packed.seq_len == max(config.rl.seq_buckets)
+    config.rl.pack = False
+    assert plan_cli.step_shape(config, mesh, kind).loss_tokens < packed.loss_tokens
+
+
 def test_weights_stored_in_bfloat16_with_float32_masters():
     # The model keeps its bf16 weights; the learner trains float32 masters beside them,
     # with float32 moments and gradients, and a reference in `reference_dtype`.

@@ -411,6 +411,12 @@ def _base() -> ml_collections.ConfigDict:
     # (rl/shared_prompts.py): exact, and cheaper where prompts are a large part of
     # each episode. Rows, and so rl.micro_batch_size, then count groups, not episodes.
     c.rl.share_prompts = False
+    # Pack several samples into each learner row (rl/batching.py pack_batch): segment ids
+    # keep them apart, so loss and gradients are those of one sample a row, with far
+    # fewer padded positions where sample lengths differ (turns). Rows then hold
+    # rl.seq_buckets' best-fitting length and rl.micro_batch_size counts packed rows.
+    # Not with rl.share_prompts (its rows are groups) nor "seq-mean-token-sum-norm".
+    c.rl.pack = False
     # PPO mini-batches: each rollout batch is split into num_minibatches mini-batches,
     # each one optimizer update, gone over num_epochs times; 1 and 1: one update a
     # step (the PPO ratio stays 1 and the clips never act; the paper's setting).
@@ -835,6 +841,7 @@ def _qwen3_8b(c):
     c.tools.search_pricing = "reference"  # Search + extract x top_k, or query tokens (gen 563).
     c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT  # Tavily's extract.
     c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
+    c.rl.pack = True  # Turns of uneven lengths share rows (exact; verl removes padding too).
     c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
     c.rl.balance_partitions = 16  # _balance_batch over its 16 GPUs (ray_trainer.py 906-917),
     c.rl.balance_group_size = 2  # Ulysses pairs (sh ulysses_sequence_parallel_size).

@@ -27,7 +27,9 @@ Per device, with S = data × fsdp batch shards and t = the tensor axis:
     layer recompute   remat "full"/"dots" recomputes one layer at a time in the
                       backward pass: that layer's residuals without remat
     logits            the residuals of the LM head and loss at the K loss
-                      positions (the objective's minus the transformer's)
+                      positions (the objective's minus the transformer's); a
+                      packed row (rl.pack) holds several samples' loss
+                      positions, so `launch/plan.py` plans it at K = T
     batch             the step's batch arrays, split over S
     rollout KV cache  the in-process engine's cache when it shares the devices
                       (rollout.engine="jax"): max_batch_size × max_seq_len ×

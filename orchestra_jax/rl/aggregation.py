@@ -9,11 +9,17 @@ Aggregations (m = loss mask, v = per-token values, s = sequences, i.e. (row,
 segment) pairs, n_s = Σ_{t∈s} m_t, N = #sequences with n_s > 0, L = norm length):
 
   "token-mean"               Σ_t m_t v_t / Σ_t m_t
+  "seq-mean-token-sum"       (1/N) Σ_s Σ_{t∈s} m_t v_t
   "seq-mean-token-mean"      (1/N) Σ_s (1/n_s) Σ_{t∈s} m_t v_t
   "seq-mean-token-sum-norm"  (1/N) Σ_s (1/L) Σ_{t∈s} m_t v_t   (Dr. GRPO; L fixed)
 
 Sequences are told apart by `segment_ids` (packed rows hold several), or are
-whole rows when `segment_ids` is None.
+whole rows when `segment_ids` is None. A packed batch (rl/batching.py) gives
+each sample its own segment, so every aggregation, the per-sequence ones
+included, is that of the same samples one a row; only "seq-mean-token-sum-norm"
+with L left to the padded length T would differ (packing changes T), which is
+why the learner's config gives packing a fixed L or refuses it
+(training/config_checks.py).
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
 
 
 def check_aggregation(agg: str) -> None:
@@ -56,7 +67,8 @@ def loss_denominator(
     segment_ids: jax.Array | None = None,
     norm_length: int | None = None,
 ) -> jax.Array:
-    """Σ m (token-mean), N (seq-mean-token-mean) or N · L (seq-mean-token-sum-norm).
+    """Σ m (token-mean), N (seq-mean-token-sum, seq-mean-token-mean) or N · L
+    (seq-mean-token-sum-norm).
 
     L defaults to the padded length T. Compute it over the full batch when
     accumulating over micro-batches.
@@ -65,7 +77,7 @@ def loss_denominator(
     if agg == "token-mean":
         return loss_mask.astype(jnp.float32).sum()
     _, num_seqs = sequence_token_counts(loss_mask, segment_ids)
-    if agg == "seq-mean-token-mean":
+    if agg in ("seq-mean-token-sum", "seq-mean-token-mean"):
         return num_seqs
     return num_seqs * float(norm_length if norm_length is not None else loss_mask.shape[1])
 
@@ -73,7 +85,8 @@ def loss_denominator(
 def loss_sum(
     values: jax.Array, loss_mask: jax.Array, agg: str, *, segment_ids: jax.Array | None = None
 ) -> jax.Array:
-    """Σ m v (token-mean, seq-mean-token-sum-norm) or Σ m v / n_s (seq-mean-token-mean)."""
+    """Σ m v (token-mean, seq-mean-token-sum, seq-mean-token-sum-norm) or Σ m v / n_s
+    (seq-mean-token-mean)."""
     check_aggregation(agg)
     weighted = values * loss_mask.astype(values.dtype)
     if agg == "seq-mean-token-mean":

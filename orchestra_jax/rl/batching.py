@@ -16,16 +16,27 @@ index. The last token is never an input (nothing follows it).
 Shapes. Rows are padded to a sequence-length bucket (the smallest configured
 bucket that fits the longest sequence) and the row count to
 `row_multiple · 2^k`, so a run compiles at most #buckets × log2(#rows) shapes.
-Padding has segment id 0 and loss mask 0. With `pack=True`, several sequences
-share a row (first-fit decreasing); segment ids 1, 2, … keep them apart and
-positions restart at 0 for each.
+Padding has segment id 0 and loss mask 0.
+
+Packing (`pack=True`, `pack_batch`). Several sequences share a row (first-fit
+decreasing); segment ids 1, 2, … keep them apart (every attention kernel sees
+them: `models/attention_kernels.py`) and positions restart at 0 for each. The
+row length T is the bucket, among those that hold the longest sequence, that
+leaves the fewest padded positions (ties: the shorter, as attention costs grow
+with T), and the row count is rounded up to a multiple of `row_multiple` (not
+to a power of two: a packed batch is already dense, doubling its rows would
+undo that). The compiled shapes are then at most #buckets × (most rows /
+row_multiple), and in a run with steady sample counts a handful: a step's
+token count, and so its row count, varies little. Mini-batches pack
+separately (`pack_batch(..., minibatches=...)`), each into the same number of
+rows, laid out strided as `place_minibatches` lays them out.
 
 Loss positions. `loss_index[b]` lists the positions t of row b with
 loss_mask 1, padded with −1 to K (a power of two, at least 8, at most T): the
 learner computes the LM head and log-softmax only there. Agent episodes are
 mostly prompt and tool results (mask 0), so this skips most of the [B, T, V]
-head. Packed rows keep K = T and list every position (their segment ids
-need the full width to stay unique).
+head. Packed rows list their loss positions the same way (the learner
+renumbers segment ids at the gathered positions: `objectives.at_loss_positions`).
 """
 
 from __future__ import annotations
@@ -154,47 +165,106 @@ def shifted_sequences(
     return [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
 
 
+def _empty_rows(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
+    ints = ("input_ids", "positions", "segment_ids", "target_ids")
+    floats = ("loss_mask", "advantages", "old_logprobs")
+    return {
+        name: np.zeros((num_rows, seq_len), np.int32 if name in ints else np.float32)
+        for name in ints + floats
+    }
+
+
+def _write_row(out: dict[str, np.ndarray], row: int, seqs: list[dict[str, np.ndarray]]) -> None:
+    """Row `row` := `seqs` end to end, segments 1, 2, …, positions from 0 in each."""
+    start = 0
+    for segment, seq in enumerate(seqs, start=1):
+        end = start + len(seq["input_ids"])
+        for name, values in seq.items():
+            out[name][row, start:end] = values
+        out["positions"][row, start:end] = np.arange(end - start)
+        out["segment_ids"][row, start:end] = segment
+        start = end
+
+
 def build_train_batch(
     trajectories: Sequence[Any],
     advantages: Sequence[float] | None = None,
     config: BatchingConfig = BatchingConfig(),
 ) -> TrainBatch:
     """Packs trajectories (anything with `token_ids`, `loss_mask`, `rollout_logprobs`,
-    and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`."""
+    and `advantage` unless `advantages` is given) into one bucketed `TrainBatch`:
+    one a row, or with `config.pack` several a row (`pack_batch`)."""
+    if config.pack:
+        return pack_batch(trajectories, advantages, config)
     seqs = shifted_sequences(trajectories, advantages)
-    lengths = [len(s["input_ids"]) for s in seqs]
-    seq_len = bucket_length(max(lengths), config.seq_buckets)
-    rows = _pack(lengths, seq_len) if config.pack else [[i] for i in range(len(seqs))]
-    num_rows = bucket_rows(len(rows), config.row_multiple)
-
-    out: dict[str, np.ndarray] = {
-        name: np.zeros((num_rows, seq_len), np.int32)
-        for name in ("input_ids", "positions", "segment_ids", "target_ids")
-    }
-    out.update(
-        {
-            name: np.zeros((num_rows, seq_len), np.float32)
-            for name in ("loss_mask", "advantages", "old_logprobs")
-        }
-    )
-    for r, members in enumerate(rows):
-        start = 0
-        for segment, i in enumerate(members, start=1):
-            end = start + lengths[i]
-            for name, values in seqs[i].items():
-                out[name][r, start:end] = values
-            out["positions"][r, start:end] = np.arange(lengths[i])
-            out["segment_ids"][r, start:end] = segment
-            start = end
-    out["loss_index"] = loss_positions(out["loss_mask"], full=config.pack)
+    seq_len = bucket_length(max(len(s["input_ids"]) for s in seqs), config.seq_buckets)
+    out = _empty_rows(bucket_rows(len(seqs), config.row_multiple), seq_len)
+    for r, seq in enumerate(seqs):
+        _write_row(out, r, [seq])
+    out["loss_index"] = loss_positions(out["loss_mask"])
     return TrainBatch(**out)
 
 
-def loss_positions(loss_mask: np.ndarray, *, full: bool = False) -> np.ndarray:
-    """[B, K] int32: each row's loss positions, then −1 (see the module docstring)."""
+def packed_shape(
+    lengths: Sequence[Sequence[int]], buckets: Sequence[int], row_multiple: int = 1
+) -> tuple[int, int]:
+    """(row length T, rows per mini-batch R) for mini-batches of sequences of `lengths`,
+    each packed first-fit decreasing into R rows of T: among the buckets that hold the
+    longest sequence, the T with the fewest positions n · R · T (R the most rows a
+    mini-batch needs, rounded up to a multiple of `row_multiple`), the shorter on a tie."""
+    longest = max(max(group, default=0) for group in lengths)
+    best: tuple[int, int, int] | None = None
+    for seq_len in buckets:
+        if seq_len < longest:
+            continue
+        rows = max(len(_pack(group, seq_len)) for group in lengths)
+        rows = -(-rows // row_multiple) * row_multiple
+        if best is None or rows * seq_len < best[0]:
+            best = (rows * seq_len, seq_len, rows)
+    if best is None:
+        bucket_length(longest, buckets)  # raises: no bucket holds the longest sequence
+        raise AssertionError("unreachable")
+    return best[1], best[2]
+
+
+def pack_batch(
+    trajectories: Sequence[Any],
+    advantages: Sequence[float] | None = None,
+    config: BatchingConfig = BatchingConfig(pack=True),
+    *,
+    minibatches: Sequence[Sequence[int]] | None = None,
+) -> TrainBatch:
+    """Trajectories packed several a row (module docstring, "Packing").
+
+    `minibatches` (default: one holding every trajectory) lists the trajectory
+    indices of each of n mini-batches, each index once; mini-batch i is packed
+    into R rows (`packed_shape`) placed at rows i, n + i, 2n + i, …, as
+    `place_minibatches` places them, its rows beyond its own (all R of an empty
+    mini-batch) placeholders (segment id 0, loss mask 0, no loss position)."""
+    seqs = shifted_sequences(trajectories, advantages)
+    groups = [list(range(len(seqs)))] if minibatches is None else [list(m) for m in minibatches]
+    members = sorted(i for group in groups for i in group)
+    if members != list(range(len(seqs))):
+        raise ValueError(
+            f"mini-batches {groups} must hold each of the {len(seqs)} trajectories once"
+        )
+    lengths = [len(s["input_ids"]) for s in seqs]
+    seq_len, rows = packed_shape(
+        [[lengths[i] for i in group] for group in groups], config.seq_buckets, config.row_multiple
+    )
+    n = len(groups)
+    out = _empty_rows(n * rows, seq_len)
+    for i, group in enumerate(groups):
+        for r, packed in enumerate(_pack([lengths[j] for j in group], seq_len)):
+            _write_row(out, i + n * r, [seqs[group[k]] for k in packed])
+    out["loss_index"] = loss_positions(out["loss_mask"])
+    return TrainBatch(**out)
+
+
+def loss_positions(loss_mask: np.ndarray) -> np.ndarray:
+    """[B, K] int32: each row's loss positions, ascending, then −1 (see the module
+    docstring)."""
     rows, length = loss_mask.shape
-    if full:
-        return np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
     counts = (loss_mask > 0).sum(axis=1)
     k = 8
     while k < counts.max(initial=0):

@@ -45,15 +45,22 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
     """The per-token fields gathered at `batch.loss_index`: [B, T] -> [B, K].
 
     Padding entries (index −1) get loss mask 0, so every masked sum, count and
-    aggregation over the result equals the one over the full batch.
+    aggregation over the result equals the one over the full batch. Segment ids
+    are renumbered 1, 2, … along the gathered positions (ascending, so a packed
+    sequence's loss positions are consecutive), 0 on padding entries: K columns
+    then hold at most K ids, as `aggregation.sequence_token_counts` needs, and
+    the same positions share an id as before.
     """
     valid = batch.loss_index >= 0
     index = jnp.where(valid, batch.loss_index, 0)
     take = lambda x: jnp.take_along_axis(x, index, axis=1)  # noqa: E731
+    segments = take(batch.segment_ids)
+    change = (segments[:, 1:] != segments[:, :-1]).astype(segments.dtype)
+    dense = 1 + jnp.concatenate([jnp.zeros_like(segments[:, :1]), change], axis=1).cumsum(axis=1)
     return dataclasses.replace(
         batch,
         target_ids=take(batch.target_ids),
-        segment_ids=take(batch.segment_ids),
+        segment_ids=jnp.where(valid, dense, 0).astype(segments.dtype),
         positions=take(batch.positions),
         loss_mask=take(batch.loss_mask) * valid,
         advantages=take(batch.advantages) * valid,

@@ -719,7 +719,11 @@ def build_learner_config(
 
 
 def build_batching(config: Any, row_multiple: int) -> BatchingConfig:
-    return BatchingConfig(seq_buckets=tuple(config.rl.seq_buckets), row_multiple=row_multiple)
+    return BatchingConfig(
+        seq_buckets=tuple(config.rl.seq_buckets),
+        row_multiple=row_multiple,
+        pack=bool(config.rl.pack),
+    )
 
 
 def check_rl(config: Any) -> list[str]:
@@ -790,6 +794,17 @@ def check_rl(config: Any) -> list[str]:
                 "rl.schedule / rl.warmup_steps (counted in updates) cannot plan: use "
                 "rl.schedule='constant' and rl.warmup_steps=0"
             )
+    if rl.pack and rl.share_prompts:
+        errors.append(
+            "rl.pack packs samples into rows, rl.share_prompts makes each row a group's "
+            "prompt and its episodes (rl/shared_prompts.py); they do not combine: set one"
+        )
+    if rl.pack and rl.loss_agg == "seq-mean-token-sum-norm":
+        errors.append(
+            "rl.pack with rl.loss_agg='seq-mean-token-sum-norm': its L is the padded row "
+            "length, which packing changes, so the loss would not be the unpacked one; "
+            "use another aggregation or rl.pack = False"
+        )
     if rl.group_size < 2:
         errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
     if not 2 <= rl.min_group_size_after_infra <= max(rl.group_size, 2):

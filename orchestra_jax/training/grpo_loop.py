@@ -36,7 +36,12 @@ from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.parallel import multihost
 from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
-from orchestra_jax.rl.batching import BatchingConfig, build_train_batch, place_minibatches
+from orchestra_jax.rl.batching import (
+    BatchingConfig,
+    build_train_batch,
+    pack_batch,
+    place_minibatches,
+)
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.minibatch_order import reorder_samples
 from orchestra_jax.rl.samples import samples_of
@@ -267,7 +272,9 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     and said so, when there are none): with rl.minibatch_size m, mini-batches of m
     samples in order, the remainder last (`Learner.minibatch_sizes`); otherwise
     rl.num_minibatches strided mini-batches. With rl.balance_partitions the samples are
-    first put in the reference's order (`rl/minibatch_order.py`)."""
+    first put in the reference's order (`rl/minibatch_order.py`). With rl.pack each
+    mini-batch's samples are packed into rows (`batching.pack_batch`): the same
+    mini-batches, losses and gradients as one sample a row."""
     rl = run.config.rl
     samples = samples_of(rl.sample_unit, experience.kept)
     if not samples:
@@ -277,7 +284,19 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
             samples, rl.balance_partitions, rl.balance_group_size, rl.minibatch_size
         )
     sizes = run.learner.minibatch_sizes(len(samples))
-    if sizes is not None:  # m, m, …, the remainder: each mini-batch its samples in order
+    if rl.pack:  # each mini-batch packed into rows of its own (rl/batching.py pack_batch)
+        n = len(sizes) if sizes is not None else run.learner.minibatches_for(len(samples))
+        if sizes is not None:  # m, m, …, the remainder, in order
+            bounds = np.cumsum([0, *sizes])
+            groups = [range(bounds[i], bounds[i + 1]) for i in range(n)]
+        else:  # sample j in mini-batch j mod n, as the unpacked batch's strided rows
+            groups = [range(i, len(samples), n) for i in range(n)]
+        batching = dataclasses.replace(
+            run.batching, row_multiple=run.learner.row_multiple(num_minibatches=1)
+        )
+        batch = pack_batch(samples, config=batching, minibatches=groups)
+        metrics = run.learner.train_step(batch, num_minibatches=n, minibatch_sizes=sizes)
+    elif sizes is not None:  # m, m, …, the remainder: each mini-batch its samples in order
         batch = build_train_batch(
             samples, config=dataclasses.replace(run.batching, row_multiple=1, pack=False)
         )
