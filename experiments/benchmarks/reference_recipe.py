@@ -8,7 +8,7 @@ two settings, each its own run from the same initial weights:
 
     history/episode   agent.context="history", rl.sample_unit="episode" (the default)
     rebuild/turn      agent.context="rebuild", rl.sample_unit="turn",
-                      rl.minibatch_size=16 (the reference's)
+                      rl.minibatch_size=16 (the reference's), rl.pack (qwen3_8b's)
 
 Both train whole batches of rows (rl.share_prompts off), on a seeded random reward
 so that every group trains (a random policy answers nothing right). Steps are timed
@@ -50,6 +50,7 @@ SETTINGS = {
         "agent.context": "rebuild",
         "rl.sample_unit": "turn",
         "rl.minibatch_size": 16,
+        "rl.pack": True,
     },
 }
 
