@@ -199,3 +199,20 @@ def test_config_refuses_packing_with_shared_prompts_or_a_padded_length_norm():
     config.rl.loss_agg = "seq-mean-token-sum-norm"
     assert any("padded row length" in e for e in builders.check_rl(config))
     assert builders.build_batching(config, 4).pack
+
+
+def test_gathered_segments_stay_apart_when_ids_exceed_the_loss_width():
+    """A packed row of 12 samples, loss tokens only in the last two: their segment ids
+    (11, 12) exceed K = 8 gathered columns, yet each keeps its own per-sample mean."""
+    from orchestra_jax.rl.aggregation import aggregate
+    from orchestra_jax.rl.objectives import at_loss_positions
+
+    samples = [_Sample([1, 2], [0, 0], [0.0, 0.0], 1.0) for _ in range(10)]
+    samples += [_Sample([1, 2, 3, 4], [0, 1, 1, 1], [0.0, -1.0, -1.0, -1.0], 1.0)]
+    samples += [_Sample([1, 2], [0, 1], [0.0, -2.0], 1.0)]
+    batch = build_train_batch(samples, config=BatchingConfig(seq_buckets=(32,), pack=True))
+    assert batch.shape[0] == 1 and batch.loss_index.shape[1] == 8
+    view = at_loss_positions(batch)
+    values = jnp.asarray(view.old_logprobs)
+    loss = aggregate(values, view.loss_mask, "seq-mean-token-mean", segment_ids=view.segment_ids)
+    np.testing.assert_allclose(float(loss[0]), (-1.0 + -2.0) / 2, rtol=1e-6)
