@@ -104,6 +104,9 @@ EXTRAS = {
         "numpy",
         "httpx",
         "gymnasium",
+        # tau2 imports its voice module, which imports audioop, gone from Python 3.13's
+        # standard library; audioop-lts is that module for 3.13+.
+        'audioop-lts>=0.2.1; python_version >= "3.13"',
     ],
     "sglang": ["sglang[all]>=0.4.9"],
     # Benchmark peer only (learner_step, decode: $TUNIX_PYTHON). It pins an older
