@@ -23,8 +23,9 @@ REFERENCE = {
 }
 
 
-def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path):
-    config = micro_config(tmp_path, **REFERENCE)
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path, pack):
+    config = micro_config(tmp_path, **REFERENCE, **{"rl.pack": pack})
     run = grpo_loop.setup_run(config)
     assert isinstance(builders.loop_limits(config).context, RebuildContext)
     run.reward_fn = NoiseReward()
@@ -39,6 +40,10 @@ def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path):
     assert line["learner/samples"] == len(samples) > len(kept)
     assert line["learner/updates"] == math.ceil(len(samples) / 2) > 1
     assert line["learner/skipped"] == 0
+    # Packed or not, each mini-batch fills a whole number of rows a batch shard.
+    assert (
+        line["learner/batch_rows"] % (line["learner/updates"] * run.learner.num_batch_shards) == 0
+    )
     rebuilt = [t for t in trajs if len(t.turns) > 1]
     assert rebuilt, "no episode reached a second turn"
     for traj in rebuilt:
