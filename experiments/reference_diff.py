@@ -18,17 +18,9 @@ from absl import app
 from ml_collections import config_flags
 
 from experiments.flags_util import parse_flags_or_exit
-from orchestra_jax.training.reference_recipe import differences
+from orchestra_jax.training.reference_recipe import report
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An experiment config file:variant.")
-
-
-def report(config) -> list[str]:
-    """One line per setting `config` does not share with the release."""
-    return [
-        f"{s.field} = {value!r} (the release: {s.value!r}, {s.source}): {s.otherwise}"
-        for s, value in differences(config)
-    ]
 
 
 def main(argv: Sequence[str]) -> None:

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from experiments import reference_diff
 from experiments.configs import grpo_hle
 from orchestra_jax.training.reference_recipe import (
     HYPERPARAMETER,
@@ -14,6 +13,7 @@ from orchestra_jax.training.reference_recipe import (
     SHARED,
     config_value,
     differences,
+    report,
 )
 
 RECIPE = "experiments/configs/grpo_hle.py:qwen3_8b"
@@ -32,7 +32,7 @@ def test_one_changed_field_is_named_with_the_releases_value_and_file(setting):
     for part in name[:-1]:
         section = section[part]
     section[name[-1]] = other
-    [line] = reference_diff.report(config)
+    [line] = report(config)
     assert line.startswith(f"{setting.field} = {other!r}")
     assert repr(setting.value) in line and setting.source in line and setting.otherwise in line
 

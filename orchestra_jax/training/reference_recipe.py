@@ -194,3 +194,12 @@ def differences(config: Any) -> list[tuple[ReferenceSetting, Any]]:
         for s in REFERENCE_SETTINGS
         if config_value(config, s.field) != s.value
     ]
+
+
+def report(config: Any) -> list[str]:
+    """One line per setting `config` does not share with the release
+    (`python -m experiments.reference_diff`)."""
+    return [
+        f"{s.field} = {value!r} (the release: {s.value!r}, {s.source}): {s.otherwise}"
+        for s, value in differences(config)
+    ]
