@@ -10,3 +10,21 @@ run() {
     "$@"
   fi
 }
+
+# Succeeds when HOST is a loopback address (the servers' default).
+host_is_loopback() {
+  case "$1" in
+    127.*|localhost|::1) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# Exits 2 when HOST reaches beyond this machine and KEY is empty: a rollout server
+# loads weights on request, so an exposed port needs the key the clients send.
+require_key_beyond_loopback() {
+  if ! host_is_loopback "$1" && [[ -z "$2" ]]; then
+    echo "error: HOST=$1 exposes the server beyond this machine: set ROLLOUT_API_KEY" \
+      "(the clients send it), and keep the port on a network only the learner reaches" >&2
+    exit 2
+  fi
+}

@@ -51,17 +51,10 @@ if [[ -n "${SGLANG_RETURN_ORIGINAL_LOGPROB:-}" ]]; then
   exit 2
 fi
 
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 HOST="${HOST:-127.0.0.1}"
-case "${HOST}" in
-  127.*|localhost|::1) ;;
-  *)
-    if [[ -z "${ROLLOUT_API_KEY:-}" ]]; then
-      echo "error: HOST=${HOST} exposes the server beyond this machine: set ROLLOUT_API_KEY" \
-        "(the clients send it), and keep the port on a network only the learner reaches" >&2
-      exit 2
-    fi
-    ;;
-esac
+require_key_beyond_loopback "${HOST}" "${ROLLOUT_API_KEY:-}"
 
 PYTHON="${SGLANG_PYTHON:-python}"
 args=(

@@ -75,19 +75,14 @@ API_KEY="${ROLLOUT_API_KEY:-${VLLM_API_KEY:-}}"
 if [[ -n "${API_KEY}" ]]; then
   export VLLM_API_KEY="${API_KEY}"
 fi
-case "${HOST}" in
-  127.*|localhost|::1) ;;
-  *)
-    if [[ -z "${API_KEY}" ]]; then
-      echo "error: HOST=${HOST} exposes the server beyond this machine: set ROLLOUT_API_KEY" \
-        "(the clients send it), and keep the port on a network only the learner reaches" >&2
-      exit 2
-    fi
-    echo "warning: HOST=${HOST}: vLLM checks ROLLOUT_API_KEY on /v1/* only; its development" \
-      "endpoints (/collective_rpc, /pause, /update_weight_version) load weights from any path" \
-      "for anyone who reaches the port" >&2
-    ;;
-esac
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+require_key_beyond_loopback "${HOST}" "${API_KEY}"
+if ! host_is_loopback "${HOST}"; then
+  echo "warning: HOST=${HOST}: vLLM checks ROLLOUT_API_KEY on /v1/* only; its development" \
+    "endpoints (/collective_rpc, /pause, /update_weight_version) load weights from any path" \
+    "for anyone who reaches the port" >&2
+fi
 
 read -r -a names <<<"${SERVED_NAMES:-$(basename "${MODEL_DIR}")}"
 args=(
