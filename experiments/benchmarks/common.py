@@ -10,7 +10,8 @@ API:
     alternate_timings(fns, repeats, warmup=1) -> dict[str, list[float]]
     summarize(timings) -> dict[str, dict]        # median / min / max / n per name
     code_version() -> dict                       # the commit timed, and whether the tree was clean
-    write_result(name, payload) -> pathlib.Path  # results/<name>.json with date, commit, machine
+    result_suffix() -> str                       # "" on Python 3.11, "_py313" on 3.13, ...
+    write_result(name, payload) -> pathlib.Path  # results/<name><suffix>.json with date, commit, machine
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -76,6 +78,8 @@ def machine_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "libraries": library_versions(),
+        # XLA flags change which CPU kernels a dot compiles to (decode_matmul_flags).
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
     try:
         info["load_average_1m"] = os.getloadavg()[0]
@@ -88,8 +92,6 @@ def machine_info() -> dict[str, Any]:
         info["jax_devices"] = [str(d) for d in jax.devices()]
     except Exception:  # JAX missing or not initialisable: the benchmark may not need it.
         pass
-    import sys
-
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         info["torch"] = torch.__version__
@@ -161,8 +163,24 @@ def summarize(timings: Mapping[str, list[float]]) -> dict[str, dict[str, float]]
     }
 
 
+# The Python whose results carry no suffix: 3.11 (its last jax is 0.10.2), where the
+# figures that docs/benchmarks.md cited first were measured.
+_UNSUFFIXED_PYTHON = (3, 11)
+
+
+def result_suffix(version: tuple[int, ...] | None = None) -> str:
+    """The file-name suffix of a result written under Python `version` (default: this one).
+
+    "" for Python 3.11, "_py313" for 3.13 (jax 0.12 there), so a run under another
+    Python never overwrites the 3.11 record beside it.
+    """
+    major, minor = (version or sys.version_info)[:2]
+    return "" if (major, minor) == _UNSUFFIXED_PYTHON else f"_py{major}{minor}"
+
+
 def write_result(name: str, payload: Mapping[str, Any]) -> pathlib.Path:
-    """Write `payload` plus UTC date, code version and machine info to results/<name>.json.
+    """Write `payload` plus UTC date, code version and machine info to
+    results/<name><result_suffix()>.json.
 
     Returns the path.
     """
@@ -174,6 +192,6 @@ def write_result(name: str, payload: Mapping[str, Any]) -> pathlib.Path:
         "machine": machine_info(),
         **payload,
     }
-    path = RESULTS_DIR / f"{name}.json"
+    path = RESULTS_DIR / f"{name}{result_suffix()}.json"
     path.write_text(json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")
     return path
