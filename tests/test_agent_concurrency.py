@@ -10,9 +10,9 @@ import pytest
 from orchestra_jax.agent.batcher import GenerationBatcher
 from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, run_episodes_sync
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolResult, function_schema
 
 TOK = load_tokenizer("demo")

@@ -18,9 +18,9 @@ from orchestra_jax.agent.conversation import OtherParty, PartyReply, message_tex
 from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, run_episodes_sync
 from orchestra_jax.chat.template import render
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tasks import Task
 from tests.test_agent_loop import FakeConfig, FakeTool, call
 
 TOK = load_tokenizer("demo")

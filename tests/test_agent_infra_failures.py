@@ -9,10 +9,10 @@ import pytest
 
 from orchestra_jax.agent.episode import EpisodeSpec
 from orchestra_jax.agent.loop import LoopLimits, run_episodes_sync
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rollout.engine import Completion, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
 from orchestra_jax.tools.experts import OpenAIChatExpert
 from orchestra_jax.tools.registry import Backends, make_tools
@@ -214,8 +214,8 @@ def test_only_transport_server_and_timeout_errors_are_a_services_failure():
     import jax
     import openai
 
-    from orchestra_jax.agent.infra_failure import InfraError, is_service_failure
     from orchestra_jax.envs.tau2_user import PartyError
+    from orchestra_jax.infra_failure import InfraError, is_service_failure
     from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
     from orchestra_jax.rollout.server_pool import NoServerAvailable
     from orchestra_jax.tools.experts import ExpertError

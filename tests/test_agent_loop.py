@@ -20,9 +20,9 @@ from orchestra_jax.agent.loop import (
 )
 from orchestra_jax.chat.template import render
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolResult, function_schema
 
 TOK = load_tokenizer("demo")

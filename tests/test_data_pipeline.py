@@ -12,7 +12,7 @@ from orchestra_jax.data.pipeline import (
     task_batches,
     task_iterator,
 )
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 
 
 def make_tasks(prefix, n):

@@ -9,7 +9,7 @@ import pytest
 from orchestra_jax.data import readers
 from orchestra_jax.data.readers import FieldMap, read_tasks
 from orchestra_jax.data.rows import MAX_REPORTED_ERRORS, ReadReport
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 
 
 def write_jsonl(path, rows):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from experiments.configs import grpo_hle
 from orchestra_jax.data import splits
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.training import builders
 from orchestra_jax.training.config_checks import ConfigError, validate
 

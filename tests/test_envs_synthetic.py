@@ -7,9 +7,9 @@ import io
 import numpy as np
 import pytest
 
-from orchestra_jax.envs.base import Task, TaskSource
 from orchestra_jax.envs.synthetic import DOMAINS, SyntheticOrchestrationEnv
 from orchestra_jax.rewards.outcome import is_correct
+from orchestra_jax.tasks import Task, TaskSource
 from orchestra_jax.tools import python_sandbox
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.python_sandbox import SandboxResult

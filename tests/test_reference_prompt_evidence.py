@@ -14,7 +14,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.agent.context import RebuildBudgets, episode_evidence, rebuild_messages
 from orchestra_jax.agent.trajectory import ToolResultRecord, Turn
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
 from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS

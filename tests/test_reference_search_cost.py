@@ -10,7 +10,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
 from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS

@@ -17,9 +17,9 @@ from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, run_episodes_sync
 from orchestra_jax.agent.reference_turns import offered_models, reference_tool_calls
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolResult, function_schema
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
 from orchestra_jax.training import builders

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards import judge as judge_lib
 from orchestra_jax.rewards.outcome import (
     exact_match,
@@ -19,6 +18,7 @@ from orchestra_jax.rewards.outcome import (
     outcome_rewards,
     unboxed,
 )
+from orchestra_jax.tasks import Task
 from tests.linear_time import LINEAR_BOUND, growth
 
 

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig

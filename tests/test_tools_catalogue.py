@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from experiments.configs import grpo_hle
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import live_backends
 from orchestra_jax.tools.catalogue import (
     CatalogueError,

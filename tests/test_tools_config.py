@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import descriptions
 from orchestra_jax.tools.config import (
     ModelAlias,

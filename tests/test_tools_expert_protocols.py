@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from experiments.configs import grpo_hle
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import expert_protocols as ep
 from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext

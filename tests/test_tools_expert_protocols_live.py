@@ -12,12 +12,12 @@ import yaml
 
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.base import Task
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.rewards.judge import JudgeVerdict
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import build_index, pricing
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert

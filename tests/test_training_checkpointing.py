@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.data.pipeline import WeightedSource, task_iterator
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.training.checkpointing import Checkpointer
 
 CONFIG = {"lr": 1e-6, "group_size": 8, "model": {"preset": "tiny"}, "sources": ["frames", "hle"]}

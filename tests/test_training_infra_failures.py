@@ -8,9 +8,9 @@ import types
 import numpy as np
 import pytest
 
-from orchestra_jax.agent.infra_failure import INFRA_KINDS, InfraFailure
 from orchestra_jax.agent.trajectory import Trajectory, Turn, read_jsonl, write_jsonl
 from orchestra_jax.agent.view import episode_view
+from orchestra_jax.infra_failure import INFRA_KINDS, InfraFailure
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.training import grpo_loop, infra_failures

@@ -26,7 +26,7 @@ class EpisodeSpec:
     None for episodes between the policy and its tools only.
     """
 
-    task: Any  # envs.base.Task
+    task: Any  # orchestra_jax.tasks.Task
     tool_config: Any  # tools.config.ToolConfig
     tools: Mapping[str, Any]
     group_index: int = 0

@@ -31,7 +31,7 @@ conversation ("conversation", its reason in `metadata["conversation_end"]`). A
 turn without a valid call otherwise gets an error observation and the episode
 goes on.
 
-Failures that are not the policy's (`agent/infra_failure.py`) end the episode
+Failures that are not the policy's (`orchestra_jax/infra_failure.py`) end the episode
 with "error" and set `Trajectory.infra_failure`: the engine raising or
 aborting a turn ("engine"; engines retry in their own clients), the other
 party failing ("user_simulator"; it retries in its own client), and a tool
@@ -90,7 +90,6 @@ from orchestra_jax.agent.conversation import (
     party_message,
 )
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
-from orchestra_jax.agent.infra_failure import InfraFailure, endpoint_of, is_service_failure
 from orchestra_jax.agent.reference_turns import (
     ACCOUNTINGS,
     TOOL_CALL_READINGS,
@@ -105,6 +104,7 @@ from orchestra_jax.chat.template import (
     user_message_segment,
 )
 from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
+from orchestra_jax.infra_failure import InfraFailure, endpoint_of, is_service_failure
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, SamplingParams
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.pricing import token_cost

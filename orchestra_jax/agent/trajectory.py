@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from orchestra_jax.agent.infra_failure import InfraFailure
+from orchestra_jax.infra_failure import InfraFailure
 from orchestra_jax.io import paths
 
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
@@ -54,7 +54,7 @@ class ToolResultRecord:
     usage, query, …; `ToolResult.metadata`), for metrics, audits and the viewer.
     `infra_failure` is set when a service behind the tool failed for good (an
     expert endpoint, the search backend): not the policy's failure
-    (`agent/infra_failure.py`).
+    (`orchestra_jax/infra_failure.py`).
     """
 
     text: str
@@ -113,7 +113,7 @@ class Trajectory:
     `infra_failure` is set when a service the episode depended on (engine,
     expert, search, judge, user simulator, evaluator) failed for good: the
     episode is then not the policy's to answer for and is neither trained on nor
-    scored (`agent/infra_failure.py`).
+    scored (`orchestra_jax/infra_failure.py`).
     """
 
     task_id: str

@@ -120,7 +120,7 @@ def episode_view(
         }
         for t in traj.turns
     ]
-    failure = traj.infra_failure  # not the policy's failure (agent/infra_failure.py)
+    failure = traj.infra_failure  # not the policy's failure (orchestra_jax/infra_failure.py)
     infra_failure = (
         None if failure is None else f"{failure.kind} at {failure.endpoint}: {failure.message}"
     )

@@ -1,4 +1,4 @@
-"""Task readers: rows of public task files → `envs.base.Task`, keyed by config strings.
+"""Task readers: rows of public task files → `orchestra_jax.tasks.Task`, keyed by config strings.
 
 `read_tasks(kind, path, **options) -> (tasks, report)` is the one entry point.
 Kinds:
@@ -33,8 +33,8 @@ from collections.abc import Callable
 
 from orchestra_jax.data.rows import MalformedRow, ReadReport, RowError, iter_rows, text_field
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-from orchestra_jax.envs.base import ANSWER_TYPES, Task
 from orchestra_jax.registry import Registry
+from orchestra_jax.tasks import ANSWER_TYPES, Task
 
 # A converter turns one row into a Task, or None to skip it on purpose.
 RowConverter = Callable[[dict, str], "Task | None"]

@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 
 TRAIN = "train"
 DERIVED_SUFFIXES = ("-evolved",)  # what synthesis appends to the id of a derived task

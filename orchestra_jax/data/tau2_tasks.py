@@ -29,7 +29,7 @@ import pathlib
 from typing import Any
 
 from orchestra_jax.data.rows import MalformedRow, ReadReport, maybe_json, text_field
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 
 # tau2's `Task` fields; nested ones may arrive JSON-encoded.
 TASK_FIELDS = (

@@ -38,9 +38,9 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from orchestra_jax.agent.conversation import OtherParty
-from orchestra_jax.envs.base import Task
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler

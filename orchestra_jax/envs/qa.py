@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.envs import synthetic_models
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
 from orchestra_jax.tools.config_sampler import (

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from orchestra_jax.envs import synthetic_models, synthetic_world
-from orchestra_jax.envs.base import Task
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ToolConfig, aliases_from_profiles
 from orchestra_jax.tools.config_sampler import (

@@ -26,7 +26,7 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      fails (its NL-assertion judge's endpoint: a transport,
                      server or timeout error, `is_service_failure`) is tried
                      `evaluator_retries` more times, then is an infrastructure
-                     failure ("evaluator", `agent/infra_failure.py`): the
+                     failure ("evaluator", `orchestra_jax/infra_failure.py`): the
                      episode is not scored. Any other exception of the
                      evaluator is a bug: it propagates at once, not retried.
 
@@ -51,8 +51,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
-from orchestra_jax.agent.infra_failure import InfraError, is_service_failure
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.tau2_domain_folder import (
     domain_folder,
     is_release_domain,
@@ -69,7 +67,9 @@ from orchestra_jax.envs.tau2_tools import (
     DomainTool,
 )
 from orchestra_jax.envs.tau2_user import ScriptedUser, SimulatedUser, Speaker, Tau2Conversation
+from orchestra_jax.infra_failure import InfraError, is_service_failure
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler, fixed_eval_configs

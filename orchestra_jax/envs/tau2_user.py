@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra_jax.agent.conversation import PartyReply, PolicyTurn
-from orchestra_jax.agent.infra_failure import ServiceError, endpoint_of, is_service_failure
 from orchestra_jax.envs.tau2_episode import Tau2Episode
+from orchestra_jax.infra_failure import ServiceError, endpoint_of, is_service_failure
 from orchestra_jax.tools.experts import backoff_delay
 
 AGENT_STOP = "###STOP###"
@@ -65,7 +65,7 @@ class Tau2Conversation:
 
     @property
     def endpoint(self) -> str:
-        """Who plays the user, as failures name it (`agent/infra_failure.endpoint_of`)."""
+        """Who plays the user, as failures name it (`infra_failure.endpoint_of`)."""
         return endpoint_of(self.speaker)
 
     async def open(self, state: Tau2Episode) -> PartyReply:

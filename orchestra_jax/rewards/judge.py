@@ -15,7 +15,7 @@ seconds are grading overhead, not the orchestrator's spending, so they are
 returned in the verdict and summed on the judge, never added to a
 trajectory's cost. A judge whose endpoint fails after the client's retries
 raises `JudgeError` naming it: an episode is never silently graded wrong (the
-grader marks it an infrastructure failure, `agent/infra_failure.py`, and it is
+grader marks it an infrastructure failure, `orchestra_jax/infra_failure.py`, and it is
 neither trained on nor scored).
 """
 
@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
-from orchestra_jax.agent.infra_failure import InfraError, endpoint_of, is_service_failure
+from orchestra_jax.infra_failure import InfraError, endpoint_of, is_service_failure
 from orchestra_jax.io.jsonl_log import JsonlLog
 from orchestra_jax.io.paths import as_path
 from orchestra_jax.registry import Registry

@@ -1,6 +1,6 @@
 """Is a final answer right? Rule-based checks dispatched on `task.answer_type`.
 
-Answer types (`envs/base.Task.answer_type`):
+Answer types (`tasks.Task.answer_type`):
   "exact"   normalised string equality (lower case, no punctuation/articles,
             collapsed white space), also accepting a bare `\\boxed{...}` answer;
   "numeric" the first number in the prediction equals the reference number,
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from orchestra_jax.envs.base import ANSWER_TYPES
+from orchestra_jax.tasks import ANSWER_TYPES
 
 MAX_ANSWER_WORDS = 500
 
@@ -35,7 +35,7 @@ _BOXED_OPEN = "\\boxed{"
 
 
 class GradableTask(Protocol):
-    """The fields of `envs/base.Task` that grading reads."""
+    """The fields of `tasks.Task` that grading reads."""
 
     @property
     def question(self) -> str: ...

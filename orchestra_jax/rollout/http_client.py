@@ -103,7 +103,7 @@ from typing import TYPE_CHECKING, Any, cast
 import aiohttp
 import numpy as np
 
-from orchestra_jax.agent.infra_failure import ServiceError
+from orchestra_jax.infra_failure import ServiceError
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
 from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool

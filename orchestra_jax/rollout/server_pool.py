@@ -55,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from orchestra_jax.agent.infra_failure import ServiceError
+from orchestra_jax.infra_failure import ServiceError
 
 log = logging.getLogger(__name__)
 

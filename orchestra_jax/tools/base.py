@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
-from orchestra_jax.agent.infra_failure import InfraFailure
-from orchestra_jax.envs.base import Task
+from orchestra_jax.infra_failure import InfraFailure
+from orchestra_jax.tasks import Task
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ class ToolResult:
       final_answer: set only by the `answer` tool: the episode's final answer.
         The agent loop ends the episode when a result carries a final answer.
       infra_failure: set when a service behind the tool failed for good (an
-        expert endpoint, the search backend; `agent/infra_failure.py`): the
+        expert endpoint, the search backend; `orchestra_jax/infra_failure.py`): the
         agent loop ends the episode, which is not the policy's failure.
     """
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from orchestra_jax.envs.base import Task
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools import config as config_lib
 from orchestra_jax.tools.meta_tool_table import PAPER_META_TOOLS, is_meta_tool
 

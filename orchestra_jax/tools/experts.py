@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 
-from orchestra_jax.agent.infra_failure import ServiceError
+from orchestra_jax.infra_failure import ServiceError
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 

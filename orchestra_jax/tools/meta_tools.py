@@ -36,7 +36,7 @@ backend returns a `ToolResult` with `error` set (and whatever was already
 spent); where the failure is a service's, not the policy's (an expert endpoint
 that failed after its client's retries, the search backend failing
 `Backends.search_retries` + 1 times), the result also carries its
-`infra_failure` (`agent/infra_failure.py`).
+`infra_failure` (`orchestra_jax/infra_failure.py`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import asyncio
 import time
 from typing import Any
 
-from orchestra_jax.agent.infra_failure import InfraError, InfraFailure, endpoint_of
+from orchestra_jax.infra_failure import InfraError, InfraFailure, endpoint_of
 from orchestra_jax.tools import descriptions, pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.expert_protocols import ExpertProtocol

@@ -48,7 +48,7 @@ class Backends:
         (a resumed run retraces an uninterrupted one).
       search_retries: extra attempts at a search the retriever failed
         (`rollout.infra_retries`), before the call is the search backend's
-        failure (`agent/infra_failure.py`).
+        failure (`orchestra_jax/infra_failure.py`).
       search_charge: what one search costs (`search_pricing.py`, `tools.search_pricing`).
     """
 

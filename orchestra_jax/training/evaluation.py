@@ -50,7 +50,6 @@ import numpy as np
 
 from orchestra_jax.agent.trajectory import Trajectory, write_jsonl
 from orchestra_jax.data.pipeline import global_positions
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.pass_k import pass_k_by_domain, pass_k_task_counts
 from orchestra_jax.eval.summary import summarize
@@ -59,6 +58,7 @@ from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.efficiency import utility_rewards
 from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.training import infra_failures

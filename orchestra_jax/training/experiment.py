@@ -27,7 +27,6 @@ import jax
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.data.pipeline import global_positions
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
 from orchestra_jax.eval.routers import RouterEngine
@@ -35,6 +34,7 @@ from orchestra_jax.io import paths
 from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.judge import Judge, MatchFirst
 from orchestra_jax.rollout.engine import RolloutEngine
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training import builders, grpo_loop, seeds, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params

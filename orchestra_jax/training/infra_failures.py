@@ -1,7 +1,7 @@
 """A step's (or an evaluation's) episodes that failed by infrastructure: counted,
 named, and bounded.
 
-An episode marked with `Trajectory.infra_failure` (`agent/infra_failure.py`)
+An episode marked with `Trajectory.infra_failure` (`orchestra_jax/infra_failure.py`)
 is left out of the loss and of its group's statistics (`rollouts.score_groups`)
 and out of evaluation scores. This module counts them for the metrics
 
@@ -20,7 +20,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
-from orchestra_jax.agent.infra_failure import INFRA_KINDS, InfraFailure
+from orchestra_jax.infra_failure import INFRA_KINDS, InfraFailure
 
 
 class InfraFailureError(RuntimeError):

@@ -21,17 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from orchestra_jax.agent.infra_failure import InfraError
 from orchestra_jax.agent.loop import LoopLimits, make_group_specs, run_episodes
 from orchestra_jax.agent.trajectory import Trajectory
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
+from orchestra_jax.infra_failure import InfraError
 from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rewards.outcome import is_valid_answer
 from orchestra_jax.rewards.registry import group_rewards
 from orchestra_jax.rl import grpo
 from orchestra_jax.rl.grpo import FORMAT_FILTERS
 from orchestra_jax.rollout.engine import RolloutEngine, SamplingParams
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training import infra_failures
 

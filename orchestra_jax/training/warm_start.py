@@ -24,12 +24,12 @@ import numpy as np
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.template import render
-from orchestra_jax.envs.base import Task
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.rewards.judge import Judge
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rollout.engine import SamplingParams
+from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 from orchestra_jax.training.seeds import Stream
