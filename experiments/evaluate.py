@@ -5,6 +5,7 @@ r"""Evaluate policies on held-out tasks under an evaluation protocol; compare th
 
 Policies (comma-separated):
   checkpoint           the latest GRPO checkpoint in <workdir>/checkpoints
+                       (checkpoint:<workdir>: that workdir's)
   hf:/path/to/folder   a Hugging Face Qwen3 folder (e.g. one written by sft.py)
   hf:<base>+<adapter>  a Hugging Face Qwen3 folder with a PEFT LoRA adapter folder
                        (e.g. <workdir>/adapter of a LoRA run), on the JAX engine
@@ -52,30 +53,16 @@ _POLICIES = flags.DEFINE_string(
 )
 
 
-def _push(engine, weights, name):
-    """Loads `weights` on every server of `engine` and checks each serves them
-    (`training/policy_push.py`); the version, or exits with why not."""
-    from orchestra_jax.training.policy_push import PolicyNotServed, push_policy
-    from orchestra_jax.training.run_sync import run_sync
-
-    try:
-        return run_sync(push_policy(engine, weights, name=name))
-    except PolicyNotServed as e:
-        engine.close()
-        raise SystemExit(f"error: {e}") from e
-
-
 def evaluate_policies(config, policies):
     """Evaluates each of `policies` (see the module docstring) on the config's held-out
     test under `eval.protocol`; writes the summaries and the report into the workdir;
     returns the summaries."""
-    import jax
-
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.parallel.multihost import is_primary
-    from orchestra_jax.rollout.engine import ServedEngine
-    from orchestra_jax.training import builders, experiment, grpo_loop, host_rollouts
+    from orchestra_jax.training import builders, experiment, grpo_loop
+    from orchestra_jax.training.policy_engines import PolicyError, is_policy, policy_engine
+    from orchestra_jax.training.policy_push import PolicyNotServed
 
     tokenizer = builders.build_tokenizer(config)
     judge = builders.build_judge(
@@ -90,40 +77,12 @@ def evaluate_policies(config, policies):
                 experiment.baseline_router(config, policy, tokenizer, evaluator.tool_configs),
                 {"baseline": True},
             )
-        elif policy == "checkpoint":
-            run = grpo_loop.setup_run(config)
-            served = isinstance(run.engine, ServedEngine)
-            step = grpo_loop.restore(run, iterator=None, sync_engine=not served)
-            if not step:
-                raise SystemExit(f"error: no checkpoint in {run.checkpointer.directory}")
-            engine, extra = run.engine, {"steps": step}
-            if served:
-                weights = host_rollouts.engine_weights(
-                    run.learner.policy_params(), run.engine_shardings
-                )
-                extra["weight_version"] = _push(engine, weights, f"checkpoint step {step}")
-            policy = "grpo"
-        elif policy.startswith("hf:"):
-            base, _, adapter = policy[3:].partition("+")
-            with config.unlocked():
-                config.model.preset, config.model.hf_path = "", base
-                config.lora.rank = 0
-                if adapter:
-                    _use_adapter_settings(config, adapter)
-            mesh = builders.build_mesh(config)
-            model, model_config = builders.build_model(config, mesh, tokenizer)
-            if adapter:
-                from orchestra_jax.models.peft_adapter import load_adapter
-
-                load_adapter(model, adapter)
-            if jax.process_count() > 1 and config.rollout.engine == "jax":
-                # Each host plays its share of the test on its own copy of the policy.
-                model, _ = host_rollouts.host_local_engine_model(model, mesh.shape["tensor"])
-            engine = builders.build_engine(config, model, model_config)
-            extra = {"hf_path": base, **({"adapter": adapter} if adapter else {})}
-            if isinstance(engine, ServedEngine):  # servers hold what they loaded last
-                extra["weight_version"] = _push(engine, model, policy)
-            policy = "hf_" + "+".join(p.rstrip("/").split("/")[-1] for p in (base, adapter) if p)
+        elif is_policy(policy):
+            try:
+                loaded = policy_engine(config, policy, tokenizer)
+            except (PolicyNotServed, PolicyError) as e:
+                raise SystemExit(f"error: {e}") from e
+            engine, extra, policy = loaded.engine, loaded.extra, loaded.name
         else:
             raise SystemExit(f"error: unknown policy {policy!r}; see --help")
         summaries[policy] = experiment.evaluate(evaluator, policy, engine, extra=extra)
@@ -134,21 +93,6 @@ def evaluate_policies(config, policies):
         md, png = write_report(grpo_loop.workdir_of(config))
         logging.info("report: %s, %s", md, png)
     return summaries
-
-
-def _use_adapter_settings(config, adapter):
-    """config.lora := the PEFT adapter folder's settings (rank, alpha, targets)."""
-    from orchestra_jax.models.peft_adapter import read_spec
-    from orchestra_jax.training.builders import LORA_ENGINES
-
-    if config.rollout.engine not in LORA_ENGINES:
-        raise SystemExit(
-            f"error: a LoRA adapter is evaluated on rollout.engine in {LORA_ENGINES}, "
-            f"not {config.rollout.engine!r}"
-        )
-    spec = read_spec(adapter)
-    config.lora.rank, config.lora.alpha = spec.rank, spec.alpha
-    config.lora.targets, config.lora.dropout = ",".join(spec.targets), spec.dropout
 
 
 def main(argv):
