@@ -23,7 +23,9 @@ sampled, never a re-render of text. A re-render agrees only where Qwen3's
 template is append-only (thinking on, raw assistant text, canonical non-empty
 `<think>` blocks; see `chat/template.py` and `tests/test_agent_loop.py`).
 
-Stops: `answer` ("answer"), the turn limit ("max_turns"), the context budget
+Stops: `answer` ("answer"), the turn limit ("max_turns"), the cost budget
+(`LoopLimits.max_cost_usd`, checked before each turn as the turn limit is: the
+turn that crosses it completes, no further turn starts; "max_cost"), the context budget
 or a server's context refusing the turn (a completion with finish reason
 "context": the policy's stop, not a failure; "context"), a turn without a call when `stop_on_no_tool_call` ("no_tool_call"),
 an engine or other-party failure ("error"), the other party ending the
@@ -127,6 +129,9 @@ class LoopLimits:
     """The limits and concurrency knobs of `run_episodes` (see its docstring)."""
 
     max_turns: int = 30
+    # None: no budget. A number: no turn starts once the episode's cost (tools plus
+    # the orchestrator's tokens) has reached it (finish reason "max_cost").
+    max_cost_usd: float | None = None
     max_context_tokens: int = 32768
     max_new_tokens_per_turn: int = 2048
     tool_timeout_s: float = 60.0
@@ -166,6 +171,8 @@ class LoopLimits:
         for name in ("max_turns", "max_context_tokens", "max_new_tokens_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_cost_usd is not None and not self.max_cost_usd > 0:
+            raise ValueError(f"max_cost_usd must be > 0 or None, got {self.max_cost_usd}")
         if not self.tool_timeout_s > 0:
             raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
         if self.seconds_per_generated_token is not None and self.seconds_per_generated_token < 0:
@@ -435,7 +442,11 @@ class _Episode:
         if self.party is not None and not await self._open():
             return self._done(start)
         context = self.limits.context
+        budget = self.limits.max_cost_usd
         for turn_index in range(self.limits.max_turns):
+            if budget is not None and self._cost() >= budget:
+                self._finish("max_cost")
+                break
             start = 0  # where this turn's prompt starts in the trajectory
             if turn_index and context.fresh_prompts:
                 ids = context.prompt(
@@ -502,8 +513,11 @@ class _Episode:
                 break
         return self._done(start)
 
+    def _cost(self) -> float:
+        return self.traj.tool_cost_usd + self.traj.orchestrator_cost_usd
+
     def _done(self, start: float) -> Trajectory:
-        self.traj.cost_usd = self.traj.tool_cost_usd + self.traj.orchestrator_cost_usd
+        self.traj.cost_usd = self._cost()
         self.traj.metadata["wall_s"] = time.perf_counter() - start
         if self.party_usage:  # the party's spending, apart from the policy's
             self.traj.metadata["other_party"] = dict(self.party_usage)

@@ -29,7 +29,15 @@ from orchestra_jax.infra_failure import InfraFailure
 from orchestra_jax.io import paths
 
 # "conversation": the other party ended it (`metadata["conversation_end"]` says why).
-FINISH_REASONS = ("answer", "max_turns", "context", "no_tool_call", "error", "conversation")
+FINISH_REASONS = (
+    "answer",
+    "max_turns",
+    "max_cost",
+    "context",
+    "no_tool_call",
+    "error",
+    "conversation",
+)
 # `Trajectory.features()` keys "first_call:tool:<name>": turns whose first valid call
 # was that tool (`Turn.first_call_feature`).
 FIRST_CALL_PREFIX = "first_call:"
