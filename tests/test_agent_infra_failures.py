@@ -292,3 +292,20 @@ def test_a_tool_that_raises_a_bug_stays_an_observation_for_the_policy():
     assert traj.infra_failure is None and traj.finish_reason == "answer"
     [result] = traj.turns[0].tool_results
     assert "TypeError: tool bug" in result.text and result.error and result.infra_failure is None
+
+
+class RejectingSearch(DownSearch):
+    def search(self, query, k, allowed_ids=None):
+        self.calls += 1
+        raise ValueError("the query has no terms the index knows")
+
+
+def test_a_search_that_rejects_the_query_is_the_calls_error_not_an_outage(monkeypatch):
+    monkeypatch.setattr("orchestra_jax.tools.meta_tools.SEARCH_BACKOFF_S", 0.0)
+    turns = [call("search", model="search-1"), call("answer", model="answer-1")]
+    rejecting = RejectingSearch(fail_first=0)
+    traj = play_meta(FixedExpert(), turns, retriever=rejecting, search_retries=2)
+    assert rejecting.calls == 1  # not retried
+    assert traj.infra_failure is None and traj.finish_reason == "answer"
+    [result] = traj.turns[0].tool_results
+    assert result.error and "ValueError" in result.error and result.infra_failure is None

@@ -45,7 +45,7 @@ import asyncio
 import time
 from typing import Any
 
-from orchestra_jax.infra_failure import InfraError, InfraFailure, endpoint_of
+from orchestra_jax.infra_failure import InfraError, InfraFailure, endpoint_of, is_service_failure
 from orchestra_jax.tools import descriptions, pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
 from orchestra_jax.tools.expert_protocols import ExpertProtocol
@@ -180,8 +180,11 @@ class SearchTool(MetaTool):
         )
 
     async def retrieve(self, query: str, ctx: ToolContext) -> list[Any]:
-        """The retriever's documents, tried `Backends.search_retries` + 1 times;
-        `InfraError` (kind "search") when every attempt fails."""
+        """The retriever's documents, tried `Backends.search_retries` + 1 times while it
+        fails as a service does (`is_service_failure`, or any `OSError`: a connection,
+        a file of the index); `InfraError` (kind "search") when every attempt fails.
+        Any other exception (a query the retriever rejects, a bug) is raised at once:
+        the call's error, which the policy reads, never an outage that hides it."""
         retriever, retries = self.backends.retriever, self.backends.search_retries
         last_error = "no attempt made"
         for attempt in range(retries + 1):
@@ -194,7 +197,9 @@ class SearchTool(MetaTool):
                     self.config.search_top_k,
                     ctx.task.metadata.get("allowed_doc_ids"),
                 )
-            except Exception as e:  # an index or web search that fails: the service's fault
+            except Exception as e:
+                if not (isinstance(e, OSError) or is_service_failure(e)):
+                    raise
                 last_error = f"{type(e).__name__}: {e}"
         raise InfraError(
             f"search backend failed after {retries + 1} attempt(s); last error: {last_error}",
