@@ -24,6 +24,9 @@ function usd(x) {
 function seconds(x) {
   return (x === null || x === undefined) ? "–" : Number(x).toFixed(2) + " s";
 }
+function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
 function weight(x) {
   return Number(x).toFixed(2);
 }
@@ -209,9 +212,8 @@ function syncPreferenceRows() {
 
 function applyInfo(info) {
   state.info = info;
-  const most = info.limits.max_concurrent;
-  $("served").textContent = `Serving ${info.model}: up to ${info.limits.max_turns} turns, `
-    + `at most ${most} request${most === 1 ? "" : "s"} at once.`;
+  $("served").textContent = `Serving ${info.model}: up to ${count(info.limits.max_turns, "turn")}, `
+    + `at most ${count(info.limits.max_concurrent, "request")} at once.`;
   const main = $("pref-main"), tools = $("pref-tools");
   main.textContent = "";
   tools.textContent = "";
@@ -295,7 +297,7 @@ function addStep(step) {
   const li = el("li", step.type);
   li.dataset.type = step.type;
   if (step.type === "turn") {
-    li.textContent = `Turn ${step.turn + 1}: the orchestrator wrote ${step.completion_tokens} tokens `
+    li.textContent = `Turn ${step.turn + 1}: the orchestrator wrote ${count(step.completion_tokens, "token")} `
       + `(read ${step.prompt_tokens}) in ${seconds(step.latency_s)}; spent so far ${usd(step.cost_usd_so_far)}`;
   } else if (step.type === "call") {
     if (step.error) li.classList.add("failed");
@@ -326,8 +328,8 @@ function finish(chunk) {
   const cost = el("strong", null, `Cost ${usd(usage.cost_usd)}`);
   cost.id = "total-cost";
   cost.dataset.value = String(usage.cost_usd);
-  summary.append(cost, ` · latency ${seconds(usage.latency_s)} · ${orch.turns ?? "?"} turns · `
-    + `${calls.length} calls · orchestrator tokens ${usage.prompt_tokens ?? "?"} read, `
+  summary.append(cost, ` · latency ${seconds(usage.latency_s)} · ${count(orch.turns ?? 0, "turn")} · `
+    + `${count(calls.length, "call")} · orchestrator tokens ${usage.prompt_tokens ?? "?"} read, `
     + `${usage.completion_tokens ?? "?"} written · stopped: ${orch.stop_reason ?? "?"}`);
   if (orch.error) {
     $("outcome").textContent = `A service failed (${orch.error.kind}`
