@@ -5,15 +5,16 @@ the DevTools protocol) loads the page from a running `orchestra_jax.serve` serve
 (its HTTP app, `OrchestratorServer`, on a loopback port, with an API key and one
 request at a time). The orchestrator is the demo config's evaluation world (offline
 experts, BM25 search) played by a scripted engine that calls search, then a
-reasoner, then answers, 0.25 s a turn, so its steps come seconds apart.
+reasoner, then answers, 0.25 s a turn, so its turns' steps come a turn apart.
 
 Through the page, as a user would (clicks, typing, key presses): the settings load
 only with the right key (401s shown), a question is typed, a preference slider
 moved and the question asked; each step appears before the answer, one turn at a
 time; the call table and the total cost are those of the response the page read,
-and the same request without streaming makes the same calls. A request past the
-server's concurrency limit shows the 429, and a server that is gone shows a
-network error. Skipped, saying why, without a Chromium binary.
+and the same request without streaming makes the same calls. Stop ends a run
+and frees its slot on the server; a request past the server's concurrency limit
+shows the 429, and a server that is gone shows a network error. Skipped, saying
+why, without a Chromium binary.
 """
 
 from __future__ import annotations
@@ -275,6 +276,20 @@ def test_page_in_headless_chromium():
             sum(c["cost_usd"] for c in plain["usage"]["calls"])
             + plain["orchestration"]["orchestrator_cost_usd"]
         )
+
+        # Stop, once the first step is shown (turns of 2 s now): the page says so, and the
+        # server drops the request (the client went away), freeing its slot at once.
+        server.server.orchestrator.engine.latency_s = 2.0
+        page.click("#submit")
+        page.wait_for("document.querySelectorAll('#steps li').length > 0")
+        page.click("#stop")
+        page.wait_for("document.getElementById('status').textContent === 'Stopped.'")
+        assert error_text(page) == ""
+        assert page.evaluate("document.getElementById('answer').textContent") == ""
+        deadline = time.monotonic() + 3  # the stopped run had over 3 s left to play
+        while get_health(server.url)["in_flight"]:
+            assert time.monotonic() < deadline, "the stopped request still holds its slot"
+            time.sleep(0.02)
 
         # Past the server's one request at a time: a 429, shown with its advice. The
         # slot is held by a request whose body has not all arrived yet.
