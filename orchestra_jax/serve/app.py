@@ -196,15 +196,15 @@ class OrchestratorServer:
         self.in_flight += 1  # counted from here: the body is read under the limit too
         try:
             parsed = parse_request(await self._body(request), self.orchestrator.defaults)
-            self.orchestrator.check_length(parsed)
+            prepared = self.orchestrator.prepare(parsed)
             head = {
                 "id": f"chatcmpl-{secrets.token_hex(12)}",
                 "created": int(time.time()),
                 "model": self.orchestrator.name,
             }
             if parsed.stream:
-                return await self._stream(request, parsed, head)
-            answer = await self.orchestrator.answer(parsed)
+                return await self._stream(request, prepared, head)
+            answer = await self.orchestrator.run(prepared)
             return web.json_response(
                 {
                     **head,
@@ -223,9 +223,9 @@ class OrchestratorServer:
         finally:
             self.in_flight -= 1
 
-    async def _stream(self, request: web.Request, parsed, head) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, prepared, head) -> web.StreamResponse:
         steps: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        work = asyncio.ensure_future(self.orchestrator.answer(parsed, steps.put_nowait))
+        work = asyncio.ensure_future(self.orchestrator.run(prepared, steps.put_nowait))
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )

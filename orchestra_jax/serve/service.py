@@ -147,6 +147,17 @@ class _ReportingTool:
 
 
 @dataclasses.dataclass
+class Prepared:
+    """A request's episode before it runs (`Orchestrator.prepare`)."""
+
+    request: OrchestrationRequest
+    spec: EpisodeSpec
+    sampling: SamplingParams
+    limits: LoopLimits
+    progress: _Progress
+
+
+@dataclasses.dataclass
 class Answer:
     """What one orchestration gives back (docs/serving.md's response fields)."""
 
@@ -279,18 +290,6 @@ class Orchestrator:
             },
         }
 
-    def check_length(self, request: OrchestrationRequest) -> None:
-        """BadRequest (413) for a question that leaves no room for one turn."""
-        room = self.limits.max_context_tokens - self.limits.max_new_tokens_per_turn
-        n = len(self.tokenizer.encode(request.question))
-        if n >= room:
-            raise BadRequest(
-                f"the question is {n} tokens; the context leaves room for {room - 1} "
-                "(agent.max_context_tokens less one turn)",
-                status=413,
-                param="messages",
-            )
-
     def _settings(self, request: OrchestrationRequest) -> tuple[SamplingParams, LoopLimits]:
         changes = {
             k: v
@@ -311,15 +310,14 @@ class Orchestrator:
         )
         return sampling, limits
 
-    async def answer(
-        self, request: OrchestrationRequest, on_step: Callable[[Step], None] | None = None
-    ) -> Answer:
-        """Plays the request's episode; its steps go to `on_step` as they happen."""
+    def prepare(self, request: OrchestrationRequest) -> Prepared:
+        """The request's episode, ready to run: its task, tools, state, sampling and
+        limits. BadRequest (413) where its prompt leaves no room for a turn."""
         sampling, limits = self._settings(request)
         seed = request.seed if request.seed is not None else secrets.randbits(63)
         task = Task(id=f"request-{secrets.token_hex(8)}", question=request.question, answer="")
         config = request.tool_config
-        progress = _Progress(on_step, config.orchestrator_price)
+        progress = _Progress(None, config.orchestrator_price)
         tools = self.env.tools(config, task=task, seed=seed)
         spec = EpisodeSpec(
             task=task,
@@ -328,12 +326,40 @@ class Orchestrator:
             seed=seed,
             state=self.env.reset(task),
         )
-        engine = _ReportingEngine(self.engine, progress)
+        prompt = limits.context.prompt(
+            spec, self.tokenizer, [], enable_thinking=limits.enable_thinking
+        )
+        room = limits.max_context_tokens - limits.max_new_tokens_per_turn
+        if len(prompt) > room:
+            raise BadRequest(
+                f"the prompt (system prompt, tools and question) is {len(prompt)} tokens; the "
+                f"context leaves room for {room} (agent.max_context_tokens less one turn)",
+                status=413,
+                param="messages",
+            )
+        return Prepared(request, spec, sampling, limits, progress)
+
+    async def run(
+        self, prepared: Prepared, on_step: Callable[[Step], None] | None = None
+    ) -> Answer:
+        """Plays the prepared episode; its steps go to `on_step` as they happen."""
+        prepared.progress.on_step = on_step
+        engine = _ReportingEngine(self.engine, prepared.progress)
         try:
             [traj] = await run_episodes(
-                [spec], engine, self.tokenizer, sampling=sampling, limits=limits
+                [prepared.spec],
+                engine,
+                self.tokenizer,
+                sampling=prepared.sampling,
+                limits=prepared.limits,
             )
         except BaseException:
             engine.cancel()  # the request ended: its engine calls go too
             raise
-        return answer_of(traj, request)
+        return answer_of(traj, prepared.request)
+
+    async def answer(
+        self, request: OrchestrationRequest, on_step: Callable[[Step], None] | None = None
+    ) -> Answer:
+        """`run(prepare(request), on_step)`."""
+        return await self.run(self.prepare(request), on_step)
