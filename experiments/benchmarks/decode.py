@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import pathlib
 import tempfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import torch
-import transformers
 from flax import nnx
 
 from experiments.benchmarks import common
@@ -46,15 +47,10 @@ from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
 BATCH, NEW_TOKENS, PROMPT_LEN = 16, 128, 32
 
 
-def hf_model(model, config):
-    """The same weights as a transformers Qwen3ForCausalLM (via our HF checkpoint writer)."""
-    with tempfile.TemporaryDirectory() as path:
-        save_hf_checkpoint(model, config, path)
-        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
 def hf_generate(peer, prompts: list[list[int]], max_new: int, seed: int) -> int:
     """HF sampling over one left-padded batch for exactly `max_new` tokens; returns new tokens."""
+    import torch
+
     width = max(len(p) for p in prompts)
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -83,18 +79,80 @@ def ours_generate(engine, requests) -> int:
     return sum(c.completion_tokens for c in completions)
 
 
-def with_threads(n: int, fn):
-    """fn run with torch limited to n intra-op threads."""
+class HFPeer:
+    """HF `generate` on the checkpoint at `path`: in this process when torch imports here,
+    else one `hf_peer` worker per thread setting in `hf_peer.hf_python()` (Python 3.11's
+    CPU torch), alternating with ours through `peer_process` like an in-process peer.
 
-    def run():
-        before = torch.get_num_threads()
-        torch.set_num_threads(n)
-        try:
-            fn()
-        finally:
-            torch.set_num_threads(before)
+    `runner(batches, threads)` is a zero-argument callable that generates each
+    (prompts, max_new, seed) of `batches` with torch limited to `threads` intra-op
+    threads and returns the new tokens.
+    """
 
-    return run
+    def __init__(self, path: str):
+        from experiments.benchmarks.hf_peer import hf_python, torch_importable
+
+        self.path, self.workers, self.info = path, [], {}
+        self.local = torch_importable()
+        if self.local:
+            import torch
+            import transformers
+
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch.float32
+            ).eval()
+            self.info = {
+                "python": "this process",
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+            }
+            self.default_threads = torch.get_num_threads()
+        else:
+            self.python = hf_python()
+            self.default_threads = os.cpu_count() or 1
+
+    def runner(self, batches: list[tuple[list[list[int]], int, int]], threads: int):
+        if self.local:
+            import torch
+
+            def run() -> int:
+                before = torch.get_num_threads()
+                torch.set_num_threads(threads)
+                try:
+                    return sum(hf_generate(self.model, p, m, s) for p, m, s in batches)
+                finally:
+                    torch.set_num_threads(before)
+
+            return run
+        from experiments.benchmarks.peer_process import PeerProcess
+
+        spec = pathlib.Path(self.path) / f"batches_{len(self.workers)}.json"
+        spec.write_text(
+            json.dumps([{"prompts": p, "max_new": m, "seed": s} for p, m, s in batches])
+        )
+        worker = PeerProcess.start(
+            self.python,
+            "experiments.benchmarks.hf_peer",
+            ["generate", "--checkpoint", self.path, "--batches", str(spec)]
+            + ["--threads", str(threads)],
+        )
+        if not worker.available:
+            raise RuntimeError(f"HF peer in {self.python} did not start: {worker.reason}")
+        self.workers.append(worker)
+        self.info = {
+            "python": self.python,
+            **{k: v for k, v in worker.info.items() if k != "ready"},
+        }
+
+        def run_remote() -> int:
+            worker.step()
+            return int(worker.last["new_tokens"])
+
+        return run_remote
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
 
 
 def batch_requests(rng, rows: int) -> tuple[list[list[int]], list[GenerateRequest]]:
@@ -122,10 +180,15 @@ def fixed_batch(engines, peer, rng, repeats, peer_threads, tunix):
     fns = {name: _warm(engine, requests, counts, name) for name, engine in engines.items()}
     compiles_before = {n: sum(e.compile_counts.values()) for n, e in engines.items()}
 
-    def hf():
-        counts["hf"] = hf_generate(peer, prompts, NEW_TOKENS, seed=0)
+    def hf_fn(n: int):
+        run = peer.runner([(prompts, NEW_TOKENS, 0)], n)
 
-    fns.update({f"hf_{n}_threads": with_threads(n, hf) for n in peer_threads})
+        def hf():
+            counts[f"hf_{n}"] = run()
+
+        return hf
+
+    fns.update({f"hf_{n}_threads": hf_fn(n) for n in peer_threads})
     tunix_seconds: list[float] = []
     if tunix.available:
         fns["tunix_float32"] = lambda: tunix_seconds.append(tunix.step())
@@ -137,7 +200,7 @@ def fixed_batch(engines, peer, rng, repeats, peer_threads, tunix):
     tokens = BATCH * NEW_TOKENS
     assert all(c == tokens for c in counts.values()), counts
     tps = {k: tokens / summary[k]["median_s"] for k in summary}
-    hf_best = max((k for k in tps if k.startswith("hf_")), key=tps.get)
+    hf_best = max((k for k in tps if k.startswith("hf_")), key=lambda k: tps[k])
     result = {
         "shape": {
             "batch": BATCH,
@@ -213,22 +276,19 @@ def mixed_lengths(engine, peer, rng, repeats, n_requests, peer_threads):
     def ours():
         assert ours_generate(engine, requests) == useful
 
-    def hf():
-        for start in range(0, n_requests, BATCH):
-            hf_generate(
-                peer,
-                prompts[start : start + BATCH],
-                int(budgets[start : start + BATCH].max()),
-                seed=start,
-            )
+    hf = peer.runner(
+        [
+            (prompts[start : start + BATCH], int(budgets[start : start + BATCH].max()), start)
+            for start in range(0, n_requests, BATCH)
+        ],
+        peer_threads,
+    )
 
     ours()  # compile every bucket this workload reaches; the second run also
     ours()  # compiles the cache shrink between runs
     compiles_before = sum(engine.compile_counts.values())
     peer_name = f"hf_static_batches_{peer_threads}_threads"
-    timings = common.alternate_timings(
-        {"ours": ours, peer_name: with_threads(peer_threads, hf)}, repeats=repeats, warmup=0
-    )
+    timings = common.alternate_timings({"ours": ours, peer_name: hf}, repeats=repeats, warmup=0)
     summary = common.summarize(timings)
     tps = {k: useful / summary[k]["median_s"] for k in summary}
     return {
@@ -247,7 +307,7 @@ def mixed_lengths(engine, peer, rng, repeats, n_requests, peer_threads):
 def main(argv=None):
     from experiments.benchmarks.peer_process import PeerProcess, tunix_python
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mixed-requests", type=int, default=48)
     parser.add_argument("--steps-per-call", type=int, default=16)
@@ -262,7 +322,9 @@ def main(argv=None):
         jax.tree.map(lambda x: x.astype(jnp.bfloat16), nnx.state(model)),
     )
     models = {"ours": model, "ours_bf16": bf16_model}
-    peer = hf_model(model, config)
+    hf_dir = tempfile.TemporaryDirectory()
+    save_hf_checkpoint(model, config, hf_dir.name)
+    peer = HFPeer(hf_dir.name)
     engine_config = JaxEngineConfig(
         max_batch_size=BATCH, max_seq_len=512, steps_per_call=args.steps_per_call
     )
@@ -276,13 +338,17 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     # torch's default (one thread per core) collapses when the machine is shared
     # (spinning OpenMP barriers); one thread is often faster here, so time both.
-    peer_threads = sorted({1, torch.get_num_threads()})
+    peer_threads = sorted({1, peer.default_threads})
     try:
         fixed = fixed_batch(engines, peer, rng, args.repeats, peer_threads, tunix)
+        best_threads = int(fixed["best_peer"].split("_")[1])
+        mixed = mixed_lengths(
+            engines["ours"], peer, rng, args.repeats, args.mixed_requests, best_threads
+        )
     finally:
         tunix.close()
-    best_threads = int(fixed["best_peer"].split("_")[1])
-    engine = engines["ours"]
+        peer.close()
+        hf_dir.cleanup()
     result = {
         "model": "Qwen3 demo shape, random weights (identical on every side)",
         "engine": {
@@ -291,11 +357,11 @@ def main(argv=None):
             "steps_per_call": args.steps_per_call,
             "kv_cache_dtype": "float32 (the CPU default, also with bf16 weights)",
         },
-        "peer": f"transformers {transformers.__version__} generate, torch {torch.__version__}",
+        "peer": f"transformers {peer.info.get('transformers')} generate, "
+        f"torch {peer.info.get('torch')}",
+        "peer_python": peer.info.get("python"),
         "fixed_batch": fixed,
-        "mixed_lengths": mixed_lengths(
-            engine, peer, rng, args.repeats, args.mixed_requests, best_threads
-        ),
+        "mixed_lengths": mixed,
         "compile_counts": {n: dict(e.compile_counts) for n, e in engines.items()},
         "jax_backend": jax.default_backend(),
     }

@@ -25,6 +25,12 @@ with a float32 result), where step FLOPs = 3 x forward FLOPs and forward FLOPs =
 2 x tokens x (matmul weights incl. the LM head) + 4 x B x H x T^2 x D (attention).
 
 Run: TUNIX_PYTHON=/path/to/venv/bin/python python -m experiments.benchmarks.learner_step
+[--precisions float32] [--also-python /path/to/python3.11]
+
+Without torch in this interpreter (Python 3.13) the HF step runs in `hf_peer`'s
+worker under Python 3.11's CPU torch. `--also-python` also times our
+`train_step` in another interpreter (its own jax: 3.11 has jax 0.10.2) in the
+same round robin, so the jax versions compare under the same load.
 """
 
 from __future__ import annotations
@@ -190,21 +196,78 @@ PRECISIONS = {
 }
 
 
-def main(repeats: int, precisions: list[str]) -> None:
+def remote_hf_step(name: str, cpu_sink: list, peers: list):
+    """The HF step in `hf_peer.hf_python()` (for an interpreter without torch): a callable
+    running one step there, appending the worker's CPU seconds to `cpu_sink`; the worker
+    joins `peers` (closed by the caller)."""
+    from experiments.benchmarks.hf_peer import hf_python
+    from experiments.benchmarks.peer_process import PeerProcess
+
+    python = hf_python()
+    peer = PeerProcess.start(
+        python,
+        "experiments.benchmarks.hf_peer",
+        ["train", "--dtype", name, "--batch", str(BATCH), "--seq", str(SEQ)],
+    )
+    if not peer.available:
+        raise RuntimeError(f"HF peer in {python} did not start: {peer.reason}")
+    peers.append(peer)
+
+    def run():
+        peer.step()
+        cpu_sink.append(peer.last["cpu_s"])
+
+    return run, {"python": python, **{k: v for k, v in peer.info.items() if k != "ready"}}
+
+
+def serve_train_step(precision: str) -> None:
+    """Worker side of `--also-python`: this interpreter's `Learner.train_step` (its jax),
+    one timed step per request (`peer_process` protocol)."""
+    import platform
+
+    from experiments.benchmarks.peer_process import serve
+
+    config = PRECISIONS[precision]
+    tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
+    step, _ = make_learner_step(config, tokens)
+    step()
+    step()
+    serve(step, {"python": platform.python_version(), "jax": jax.__version__})
+
+
+def main(repeats: int, precisions: list[str], also_python: str = "") -> None:
+    from experiments.benchmarks.hf_peer import torch_importable
     from experiments.benchmarks.peer_process import PeerProcess, tunix_python
 
     tokens = None
     fns, cpu, peer_seconds, compiles, peers, skipped = {}, {}, {}, {}, [], {}
     configs = {name: PRECISIONS[name] for name in precisions}
+    hf_in_process, hf_info, other_info = torch_importable(), {}, {}
     for name, config in configs.items():
         tokens = np.random.RandomState(0).randint(0, config.vocab_size, (BATCH, SEQ + 1))
         ours, jitted = make_jax_step(config, tokens)
         grpo_step, learner = make_learner_step(config, tokens)
-        hf = make_hf_step(config, tokens, autocast=name == "bfloat16")
         compiles[name] = (jitted, learner)
-        for key, fn in (("ours", ours), ("ours_train_step", grpo_step), ("hf_torch", hf)):
+        for key, fn in (("ours", ours), ("ours_train_step", grpo_step)):
             cpu[f"{key}_{name}"] = []
             fns[f"{key}_{name}"] = with_cpu_time(fn, cpu[f"{key}_{name}"])
+        cpu[f"hf_torch_{name}"] = []
+        if hf_in_process:
+            hf = make_hf_step(config, tokens, autocast=name == "bfloat16")
+            fns[f"hf_torch_{name}"] = with_cpu_time(hf, cpu[f"hf_torch_{name}"])
+        else:  # the same step in Python 3.11's CPU torch, alternating through a pipe
+            fns[f"hf_torch_{name}"], hf_info = remote_hf_step(name, cpu[f"hf_torch_{name}"], peers)
+        if also_python:  # our train_step under another interpreter's jax, side by side
+            other = PeerProcess.start(
+                also_python, "experiments.benchmarks.learner_step", ["--serve-train-step", name]
+            )
+            if not other.available:
+                raise RuntimeError(f"{also_python} could not serve train_step: {other.reason}")
+            peers.append(other)
+            key = f"train_step_other_python_{name}"
+            other_info[name] = {k: v for k, v in other.info.items() if k != "ready"}
+            peer_seconds[key] = []
+            fns[key] = _peer_fn(other, peer_seconds[key])
         peer = PeerProcess.start(
             tunix_python(),
             "experiments.benchmarks.tunix_peer",
@@ -251,6 +314,11 @@ def main(repeats: int, precisions: list[str]) -> None:
                 f._cache_size() for f in compiles[name][1]._compiled.values()
             ),
         }
+        if f"train_step_other_python_{name}" in tps:
+            r["other_python"] = other_info[name]
+            r["train_step_over_other_python"] = (
+                tps[f"ours_train_step_{name}"] / tps[f"train_step_other_python_{name}"]
+            )
         if f"tunix_{name}" in tps:
             r["ratio_ours_over_tunix"] = tps[f"ours_{name}"] / tps[f"tunix_{name}"]
         results[name] = r
@@ -264,6 +332,7 @@ def main(repeats: int, precisions: list[str]) -> None:
         "results": results,
         "precisions": list(configs),
         "peers_skipped": skipped,
+        "hf_peer": {"python": "this process"} if hf_in_process else hf_info,
         "noise_max_over_min": spread,
         "note": "timings alternate every step in one run (round robin); the Tunix peer runs "
         "in its own process ($TUNIX_PYTHON), alternating with ours; HF bf16 = autocast",
@@ -284,10 +353,19 @@ def main(repeats: int, precisions: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument(
         "--precisions", nargs="+", choices=list(PRECISIONS), default=list(PRECISIONS)
     )
+    parser.add_argument(
+        "--also-python",
+        default="",
+        help="another interpreter whose jax times train_step too, alternating (e.g. 3.11's)",
+    )
+    parser.add_argument("--serve-train-step", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    main(args.repeats, args.precisions)
+    if args.serve_train_step:
+        serve_train_step(args.serve_train_step)
+    else:
+        main(args.repeats, args.precisions, args.also_python)
