@@ -234,6 +234,7 @@ class OrchestratorServer:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
             return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
+        getter: asyncio.Future | None = None
         try:
             await response.prepare(request)
             await response.write(chunk({"role": "assistant", "content": ""}))
@@ -269,6 +270,8 @@ class OrchestratorServer:
             await response.write_eof()
             return response
         finally:
+            if getter is not None and not getter.done():
+                getter.cancel()
             if not work.done():  # the client went away: its orchestration stops
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
