@@ -1,33 +1,42 @@
 """The orchestrator's web page (`GET /`, orchestra_jax/serve/assets) in a real browser.
 
 Headless Chromium (Debian's `chromium`; `tests/headless_chromium.py` drives it over
-the DevTools protocol) loads the page from a running `orchestra_jax.serve` server
-(its HTTP app, `OrchestratorServer`, on a loopback port, with an API key and one
-request at a time). The orchestrator is the demo config's evaluation world (offline
-experts, BM25 search) played by a scripted engine that calls search, then a
-reasoner, then answers, 0.25 s a turn, so its turns' steps come a turn apart.
+the DevTools protocol) loads the page from a running orchestrator server and is used
+as a user would use it: clicks, typing, key presses. Skipped, saying why, without a
+Chromium binary.
 
-Through the page, as a user would (clicks, typing, key presses): the settings load
-only with the right key (401s shown), a question is typed, a preference slider
-moved and the question asked; each step appears before the answer, one turn at a
-time; the call table and the total cost are those of the response the page read,
-and the same request without streaming makes the same calls. Stop ends a run
-and frees its slot on the server; a request past the server's concurrency limit
-shows the 429, and a server that is gone shows a network error. Skipped, saying
-why, without a Chromium binary.
+`test_page_in_headless_chromium`: the server's HTTP app (`OrchestratorServer`, on a
+loopback port, with an API key and one request at a time) around the demo config's
+evaluation world (offline experts, BM25 search) played by a scripted engine that
+calls search, then a reasoner, then answers, 0.25 s a turn. The settings load only
+with the right key (401s shown); a question is typed, a preference slider moved and
+the question asked; each step appears before the answer, one turn at a time; the
+call table and the total cost are those of the response the page read, and the same
+request without streaming makes the same calls. Stop ends a run and frees its slot
+on the server; a request past the server's concurrency limit shows the 429, and a
+server that is gone shows a network error.
+
+`test_page_on_the_command_line_server`: `python -m orchestra_jax.serve` as a process,
+as the README runs it, with an untrained policy of the demo's shape on the JAX engine.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.headless_chromium import Chromium, Page, find_binary
+from tests.live_helpers import ROOT, free_port
 
 pytest.importorskip("websocket", reason="needs websocket-client (the `test` extra)")
 
@@ -321,3 +330,110 @@ def test_page_in_headless_chromium():
         page.wait_for(
             "document.getElementById('error').textContent.includes('could not be reached')"
         )
+
+
+def export_random_demo_policy(folder) -> None:
+    """The demo config's policy (its preset and shape), random, as an HF folder."""
+    from flax import nnx
+
+    from experiments.configs import grpo_hle
+    from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
+    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+
+    demo: Any = grpo_hle.get_config("demo")
+    config = Qwen3Config.preset(demo.model.preset, **dict(demo.model.overrides))
+    save_hf_checkpoint(Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)), config, folder)
+
+
+def response_of(page: Page) -> list:
+    """The events of the one chat completion the page asked for, as the server sent them."""
+    [sent] = [
+        e["params"]
+        for e in page.events
+        if e["method"] == "Network.requestWillBeSent"
+        and e["params"]["request"]["url"].endswith("/v1/chat/completions")
+    ]
+    body = page.send("Network.getResponseBody", requestId=sent["requestId"])["body"]
+    return [json.loads(sent["request"]["postData"]), *sse_events(body)]
+
+
+@pytest.mark.slow
+def test_page_on_the_command_line_server(tmp_path):
+    """`python -m orchestra_jax.serve` as the README runs it, with an untrained policy
+    of the demo's shape on the in-process JAX engine: the page it serves asks a
+    question in one turn and shows what the server streamed."""
+    export_random_demo_policy(tmp_path / "policy")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_SERVE_API_KEY"}
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestra_jax.serve",
+                "--config=experiments/configs/grpo_hle.py:demo",
+                f"--policy=hf:{tmp_path / 'policy'}",
+                f"--port={port}",
+            ],
+            cwd=ROOT,
+            env={**env, "XLA_FLAGS": ""},  # one CPU device, as a user's
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+        with Chromium.start(CHROMIUM) as browser:
+            page = browser.page()
+            page.send("Network.enable")
+            page.navigate(url + "/")
+            page.wait_for("!document.getElementById('submit').disabled")
+            assert page.evaluate("document.getElementById('served').textContent").startswith(
+                "Serving hf_policy"
+            )
+            page.type_text("#max-turns", "1")
+            page.type_text("#question", "What is 17 * 23?")
+            page.click("#submit")
+            page.wait_for(
+                "document.getElementById('status').textContent.startsWith('Answered')"
+                " || !document.getElementById('error').hidden",
+                timeout_s=240,
+            )
+            assert error_text(page) == ""
+            body, *events = response_of(page)
+            assert body["max_turns"] == 1
+            assert events[-1] == "[DONE]"
+            usage, orchestration = events[-2]["usage"], events[-2]["orchestration"]
+            steps = [e["orchestra_step"] for e in events[:-1] if "orchestra_step" in e]
+            assert [s["type"] for s in steps][:1] == ["turn"] and orchestration["turns"] == 1
+            shown = page.evaluate(
+                "[...document.querySelectorAll('#steps li')].map((e) => e.dataset.type)"
+            )
+            assert shown == [s["type"] for s in steps]
+            content = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1])
+            assert page.evaluate("document.getElementById('answer').textContent") == content
+            assert (
+                float(page.evaluate("document.getElementById('total-cost').dataset.value"))
+                == (usage["cost_usd"])
+            )
+            summary = page.evaluate("document.getElementById('summary').textContent")
+            assert f"stopped: {orchestration['stop_reason']}" in summary
+            assert page.evaluate("document.querySelectorAll('#calls tbody tr').length") == len(
+                usage["calls"]
+            )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
