@@ -489,6 +489,9 @@ function done() {
 }
 
 $("ask").addEventListener("submit", ask);
+$("question").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("submit").disabled) $("ask").requestSubmit();
+});
 $("stop").addEventListener("click", () => { if (state.controller) state.controller.abort(); });
 $("reload").addEventListener("click", loadInfo);
 // A new key (Enter, or leaving the field) reloads the settings; the same key keeps
