@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from experiments.configs import grpo_hle
-from orchestra_jax.training.loop_steps import workdir_of
 from orchestra_jax.training.policy_engines import is_policy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,8 +27,12 @@ def test_the_serve_command_serves_the_demos_checkpoint():
     assert serve[:3] == ["python", "-m", "orchestra_jax.serve"], serve
     demo_flags, serve_flags = _flags(demo[3:]), _flags(serve[3:])
     assert serve_flags["--config"] == demo_flags["--config"]
+    # The demo writes to its default workdir, runs/<variant>, which the README names.
     variant = demo_flags["--config"].rsplit(":", 1)[1]
-    assert serve_flags["--policy"] == f"checkpoint:{workdir_of(grpo_hle.get_config(variant))}"
+    assert grpo_hle.get_config(variant).workdir == ""
+    workdir = f"runs/{variant}"
+    assert f"`{workdir}/` fills with" in readme
+    assert serve_flags["--policy"] == f"checkpoint:{workdir}"
     assert is_policy(serve_flags["--policy"])
 
     # The page's address in the README is where the server listens by default.
