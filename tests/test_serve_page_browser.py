@@ -176,6 +176,14 @@ def test_page_in_headless_chromium():
         set_key(page, API_KEY)
         page.wait_for("!document.getElementById('submit').disabled")
         assert error_text(page) == ""
+        # Everything the page loads comes from its server (it works offline).
+        loaded = {
+            e["params"]["request"]["url"]
+            for e in page.events
+            if e["method"] == "Network.requestWillBeSent"
+        }
+        assert {server.url + "/", server.url + "/assets/page.js"} <= loaded
+        assert all(u.startswith(server.url + "/") for u in loaded), loaded
 
         # Sliders from GET /v1/orchestrator's features, at its default preference.
         info = page.evaluate(
