@@ -157,6 +157,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--works", default=",".join(WORKS))
+    parser.add_argument(
+        "--result-name",
+        default="cpu_dot_backends",
+        help="results/<name>.json (a partial run's own)",
+    )
     args = parser.parse_args(argv)
     names, works = args.variants.split(","), args.works.split(",")
     workers, refused = {}, {}
@@ -203,7 +208,7 @@ def main(argv=None) -> None:
             },
         )
     path = common.write_result(
-        "cpu_dot_backends",
+        args.result_name,
         {
             "repeats": args.repeats,
             "variants": {n: VARIANTS[n] for n in names},
