@@ -41,6 +41,13 @@ def build_orchestrator(config: Any, policy: str) -> Orchestrator:
     from orchestra_jax.training.eval_protocols import eval_protocol
     from orchestra_jax.training.policy_engines import policy_engine
 
+    if policy.startswith("hf:"):  # a missing folder says so before anything is built
+        from orchestra_jax.io import paths
+        from orchestra_jax.training.policy_engines import PolicyError
+
+        for folder in policy[3:].split("+"):
+            if folder and not paths.as_path(folder).is_dir():
+                raise PolicyError(f"--policy={policy}: no folder {folder}")
     test = eval_protocol(config).apply(config)
     if test.env.name not in SERVED_ENVS:
         raise ValueError(
