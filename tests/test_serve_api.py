@@ -419,3 +419,24 @@ def test_loop_cost_budget_stops_before_the_next_turn(world):
     assert within.finish_reason == "answer"
     with pytest.raises(ValueError, match="max_cost_usd"):
         LoopLimits(max_cost_usd=0.0)
+
+
+def test_a_tool_timeout_is_its_requests_error_only(world):
+    """A search that never answers times out (agent.tool_timeout_s) into that request's
+    call error; requests beside it answer as usual."""
+    import concurrent.futures
+
+    flaky = FlakyEnv(world[1])
+    server = OrchestratorServer(orchestrator(world, env=flaky, tool_timeout_s=0.5))
+    with ServerThread(server) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        questions = ["HANG " + QUESTION] + [QUESTION] * 3
+        with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
+            hung, *healthy = pool.map(lambda q: ask(client, q), questions)
+    calls = hung.usage.model_extra["calls"]
+    assert "did not answer within 0.5 s" in calls[0]["error"]
+    assert calls[0]["latency_s"] == pytest.approx(0.5)
+    assert flaky.cancelled.is_set()  # the timed-out call was stopped, not left running
+    assert hung.model_extra["orchestration"]["stop_reason"] == "answer"  # the policy went on
+    for reply in healthy:
+        assert all(c["error"] is None for c in reply.usage.model_extra["calls"])
