@@ -28,3 +28,15 @@ def test_code_version_outside_git(monkeypatch):
 
     monkeypatch.setattr(common.subprocess, "run", no_git)
     assert common.code_version() == {"commit": None}
+
+
+def test_result_file_names_its_python(tmp_path, monkeypatch):
+    # 3.11's records keep their names; another Python's go beside them, not over them.
+    assert common.result_suffix((3, 11, 7)) == ""
+    assert common.result_suffix((3, 13, 0)) == "_py313"
+    assert common.result_suffix((3, 12)) == "_py312"
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_onednn=true")
+    path = common.write_result("probe", {})
+    assert path.name == f"probe{common.result_suffix()}.json"
+    assert json.loads(path.read_text())["machine"]["xla_flags"] == "--xla_cpu_use_onednn=true"
