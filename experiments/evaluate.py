@@ -60,13 +60,13 @@ def evaluate_policies(config, policies):
     from orchestra_jax.eval.report import write_report
     from orchestra_jax.eval.routers import is_router
     from orchestra_jax.parallel.multihost import is_primary
-    from orchestra_jax.training import builders, experiment, grpo_loop
+    from orchestra_jax.training import builders, experiment, loop_steps
     from orchestra_jax.training.policy_engines import PolicyError, is_policy, policy_engine
     from orchestra_jax.training.policy_push import PolicyNotServed
 
     tokenizer = builders.build_tokenizer(config)
     judge = builders.build_judge(
-        config, grpo_loop.judge_cache_path(config), also_read=grpo_loop.judge_cache_files(config)
+        config, loop_steps.judge_cache_path(config), also_read=loop_steps.judge_cache_files(config)
     )
     # The environment is built for the evaluation protocol's config (eval.protocol).
     evaluator = experiment.build_evaluator(config, None, tokenizer, judge)
@@ -90,7 +90,7 @@ def evaluate_policies(config, policies):
         if judge is not None:
             judge.flush()
     if is_primary():  # on several hosts, process 0 alone writes the report
-        md, png = write_report(grpo_loop.workdir_of(config))
+        md, png = write_report(loop_steps.workdir_of(config))
         logging.info("report: %s, %s", md, png)
     return summaries
 

@@ -86,13 +86,13 @@ def main(argv):
     from orchestra_jax.io import paths
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
     from orchestra_jax.rl.learner import Learner
-    from orchestra_jax.training import builders, experiment, grpo_loop, warm_start
+    from orchestra_jax.training import builders, experiment, loop_steps, warm_start
 
     config = flags_util.validated(_CONFIG.value)
     error = no_steps_error(config, _DEMOS.value)
     if error:
         sys.exit(error)
-    workdir = grpo_loop.workdir_of(config)
+    workdir = loop_steps.workdir_of(config)
     if _DEMOS.value:
         tokenizer = builders.build_tokenizer(config)
         mesh = builders.build_mesh(config)
@@ -111,7 +111,7 @@ def main(argv):
             ema_decay=config.sft.ema_decay,
         )
     else:
-        run = grpo_loop.setup_run(config)
+        run = loop_steps.setup_run(config)
         experiment.run_warm_start(config, run)
         model, model_config = run.model, run.model_config
     out = paths.join(workdir, "sft_hf")

@@ -24,7 +24,7 @@ def warm_start_and_evaluate(workdir):
 
     from experiments.configs import grpo_hle
     from orchestra_jax.parallel import multihost
-    from orchestra_jax.training import experiment, grpo_loop
+    from orchestra_jax.training import experiment, loop_steps
 
     config = grpo_hle.get_config("micro")
     config.workdir = str(workdir)
@@ -32,7 +32,7 @@ def warm_start_and_evaluate(workdir):
     config.sft.num_demos = 8
     config.sft.batch_size = 8
     config.eval.num_tasks = 5  # an uneven split: 3 tasks on host 0, 2 on host 1
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     experiment.run_warm_start(config, run)
     params = [multihost.gather_to_host(x) for x in jax.tree.leaves(run.learner.params)]
     evaluator = experiment.build_evaluator(config, run.env, run.tokenizer)

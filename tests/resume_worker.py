@@ -37,7 +37,7 @@ def main(workdir, num_steps, kill_after=None, wait_for_checkpoint=False):
 
     distributed.initialize()  # a no-op outside launch/local_hosts.py
     from experiments.configs import grpo_hle
-    from orchestra_jax.training import grpo_loop
+    from orchestra_jax.training import grpo_loop, loop_steps
 
     config = grpo_hle.get_config("micro")
     config.workdir = workdir
@@ -47,7 +47,7 @@ def main(workdir, num_steps, kill_after=None, wait_for_checkpoint=False):
     if os.environ.get("RESUME_WORKER_TURNS") == "1":
         config.agent.context, config.rl.sample_unit = "rebuild", "turn"
         config.rl.minibatch_size, config.rl.share_prompts, config.rl.warmup_steps = 2, False, 0
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
 
     def progress(step, metrics):

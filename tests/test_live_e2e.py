@@ -23,7 +23,7 @@ from orchestra_jax.data.splits import load_split
 from orchestra_jax.rewards.outcome import normalize_answer
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.tools import build_index, pricing
-from orchestra_jax.training import builders, experiment, grpo_loop, seeds
+from orchestra_jax.training import builders, experiment, grpo_loop, loop_steps, seeds
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
 from tests.live_helpers import (
@@ -258,7 +258,7 @@ def test_live_tiny_trains_turn_samples_of_rebuilt_prompts(stack):
     config.rl.warmup_steps = 0  # the number of updates varies from step to step
     config.num_steps = 1
     validate(config)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = NoiseReward()
     try:
         grpo_loop.grpo_train(run)

@@ -15,7 +15,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.minibatch_order import release_order, reorder_samples
 from orchestra_jax.rl.samples import Sample
-from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training import builders, loop_steps
 from orchestra_jax.training.rollouts import StepExperience
 from tests.trajectory_helpers import graded_episode
 
@@ -186,7 +186,7 @@ class RecordingLearner:
 
 
 def test_the_learner_trains_the_samples_in_the_release_order():
-    """`grpo_loop.train_step` hands the learner its mini-batches in `release_order`."""
+    """`loop_steps.train_step` hands the learner its mini-batches in `release_order`."""
     config = grpo_hle.get_config("qwen3_8b")
     config.rl.sample_unit = "episode"  # one sample an episode: its first token names it
     config.rl.pack = False  # one sample a row, to read the order (packing: test_rl_packing)
@@ -211,7 +211,7 @@ def test_the_learner_trains_the_samples_in_the_release_order():
     learner = RecordingLearner(config.rl.minibatch_size)
     batching = BatchingConfig(seq_buckets=(32,))
     run = types.SimpleNamespace(config=config, learner=learner, batching=batching)
-    grpo_loop.train_step(run, experience)
+    loop_steps.train_step(run, experience)
     [batch] = learner.batches
     first = np.asarray(batch.input_ids)[:, 0] - 100
     n = len(learner.minibatch_sizes(32))  # mini-batch j: rows j, n + j, … (strided)

@@ -290,7 +290,7 @@ def test_hf_evaluation_serves_the_folders_weights_on_every_server(servers, tmp_p
 def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path):
     from experiments.evaluate import evaluate_policies
     from orchestra_jax.rollout.http_client import as_model
-    from orchestra_jax.training import grpo_loop
+    from orchestra_jax.training import loop_steps
     from tests.test_training_e2e import micro_config
 
     both, _, _ = servers
@@ -304,7 +304,7 @@ def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path)
             "eval.num_tasks": 2,
         },
     )
-    run = grpo_loop.setup_run(cfg)
+    run = loop_steps.setup_run(cfg)
     trained = jax.tree.map(lambda x: 0.7 * x, run.learner.params)  # not what servers hold
     run.learner.load_state(trained, run.learner.opt_state, step=1)
     run.checkpointer.save(

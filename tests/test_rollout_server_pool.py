@@ -213,7 +213,7 @@ def test_in_flight_counts_survive_many_threads():
 
 
 def test_the_training_loop_logs_each_servers_metrics_under_rollout_server():
-    from orchestra_jax.training.grpo_loop import server_metrics
+    from orchestra_jax.training.loop_steps import server_metrics
 
     class Dispatching:
         def take_metrics(self):

@@ -10,7 +10,7 @@ import pytest
 
 from orchestra_jax.agent.trajectory import Trajectory, Turn, read_jsonl
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.training import async_loop, grpo_loop
+from orchestra_jax.training import async_loop, grpo_loop, loop_steps
 from orchestra_jax.training.async_loop import (
     RolloutFailure,
     RolloutProducer,
@@ -119,7 +119,7 @@ def scripted_run(tmp_path, **overrides):
             **overrides,
         },
     )
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.engine.close()
     run.engine = ScriptedEngine(lambda ids, req: ([17, 18, 19], [-1.0, -1.5, -2.0]))
     run.reward_fn = ranked_reward
@@ -157,7 +157,7 @@ def test_killed_and_resumed_run_trains_on_every_task_once_per_epoch(tmp_path):
     for epoch in range(2):
         tasks = ids[2 * epoch] + ids[2 * epoch + 1]
         assert len(tasks) == 4 and len(set(tasks)) == 4, ids
-    iterator = grpo_loop.train_task_iterator(run.config)  # what one uninterrupted run reads
+    iterator = loop_steps.train_task_iterator(run.config)  # what one uninterrupted run reads
     assert ids == [sorted(t.id for t in next(iterator)) for _ in range(4)]
     for line in lines:
         assert line["async/versions_behind_max"] <= 1
@@ -168,7 +168,7 @@ def test_run_survives_a_dying_producer_and_logs_async_metrics(tmp_path, monkeypa
     # Two PPO mini-batches a step, through the config (builders) as a run uses them.
     run = scripted_run(tmp_path, num_steps=3, **{"rl.num_minibatches": 2})
     calls = {"n": 0}
-    play_step = grpo_loop.play_step
+    play_step = loop_steps.play_step
 
     async def flaky(run, tasks, step, positions):
         calls["n"] += 1
@@ -176,7 +176,7 @@ def test_run_survives_a_dying_producer_and_logs_async_metrics(tmp_path, monkeypa
             raise RuntimeError("rollout worker died")
         return await play_step(run, tasks, step, positions)
 
-    monkeypatch.setattr(grpo_loop, "play_step", flaky)
+    monkeypatch.setattr(loop_steps, "play_step", flaky)
     grpo_loop.grpo_train(run)
     lines = metrics_lines(tmp_path)
     assert [m["step"] for m in lines] == [1, 2, 3]
@@ -233,7 +233,7 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     config = micro_config(
         tmp_path, **{"rl.max_staleness": 1, "num_steps": 3, "log.tensorboard": False}
     )
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
     engine = run.engine  # the in-process JAX engine, now behind the server
     with run.config.unlocked():
@@ -382,7 +382,7 @@ def test_a_cold_start_with_nothing_to_train_runs_to_its_end(tmp_path):
             "log.tensorboard": False,
         },
     )
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = lambda features, correct, preference: np.zeros(len(features), np.float32)
     try:
         grpo_loop.grpo_train(run)

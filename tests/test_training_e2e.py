@@ -12,7 +12,7 @@ from flax import nnx
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.rl.learner import make_schedule
-from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training import builders, grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import ConfigError, validate
 from orchestra_jax.training.experiment import run_experiment
 
@@ -55,7 +55,7 @@ class NoiseReward:
 def two_steps(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("micro")
     config = micro_config(workdir)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = NoiseReward()
     before = _params(run.learner)
     grpo_loop.grpo_train(run)
@@ -135,9 +135,9 @@ def test_loss_mask_covers_exactly_the_generated_tokens(two_steps):
 
 def test_checkpoint_restores_the_same_parameters(two_steps):
     config, workdir, _, after = two_steps
-    run = grpo_loop.setup_run(config)
-    iterator = grpo_loop.train_task_iterator(config)
-    assert grpo_loop.restore(run, iterator) == 2
+    run = loop_steps.setup_run(config)
+    iterator = loop_steps.train_task_iterator(config)
+    assert loop_steps.restore(run, iterator) == 2
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(_params(run.learner))):
         np.testing.assert_array_equal(a, b)
     # The model object the engine samples from holds the restored weights too.
@@ -203,7 +203,7 @@ def test_data_stratify_by_reaches_the_training_iterator():
     config.data.num_train_tasks, config.rl.tasks_per_step = 90, 3
 
     def steps_with_every_domain():
-        iterator = grpo_loop.train_task_iterator(config)
+        iterator = loop_steps.train_task_iterator(config)
         return sum(len({task.domain for task in next(iterator)}) == 3 for _ in range(30))
 
     # The synthetic domains' shares are near, not exactly, a third each, so the
@@ -214,7 +214,7 @@ def test_data_stratify_by_reaches_the_training_iterator():
     config.data.stratify_by = "domain"
     assert steps_with_every_domain() >= 25
     config.data.stratum_weights = "logic:2"
-    iterator = grpo_loop.train_task_iterator(config)
+    iterator = loop_steps.train_task_iterator(config)
     logic = sum(task.domain == "logic" for _ in range(30) for task in next(iterator))
     assert 40 <= logic <= 50  # About half of 90, not a third.
 
@@ -227,7 +227,7 @@ def test_training_seed_keeps_the_world_and_the_heldout_test():
         env = builders.build_env(config)
         tasks = experiment.eval_tasks(config)
         configs = experiment.heldout_tool_configs(config, env, tasks)
-        first_step = next(grpo_loop.train_task_iterator(config))
+        first_step = next(loop_steps.train_task_iterator(config))
         return (
             [(t.id, t.question, t.answer) for t in tasks],
             list(configs.values()),
@@ -298,7 +298,7 @@ def test_demo_policy_may_be_a_mixture_of_routers():
 
 def test_checkpoint_every_steps_zero_checkpoints_the_final_step_only(tmp_path):
     config = micro_config(tmp_path, **{"checkpoint.every_steps": 0})
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     try:
         state = dict(params=run.learner.params, opt_state=run.learner.opt_state, rng=0)
         assert not run.checkpointer.save(1, **state)  # 0: no periodic checkpoint

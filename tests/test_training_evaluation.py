@@ -3,7 +3,7 @@ each play their share of the test (tests/test_multihost.py runs the 2-host side)
 
 import pytest
 
-from orchestra_jax.training import experiment, grpo_loop
+from orchestra_jax.training import experiment, loop_steps
 from tests.test_training_e2e import micro_config
 
 
@@ -12,7 +12,7 @@ def measured_run(tmp_path_factory):
     """A micro run whose orchestrator latency is the engine's measured wall time."""
     workdir = tmp_path_factory.mktemp("eval")
     config = micro_config(workdir, **{"agent.seconds_per_generated_token": 0.0})
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     yield config, run
     run.engine.close()
 

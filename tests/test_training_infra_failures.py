@@ -13,7 +13,7 @@ from orchestra_jax.agent.view import episode_view
 from orchestra_jax.infra_failure import INFRA_KINDS, InfraFailure
 from orchestra_jax.rewards.registry import make_reward
 from orchestra_jax.rl.samples import samples_of
-from orchestra_jax.training import grpo_loop, infra_failures
+from orchestra_jax.training import infra_failures, loop_steps
 from orchestra_jax.training.rollouts import score_groups
 
 OUTAGE = InfraFailure(kind="expert", endpoint="http://expert.test/v1", message="HTTP 503")
@@ -172,9 +172,9 @@ def test_a_step_past_the_fraction_fails_naming_the_endpoint():
     trajs = [_traj("a", g, True, failure=OUTAGE if g < 2 else None) for g in range(4)]
     trajs += [_traj("b", g, g == 0, failure=search if g == 3 else None) for g in range(4)]
     # 3 of 8 failed: within 0.5, past 0.25.
-    assert grpo_loop.score_step(_step_run(0.5), trajs).metrics["rollout/infra_failed"] == 3.0
+    assert loop_steps.score_step(_step_run(0.5), trajs).metrics["rollout/infra_failed"] == 3.0
     with pytest.raises(infra_failures.InfraFailureError) as e:
-        grpo_loop.score_step(_step_run(0.25), trajs)
+        loop_steps.score_step(_step_run(0.25), trajs)
     message = str(e.value)
     assert "3 of 8" in message and "rl.max_infra_failure_fraction=0.25" in message
     assert "expert at http://expert.test/v1: 2 episode(s), last error: HTTP 503" in message

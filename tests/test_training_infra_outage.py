@@ -13,7 +13,7 @@ import pytest
 from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.tools.experts import ExpertError
 from orchestra_jax.tools.simulated_expert import SimulatedExpert
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.rollouts import score_groups
 from tests.resume_worker import ranked_reward
 from tests.test_training_e2e import _params, micro_config
@@ -29,7 +29,7 @@ def outage_run(tmp_path, monkeypatch, **overrides):
         tmp_path,
         **{"rl.group_size": GROUP, "log.tensorboard": False, "num_steps": 2, **overrides},
     )
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.engine.close()
     engine = RouterEngine("direct_strongest", run.tokenizer, {}, seed=0)
     sample = run.sampler.sample
@@ -53,14 +53,14 @@ def outage_run(tmp_path, monkeypatch, **overrides):
 
     monkeypatch.setattr(SimulatedExpert, "complete", down_for_one_episode_a_task)
     trained = []
-    train_step = grpo_loop.train_step
+    train_step = loop_steps.train_step
 
     def recording_train_step(run, experience):
         trained.append(experience)
         failed_seeds.clear()  # the next step's tasks fail once each again
         return train_step(run, experience)
 
-    monkeypatch.setattr(grpo_loop, "train_step", recording_train_step)
+    monkeypatch.setattr(loop_steps, "train_step", recording_train_step)
     return run, trained
 
 

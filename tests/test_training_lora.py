@@ -15,7 +15,7 @@ from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training import builders, grpo_loop, loop_steps
 from orchestra_jax.training.checkpointing import Checkpointer
 from tests.resume_worker import ranked_reward
 from tests.test_training_e2e import micro_config
@@ -70,7 +70,7 @@ def test_jax_engine_samples_with_the_adapters_and_swaps_a_peft_folder_in(tmp_pat
 
 def lora_run(workdir, steps):
     config = micro_config(workdir, num_steps=steps, **LORA)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
     grpo_loop.grpo_train(run)
     run.engine.close()
@@ -91,10 +91,10 @@ def test_a_lora_run_trains_adapters_alone_and_writes_them(whole):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the base: bitwise
     trained = adapters(run.model)
     assert any(np.abs(x).max() > 0 for x in jax.tree.leaves(trained["model"]))
-    with Checkpointer(grpo_loop.paths.join(config.workdir, "checkpoints")) as ckpt:
+    with Checkpointer(loop_steps.paths.join(config.workdir, "checkpoints")) as ckpt:
         saved = ckpt.restore(2).params  # adapters alone: 7 projections x A, B x 2 layers
     assert len(jax.tree.leaves(saved)) == 28
-    folder = grpo_loop.adapter_dir(config)
+    folder = loop_steps.adapter_dir(config)
     spec = peft_adapter.read_spec(folder)
     assert (spec.rank, spec.alpha) == (4, 8.0)
     peft_adapter.load_adapter(fresh, folder)
@@ -104,9 +104,9 @@ def test_a_lora_run_trains_adapters_alone_and_writes_them(whole):
 def test_a_lora_run_resumes_with_its_adapters_and_optimizer_state_exactly(whole):
     # What a resumed run continues from (the loop's resume itself: test_training_resume).
     config, run = whole
-    resumed = grpo_loop.setup_run(config)
+    resumed = loop_steps.setup_run(config)
     try:
-        assert grpo_loop.restore(resumed, grpo_loop.train_task_iterator(config)) == 2
+        assert loop_steps.restore(resumed, loop_steps.train_task_iterator(config)) == 2
         same = lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # noqa: E731
         jax.tree.map(same, resumed.learner.params, run.learner.params)
         jax.tree.map(same, resumed.learner.opt_state, run.learner.opt_state)
@@ -154,7 +154,7 @@ def test_evaluation_of_a_base_folder_plus_an_adapter_samples_the_merged_model(tm
     assert list(summaries) == ["hf_base+adapter"]
     assert summaries["hf_base+adapter"]["adapter"] == str(tmp_path / "adapter")
     played = read_jsonl(
-        grpo_loop.paths.join(grpo_loop.workdir_of(eval_config), "trajectories")
+        loop_steps.paths.join(loop_steps.workdir_of(eval_config), "trajectories")
         + "/eval_hf_base+adapter.jsonl"
     )
     peft_adapter.merge_to_hf(tmp_path / "base", tmp_path / "adapter", tmp_path / "merged")
@@ -195,7 +195,7 @@ def test_lora_demo_runs_grpo_steps(tmp_path):
     config.agent.max_turns = 2
     config.rl.format_filter = "off"  # a random policy writes no well-formed call
     validate(config)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
     try:
         before = adapters(run.model)
@@ -206,7 +206,7 @@ def test_lora_demo_runs_grpo_steps(tmp_path):
     assert any(
         not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after))
     )
-    assert peft_adapter.read_spec(grpo_loop.adapter_dir(config)).rank == 8
+    assert peft_adapter.read_spec(loop_steps.adapter_dir(config)).rank == 8
 
 
 def test_an_async_lora_run_of_turn_samples_in_minibatches_trains_adapters(tmp_path):
@@ -219,7 +219,7 @@ def test_an_async_lora_run_of_turn_samples_in_minibatches_trains_adapters(tmp_pa
         "rl.warmup_steps": 0,
     }
     config = micro_config(tmp_path, num_steps=2, **LORA, **overrides)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
     try:
         before = adapters(run.model)
@@ -239,4 +239,4 @@ def test_an_async_lora_run_of_turn_samples_in_minibatches_trains_adapters(tmp_pa
         np.testing.assert_array_equal(
             np.asarray(engine[key].get_value()), np.asarray(value.get_value())
         )
-    peft_adapter.read_spec(grpo_loop.adapter_dir(config))
+    peft_adapter.read_spec(loop_steps.adapter_dir(config))

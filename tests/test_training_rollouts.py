@@ -9,7 +9,7 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.rewards.registry import make_reward
-from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training import builders, loop_steps
 from orchestra_jax.training.rollouts import score_groups
 
 
@@ -274,7 +274,7 @@ def test_score_step_reads_the_reference_settings():
         dataclasses.replace(_traj("a", False, 0.1), **unanswered),
         dataclasses.replace(_traj("a", False, 0.1), **unanswered),
     ]
-    exp = grpo_loop.score_step(run, trajs)
+    exp = loop_steps.score_step(run, trajs)
     # P = {accuracy: 1}: rewards (1, 0, 0, 0) as in test_drop_no_answer_and_advantage_boost.
     np.testing.assert_allclose(exp.rewards, [1.0, 0.0, 0.0, 0.0])
     np.testing.assert_allclose(exp.advantages, [1.6, -0.5, 0.0, 0.0], rtol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 from orchestra_jax.agent.context import RebuildContext
 from orchestra_jax.agent.trajectory import read_jsonl
 from orchestra_jax.rl.samples import turn_samples
-from orchestra_jax.training import builders, grpo_loop
+from orchestra_jax.training import builders, grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import ConfigError
 from tests.test_training_e2e import NoiseReward, micro_config
 
@@ -26,7 +26,7 @@ REFERENCE = {
 @pytest.mark.parametrize("pack", [False, True])
 def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path, pack):
     config = micro_config(tmp_path, **REFERENCE, **{"rl.pack": pack})
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     assert isinstance(builders.loop_limits(config).context, RebuildContext)
     run.reward_fn = NoiseReward()
     try:

@@ -8,7 +8,7 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.rl.batching import build_train_batch
-from orchestra_jax.training import experiment, grpo_loop, warm_start
+from orchestra_jax.training import experiment, loop_steps, warm_start
 from tests.trajectory_helpers import graded_episode
 
 
@@ -29,7 +29,7 @@ def _config(tmp_path):
 def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path, lora_rank):
     config = _config(tmp_path)
     config.lora.rank = lora_rank  # LoRA: the reference is the base + the warm start's adapters
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     initial = _leaves(run.learner.params)
     experiment.run_warm_start(config, run)
     warm = _leaves(run.learner.params)
@@ -53,7 +53,7 @@ def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path, lor
     for ref, w in zip(_leaves(run.learner.ref_params), warm):
         np.testing.assert_array_equal(ref, w)
 
-    restarted = grpo_loop.setup_run(config)  # a new process would start from the initial model
+    restarted = loop_steps.setup_run(config)  # a new process would start from the initial model
     experiment.restore_reference(config, restarted)
     for ref, w in zip(_leaves(restarted.learner.ref_params), warm):
         np.testing.assert_array_equal(ref, w)
@@ -63,7 +63,7 @@ def test_reference_is_the_warm_start_policy_and_survives_a_restart(tmp_path, lor
 
 def test_missing_reference_is_a_clear_error(tmp_path):
     config = _config(tmp_path)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     with pytest.raises(FileNotFoundError, match="KL reference"):
         experiment.restore_reference(config, run)
     run.engine.close()
@@ -105,7 +105,7 @@ def _collect_seeded(config):
     costs and latencies, charged to the seed, not the clock."""
     collected = []
     for _ in range(2):
-        run = grpo_loop.setup_run(config)
+        run = loop_steps.setup_run(config)
         collected.append(experiment.collect_demonstrations(config, run))
         run.engine.close()
     demos, again = collected
@@ -205,7 +205,7 @@ def test_sft_ema_decay_reaches_the_warm_start(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(warm_start, "run_sft", spy)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     experiment.run_warm_start(config, run)
     assert seen["ema_decay"] == 0.9
     run.engine.close()

@@ -22,7 +22,7 @@ from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.vllm_client import VLLMClient
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
 from tests.live_helpers import RecordingProxy
@@ -107,7 +107,7 @@ def grpo_config(served, workdir):
 
 def test_grpo_steps_sync_every_version_and_probe_it(served, tmp_path):
     config = grpo_config(served, tmp_path)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = NoiseReward()
     try:
         grpo_loop.grpo_train(run)
@@ -142,7 +142,7 @@ def test_async_grpo_with_partial_rollouts_verifies_every_version(served, tmp_pat
     config.rl.max_staleness = 1  # the next step plays while the learner trains
     config.rl.partial_rollouts = True  # updates land through /pause?mode=keep
     validate(config)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = NoiseReward()
     try:
         grpo_loop.grpo_train(run)

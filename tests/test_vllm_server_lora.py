@@ -19,7 +19,7 @@ from orchestra_jax.models.lora import LoRASpec
 from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.vllm_client import VLLMClient
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from tests.test_rollout_lora_sync import randomise_adapters
 from tests.test_training_e2e import NoiseReward
@@ -95,7 +95,7 @@ def test_lora_grpo_step_syncs_adapters_and_probes_them(served, tmp_path):
     config = grpo_config(served, tmp_path)
     config.lora.rank, config.lora.alpha = LORA.rank, LORA.alpha
     validate(config)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = NoiseReward()
     try:
         grpo_loop.grpo_train(run)

@@ -25,7 +25,7 @@ import jax
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
-from orchestra_jax.training import experiment, grpo_loop
+from orchestra_jax.training import experiment, grpo_loop, loop_steps
 from orchestra_jax.training.run_sync import run_sync
 
 
@@ -48,7 +48,7 @@ def warm_start_params(args):
     """The demo's warm-start policy (behaviour cloning, `sft.*`), host copies."""
     config = demo_config(tempfile.mkdtemp(prefix="async_warm_start_"), args, 0)
     config.sft.steps = args.sft_steps
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     experiment.run_warm_start(config, run)
     params = jax.device_get(run.learner.params)
     run.engine.close()
@@ -58,11 +58,11 @@ def warm_start_params(args):
 def measure(args, placement: str, max_staleness: int, warm_start) -> dict:
     workdir = tempfile.mkdtemp(prefix=f"async_{placement}_{max_staleness}_")
     config = demo_config(workdir, args, max_staleness)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.learner.load_state(warm_start)
     if config.rl.kl_coef:
         run.learner.set_reference(warm_start)
-    run_sync(grpo_loop.sync_weights(run, 0))
+    run_sync(loop_steps.sync_weights(run, 0))
     engine, server = run.engine, None
     if placement == "loopback":
         run.config.rl.partial_rollouts = False  # the server swaps between requests

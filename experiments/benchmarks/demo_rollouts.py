@@ -36,7 +36,7 @@ import jax
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
 from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.training import experiment, grpo_loop
+from orchestra_jax.training import experiment, loop_steps
 from orchestra_jax.training.run_sync import run_sync
 
 PEER_SETTINGS = dict(min_prefill_rows=1, min_prefill_len=16, min_cached_fraction=0.0)
@@ -50,7 +50,7 @@ def main(argv=None):
     config = grpo_hle.get_config("demo")
     config.sft.steps = args.sft_steps
     config.workdir = tempfile.mkdtemp(prefix="demo_rollouts_")
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     experiment.run_warm_start(config, run)
     shape = dict(
         max_batch_size=config.rollout.max_batch_size, max_seq_len=config.rollout.max_seq_len
@@ -59,7 +59,7 @@ def main(argv=None):
         "ours": run.engine,
         "peer": JaxEngine(run.model, JaxEngineConfig(**shape, **PEER_SETTINGS)),
     }
-    tasks = list(itertools.islice(grpo_loop.train_task_iterator(config), args.steps))
+    tasks = list(itertools.islice(loop_steps.train_task_iterator(config), args.steps))
     seconds = {name: [] for name in engines}
     tokens = {name: [] for name in engines}
     load_before = os.getloadavg()[0]
@@ -68,7 +68,7 @@ def main(argv=None):
             asyncio.run(engine.update_weights(run.learner.policy_params(), version=step + 1))
             start = time.perf_counter()
             experience = run_sync(
-                grpo_loop.collect_experience(
+                loop_steps.collect_experience(
                     dataclasses.replace(run, engine=engine), step_tasks, step
                 )
             )

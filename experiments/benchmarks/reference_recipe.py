@@ -40,7 +40,7 @@ from experiments.benchmarks import common
 from experiments.configs import grpo_hle
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.tools import build_index
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.training import loop_steps
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.run_sync import run_sync
 
@@ -119,11 +119,11 @@ def one_step(run, iterator, step: int) -> dict:
     """One GRPO step as `grpo_loop.grpo_train` makes it, with its figures."""
     start = time.perf_counter()
     tasks = next(iterator)
-    experience = run_sync(grpo_loop.collect_experience(run, tasks, step))
+    experience = run_sync(loop_steps.collect_experience(run, tasks, step))
     rolled = time.perf_counter()
-    learner = grpo_loop.train_step(run, experience)
+    learner = loop_steps.train_step(run, experience)
     trained = time.perf_counter()
-    run_sync(grpo_loop.sync_weights(run, step + 1))
+    run_sync(loop_steps.sync_weights(run, step + 1))
     end = time.perf_counter()
     trajs = experience.trajectories
     samples = samples_of(run.config.rl.sample_unit, experience.kept)
@@ -159,9 +159,9 @@ def main():
         runs, iterators = {}, {}
         for name in SETTINGS:
             config = live_config(tmp, name, catalogue, url, args.steps)
-            runs[name] = grpo_loop.setup_run(config)
+            runs[name] = loop_steps.setup_run(config)
             runs[name].reward_fn = SeededReward()
-            iterators[name] = grpo_loop.train_task_iterator(config)
+            iterators[name] = loop_steps.train_task_iterator(config)
         steps: dict[str, list[dict]] = {name: [] for name in SETTINGS}
         for step in range(args.steps):
             for name, run in runs.items():

@@ -78,7 +78,7 @@ from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_check
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.vllm_client import VLLMClient
-from orchestra_jax.training import grpo_loop
+from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.metrics import read_metrics
 
@@ -193,7 +193,7 @@ def grpo_steps(engine: str, folder: str, url: str, server_pgid: int, args) -> di
     `server_pgid`, up during both runs) spent meanwhile."""
     workdir = tempfile.mkdtemp(prefix=f"vllm_rollouts_{engine}_")
     config = grpo_config(engine, folder, url, workdir, args)
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     run.reward_fn = SeededNoiseReward()
     ends: list[float] = []
     server_cpu: list[float] = []

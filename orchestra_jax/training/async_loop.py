@@ -93,7 +93,7 @@ import numpy as np
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.parallel import multihost
 from orchestra_jax.rollout.engine import RolloutEngine
-from orchestra_jax.training import grpo_loop, host_rollouts
+from orchestra_jax.training import host_rollouts, loop_steps
 from orchestra_jax.training.config_checks import ConfigError
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import StepExperience, Timer
@@ -195,7 +195,7 @@ class RolloutProducer:
     ):
         self._play, self._engine, self.max_staleness = play, engine, max_staleness
         self.partial = partial  # updates land while requests are in flight
-        # After each weight update: its metrics (grpo_loop.sync_report; the engine verifies).
+        # After each weight update: its metrics (loop_steps.sync_report; the engine verifies).
         self._after_sync = after_sync
         self.sync_metrics: dict[str, float] = {}  # the last update's
         self._out: queue.Queue[StepRollouts | RolloutFailure] = queue.Queue()
@@ -454,15 +454,15 @@ def check_async(config: Any) -> None:
         )
 
 
-def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
+def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
     """GRPO from the last checkpoint to `config.num_steps` with rollouts overlapping the
     learner (see the module docstring); returns the final step."""
     config = run.config
     check_async(config)
     k = config.rl.max_staleness
     bound = config.rl.async_wait_timeout_s  # the watchdog: the learner's longest wait
-    iterator = grpo_loop.train_task_iterator(config)
-    start = grpo_loop.restore(run, iterator)
+    iterator = loop_steps.train_task_iterator(config)
+    start = loop_steps.restore(run, iterator)
     writer = MetricsWriter(
         run.workdir,
         total_steps=config.num_steps,
@@ -476,7 +476,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
     step_positions = host_rollouts.task_positions(config.rl.tasks_per_step)
 
     def play(tasks, step, indices):
-        return grpo_loop.play_step(run, tasks, step, [step_positions[i] for i in indices])
+        return loop_steps.play_step(run, tasks, step, [step_positions[i] for i in indices])
 
     def next_tasks():
         tasks = next(iterator)
@@ -488,7 +488,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
         engine_version=start,
         max_staleness=k,
         partial=config.rl.partial_rollouts,
-        after_sync=lambda: grpo_loop.sync_report(run.engine),
+        after_sync=lambda: loop_steps.sync_report(run.engine),
     )
     # The engine plays on its own copy of the weights while the learner's step donates
     # (frees) the buffers it updates, which the model and an in-process engine may share.
@@ -542,9 +542,9 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
                 }
             )
             if trajectories:
-                experience = grpo_loop.score_step(run, trajectories)
+                experience = loop_steps.score_step(run, trajectories)
                 with timer("learner"):
-                    learner_metrics = grpo_loop.train_step(run, experience)
+                    learner_metrics = loop_steps.train_step(run, experience)
             else:  # every group was dropped: nothing to learn from this step
                 log.warning("step %d: every group was beyond the staleness bound; skipped", step)
                 empty = np.zeros(0, np.float32)
@@ -557,7 +557,7 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
             if evaluate is not None and config.eval.every_steps:
                 # evaluations see version step + 1
                 producer.result(publishing, f"weights version {step + 1}", bound)
-            grpo_loop.end_step(
+            loop_steps.end_step(
                 run,
                 step,
                 experience,
@@ -581,14 +581,14 @@ def async_train(run: grpo_loop.Run, *, progress=None, evaluate=None) -> int:
     return config.num_steps
 
 
-def _engine_copy(run: grpo_loop.Run) -> Any:
+def _engine_copy(run: loop_steps.Run) -> Any:
     """The policy's weights as the engine takes them, in buffers of their own."""
     params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
     return jax.tree.map(jnp.copy, params)
 
 
 def _fresh_groups(
-    run: grpo_loop.Run, producer: RolloutProducer, item: StepRollouts, step: int
+    run: loop_steps.Run, producer: RolloutProducer, item: StepRollouts, step: int
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """The step's trajectories with groups beyond the staleness bound regenerated on the
     current weights or dropped (`rl.stale_groups`), and how many were."""

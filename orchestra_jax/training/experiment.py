@@ -36,7 +36,7 @@ from orchestra_jax.rewards.judge import Judge, MatchFirst
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
-from orchestra_jax.training import builders, grpo_loop, seeds, warm_start
+from orchestra_jax.training import builders, grpo_loop, loop_steps, seeds, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params
 from orchestra_jax.training.config_checks import ExperimentConfig, split_list
 from orchestra_jax.training.eval_protocols import eval_protocol
@@ -128,7 +128,7 @@ def build_evaluator(
         seed=seeds.eval_episode_seed(test.eval.seed),
         cost_scale=test.eval.cost_scale_usd,
         latency_scale=test.eval.latency_scale_s,
-        workdir=grpo_loop.workdir_of(test),
+        workdir=loop_steps.workdir_of(test),
         max_infra_failure_fraction=test.rl.max_infra_failure_fraction,
         data_reports=reports,
         trials=test.eval.num_trials,
@@ -167,7 +167,7 @@ def evaluate(
     return summary
 
 
-def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
+def run_warm_start(config: ExperimentConfig, run: loop_steps.Run) -> None:
     """Behaviour cloning of `config.sft.demo_policy` on training tasks (step 1),
     on the demonstrations `config.sft.demo_filter` keeps, cut into `rl.sample_unit`'s
     samples (whole episodes or turns)."""
@@ -195,7 +195,7 @@ def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
     )
     # The GRPO learner and engine were built on the same model object: refresh both.
     run.learner.load_state(learner.params, run.learner.opt_state, step=0)
-    run_sync(grpo_loop.sync_weights(run, 0))
+    run_sync(loop_steps.sync_weights(run, 0))
     if config.rl.kl_coef:
         # The warm-start policy is GRPO's KL reference (the paper's is its initial
         # policy); saved so that a resumed run gets the same reference back.
@@ -203,7 +203,7 @@ def run_warm_start(config: ExperimentConfig, run: grpo_loop.Run) -> None:
         run.learner.set_reference(learner.params)
 
 
-def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list[Trajectory]:
+def collect_demonstrations(config: ExperimentConfig, run: loop_steps.Run) -> list[Trajectory]:
     """`config.sft.num_demos` demonstrations that pass `config.sft.demo_filter`.
 
     Rounds of `num_demos` training tasks are played by the demonstrator until
@@ -214,7 +214,7 @@ def collect_demonstrations(config: ExperimentConfig, run: grpo_loop.Run) -> list
     picks the episode kept. On several hosts each plays its share of a round and
     the hosts exchange the episodes, so every host keeps the same demonstrations.
     """
-    tasks = grpo_loop.train_task_iterator(config, whole_steps=True)  # split below
+    tasks = loop_steps.train_task_iterator(config, whole_steps=True)  # split below
     best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
     utility = functools.partial(
         heldout_rewards,
@@ -283,10 +283,10 @@ async def _no_episodes() -> list[Trajectory]:
 
 
 def warm_start_dir(config: ExperimentConfig) -> str:
-    return paths.join(grpo_loop.workdir_of(config), "warm_start_params")
+    return paths.join(loop_steps.workdir_of(config), "warm_start_params")
 
 
-def restore_reference(config: ExperimentConfig, run: grpo_loop.Run) -> None:
+def restore_reference(config: ExperimentConfig, run: loop_steps.Run) -> None:
     """On resume after a warm start: the KL reference is the saved warm-start policy."""
     path = warm_start_dir(config)
     if not paths.as_path(path).is_dir():
@@ -299,14 +299,14 @@ def restore_reference(config: ExperimentConfig, run: grpo_loop.Run) -> None:
 
 def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     """Runs every stage of the module docstring; returns the evaluation summaries."""
-    workdir = grpo_loop.workdir_of(config)
+    workdir = loop_steps.workdir_of(config)
     primary = is_primary()  # on several hosts, process 0 alone writes files
     paths.check_writable(workdir)  # a gs:// workdir without credentials fails here, clearly
     if primary:
         paths.write_text_atomic(
             paths.join(workdir, "config.json"), config.to_json_best_effort(indent=2, sort_keys=True)
         )
-    run = grpo_loop.setup_run(config)
+    run = loop_steps.setup_run(config)
     evaluator = build_evaluator(config, run.env, run.tokenizer, run.judge)
     summaries = {}
     fresh = run.checkpointer.latest_step() is None

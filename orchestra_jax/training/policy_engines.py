@@ -49,16 +49,16 @@ def policy_engine(config: Any, policy: str, tokenizer: Any) -> PolicyEngine:
     import jax
 
     from orchestra_jax.rollout.engine import ServedEngine
-    from orchestra_jax.training import builders, grpo_loop, host_rollouts
+    from orchestra_jax.training import builders, host_rollouts, loop_steps
 
     if policy == "checkpoint" or policy.startswith("checkpoint:"):
         workdir = policy.partition(":")[2]
         if workdir:
             with config.unlocked():
                 config.workdir = workdir
-        run = grpo_loop.setup_run(config)
+        run = loop_steps.setup_run(config)
         served = isinstance(run.engine, ServedEngine)
-        step = grpo_loop.restore(run, iterator=None, sync_engine=not served)
+        step = loop_steps.restore(run, iterator=None, sync_engine=not served)
         if not step:
             raise PolicyError(f"no checkpoint in {run.checkpointer.directory}")
         extra: dict[str, Any] = {"steps": step}
