@@ -11,7 +11,8 @@ evaluation's sampling and limits.
 
 Ours: `python -m orchestra_jax.serve`'s server (`serve.app`, in a thread of this
 process) with `--users` clients each sending its share of the tasks as streamed
-chat completions one after another, over loopback HTTP. Peer: the same episodes as
+chat completions one after another, over loopback HTTP, from a client process of
+their own (this module with `--client`), as users' clients are. Peer: the same episodes as
 `experiments.evaluate` plays them (`Evaluator.play`: `run_graded_episodes`, the
 agent loop with its batcher), at most `users` episodes at a time
 (`agent.max_concurrent_episodes`). Both share one engine, alternately (ours, peer)
@@ -32,6 +33,8 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -128,6 +131,27 @@ async def _ours(url: str, questions: list[str], users: int, preference: dict) ->
     }
 
 
+def ours_round(url: str, questions: list[str], users: int, preference: dict) -> dict:
+    """`_ours` in a client process of its own (this module with --client)."""
+    job = json.dumps({"url": url, "questions": questions, "users": users, "preference": preference})
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.benchmarks.serve", "--client"],
+        input=job,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"the client process failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _client() -> None:
+    job = json.loads(sys.stdin.read())
+    result = asyncio.run(_ours(job["url"], job["questions"], job["users"], job["preference"]))
+    print(json.dumps(result))
+
+
 def _stats(values: list[float]) -> dict:
     if not values:
         return {"n": 0}
@@ -145,7 +169,10 @@ def main(argv=None):
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--users", default="1,8,32")
     parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument("--client", action="store_true", help="(internal) the client process")
     args = parser.parse_args(argv)
+    if args.client:
+        return _client()
     users = [int(u) for u in args.users.split(",")]
     config = grpo_hle.get_config("demo")
     config.sft.steps = args.sft_steps
@@ -173,10 +200,10 @@ def main(argv=None):
     server = ServerThread(OrchestratorServer(orchestrator, ServeConfig(max_concurrent=max(users))))
     try:
         url = server.url
-        asyncio.run(_ours(url, questions[: max(users)], max(users), tool_config.preference))
+        ours_round(url, questions[: max(users)], max(users), tool_config.preference)
         peer_round(evaluator, run.engine, max(users))  # warm-up: compiles
         for n in users:
-            ours = asyncio.run(_ours(url, questions, n, tool_config.preference))
+            ours = ours_round(url, questions, n, tool_config.preference)
             peer = peer_round(evaluator, run.engine, n)
             results[str(n)] = {"ours": ours, "peer": peer}
             print(
@@ -204,7 +231,8 @@ def main(argv=None):
                 "tool_config": tool_config.name,
                 "load_average": os.getloadavg(),
             },
-            "ours": "orchestra_jax.serve over loopback HTTP, streamed, `users` clients",
+            "ours": "orchestra_jax.serve over loopback HTTP, streamed, `users` clients in a "
+            "process of their own",
             "peer": "experiments.evaluate's loop (Evaluator.play), max_concurrent_episodes=users",
             "results": results,
         },
