@@ -440,3 +440,43 @@ def test_a_tool_timeout_is_its_requests_error_only(world):
     assert hung.model_extra["orchestration"]["stop_reason"] == "answer"  # the policy went on
     for reply in healthy:
         assert all(c["error"] is None for c in reply.usage.model_extra["calls"])
+
+
+class GarbledPlan(Plan):
+    """The scripted orchestrator whose first turn writes a call that does not parse
+    and one to a tool that does not exist, then answers."""
+
+    def __call__(self, ids, request):
+        turn = int(request.request_id.rsplit("/", 1)[1])
+        if turn == 0:
+            text = "<tool_call>\nnot json\n</tool_call>" + call("telescope", model="x")
+            return self.tokenizer.encode(text + "<|im_end|>")
+        return super().__call__(ids, request)
+
+
+def test_streamed_calls_are_usage_calls_even_for_calls_no_tool_ran(world):
+    config, _, tokenizer, tool_config = world
+    garbled = orchestrator(world, engine=ScriptedEngine(GarbledPlan(tokenizer, tool_config)))
+    with ServerThread(OrchestratorServer(garbled)) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="any", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+        )
+    steps = [(c.model_extra or {}).get("orchestra_step") for c in chunks]
+    streamed = [s for s in steps if s and s["type"] == "call"]
+    calls = (chunks[-1].usage.model_extra or {})["calls"]
+    assert len(calls) == 3 and calls[0]["error"] and calls[1]["error"]
+    key = ("turn", "tool", "model", "error", "cost_usd")
+    assert sorted(tuple(str(s[k]) for k in key) for s in streamed) == sorted(
+        tuple(str(c[k]) for k in key) for c in calls
+    )
+
+
+def test_the_same_seed_and_question_repeat_the_episode(client):
+    first, second = (ask(client, seed=7) for _ in range(2))
+    other = ask(client, seed=8)
+    calls = [(r.usage.model_extra or {})["calls"] for r in (first, second, other)]
+    assert [c["cost_usd"] for c in calls[0]] == [c["cost_usd"] for c in calls[1]]
+    assert [c["cost_usd"] for c in calls[0]] != [c["cost_usd"] for c in calls[2]]

@@ -19,7 +19,9 @@ sandbox ends at its own wall-time limit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,8 +48,13 @@ class _Progress:
         self.on_step, self.price = on_step, price
         self.turns = 0
         self.cost_usd = 0.0
+        # `call` steps sent, by (turn, tool): the calls that never reached a tool (a
+        # call that did not parse, an unknown tool) are the rest, sent at the end.
+        self.reported: collections.Counter[tuple[int, str | None]] = collections.Counter()
 
     def emit(self, step: Step) -> None:
+        if step["type"] == "call":
+            self.reported[(step["turn"], step["tool"])] += 1
         if self.on_step is not None:
             self.on_step({**step, "cost_usd_so_far": self.cost_usd})
 
@@ -235,6 +242,32 @@ def answer_of(traj: Trajectory, request: OrchestrationRequest) -> Answer:
     )
 
 
+def _task_id(request: OrchestrationRequest, seed: int) -> str:
+    """The episode's task id (simulated experts and tools seed on it): fixed by the
+    seed and the question where the request gives a seed, so the same request
+    repeats; random otherwise."""
+    if request.seed is None:
+        return f"request-{secrets.token_hex(8)}"
+    digest = hashlib.sha256(f"{seed}\0{request.question}".encode()).hexdigest()
+    return f"request-{digest[:16]}"
+
+
+def _report_unreached_calls(traj: Trajectory, prepared: Prepared) -> None:
+    """`call` steps for the episode's calls that no tool ran (one that did not parse,
+    an unknown tool), so the streamed calls are `usage.calls`; sent when the episode
+    ends, before the answer."""
+    reported = collections.Counter(prepared.progress.reported)
+    unreached = []
+    for entry in calls_of(traj, prepared.request.tool_config):
+        key = (entry["turn"], entry["tool"])
+        if reported[key] > 0:
+            reported[key] -= 1
+        else:
+            unreached.append(entry)
+    for entry in unreached:
+        prepared.progress.emit({"type": "call", **entry})
+
+
 class Orchestrator:
     """A policy's engine, its tokenizer, the environment's tools and the loop's
     settings, shared by every request (see the module docstring).
@@ -315,7 +348,7 @@ class Orchestrator:
         limits. BadRequest (413) where its prompt leaves no room for a turn."""
         sampling, limits = self._settings(request)
         seed = request.seed if request.seed is not None else secrets.randbits(63)
-        task = Task(id=f"request-{secrets.token_hex(8)}", question=request.question, answer="")
+        task = Task(id=_task_id(request, seed), question=request.question, answer="")
         config = request.tool_config
         progress = _Progress(None, config.orchestrator_price)
         tools = self.env.tools(config, task=task, seed=seed)
@@ -356,6 +389,7 @@ class Orchestrator:
         except BaseException:
             engine.cancel()  # the request ended: its engine calls go too
             raise
+        _report_unreached_calls(traj, prepared)
         return answer_of(traj, prepared.request)
 
     async def answer(
