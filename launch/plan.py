@@ -8,7 +8,7 @@ then bytes per device for each item of the learner step (parameters,
 gradients, optimizer state, KL reference, gathered weights, activations at the
 largest sequence bucket and the micro-batch under the remat setting, logits,
 and the rollout engine when it shares the devices), the total, and whether it
-fits the device with what margin (orchestra_jax/parallel/memory_plan.py). Exit
+fits the device with what margin (orchestra_jax/rl/memory_plan.py). Exit
 status: 0 it fits, 1 it does not, 2 the config cannot run on that mesh at all.
 
 Devices: tpu-v5e, tpu-v5p, tpu-v6e (4 chips a host), tpu-v5e-8, tpu-v6e-8 (one
@@ -92,8 +92,8 @@ def model_config(config, preset: str = ""):
 
 def step_shape(config, mesh_sizes, device_kind):
     """The learner step's StepShape for `config` on the mesh (see memory_plan.StepShape)."""
-    from orchestra_jax.parallel.memory_plan import StepShape
     from orchestra_jax.rl.batching import bucket_rows
+    from orchestra_jax.rl.memory_plan import StepShape
 
     shards = mesh_sizes["data"] * mesh_sizes["fsdp"]
     rows = config.rl.tasks_per_step * (1 if config.rl.share_prompts else config.rl.group_size)
@@ -125,8 +125,8 @@ def step_shape(config, mesh_sizes, device_kind):
 
 def plan(config, mesh_sizes, device_kind, preset: str = ""):
     """(mesh errors, MemoryPlan or None, header lines) for `config` on the mesh."""
-    from orchestra_jax.parallel.memory_plan import plan_memory
     from orchestra_jax.parallel.mesh import mesh_errors
+    from orchestra_jax.rl.memory_plan import plan_memory
     from orchestra_jax.training import builders
 
     num_devices = math.prod(mesh_sizes.values())
@@ -181,7 +181,7 @@ def _param_count(mc, *, adapters: bool = False) -> int:
 
 def main(argv, config_flag, mesh_flag, device_flag, preset_flag) -> int:
     del argv
-    from orchestra_jax.parallel.memory_plan import DEVICE_KINDS
+    from orchestra_jax.rl.memory_plan import DEVICE_KINDS
 
     if device_flag.value not in DEVICE_KINDS:
         print(f"error: --device must be one of {', '.join(DEVICE_KINDS)}", file=sys.stderr)

@@ -55,9 +55,9 @@ def main(out):
     import numpy as np
 
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3Config
+    from orchestra_jax.models.qwen3 import Qwen3Config, create_sharded_model
     from orchestra_jax.parallel import multihost
-    from orchestra_jax.parallel.mesh import batch_sharding, create_sharded_model, make_mesh
+    from orchestra_jax.parallel.mesh import batch_sharding, make_mesh
 
     host = jax.process_index()
     mesh = make_mesh(fsdp=-1)

@@ -1,4 +1,4 @@
-"""launch/plan.py and parallel/memory_plan.py: the plan against XLA's own accounting."""
+"""launch/plan.py and rl/memory_plan.py: the plan against XLA's own accounting."""
 
 import pathlib
 import sys
@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import pytest
 
 from experiments.configs import grpo_hle
-from orchestra_jax.models.qwen3 import Qwen3Config
-from orchestra_jax.parallel.memory_plan import DEVICE_KINDS, StepShape, plan_memory, shard_shape
-from orchestra_jax.parallel.mesh import batch_sharding, create_sharded_model, make_mesh
+from orchestra_jax.models.qwen3 import Qwen3Config, create_sharded_model
+from orchestra_jax.parallel.mesh import batch_sharding, make_mesh
 from orchestra_jax.rl.batching import TrainBatch
 from orchestra_jax.rl.learner import Learner, LearnerConfig
+from orchestra_jax.rl.memory_plan import DEVICE_KINDS, StepShape, plan_memory, shard_shape
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # launch/ is run from the repository root

@@ -10,8 +10,8 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.models.lora import LoRASpec
 from orchestra_jax.models.qwen3 import Qwen3Config
-from orchestra_jax.parallel.memory_plan import DEVICE_KINDS, StepShape, plan_memory
 from orchestra_jax.rl.learner import LearnerConfig
+from orchestra_jax.rl.memory_plan import DEVICE_KINDS, StepShape, plan_memory
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from launch import plan as plan_cli  # noqa: E402

@@ -8,13 +8,8 @@ import pytest
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import descriptions
-from orchestra_jax.tools.config import (
-    ModelAlias,
-    SamplerRanges,
-    ToolConfig,
-    ToolConfigSampler,
-    fixed_eval_configs,
-)
+from orchestra_jax.tools.config import ModelAlias, ToolConfig
+from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler, fixed_eval_configs
 
 ROW = re.compile(r"^(\S+) \| \$(\S+) \| \$(\S+) \| (\S+)s$", re.MULTILINE)
 PROFILES = SyntheticOrchestrationEnv.model_profiles()

@@ -8,7 +8,8 @@ import pytest
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.tools import build_index, retrieval
 from orchestra_jax.tools.dense_retrieval import DenseRetriever, HashingEmbedder, make_embedder
-from orchestra_jax.tools.retrieval import BM25Retriever, Document, load_retriever
+from orchestra_jax.tools.index_folder import load_retriever
+from orchestra_jax.tools.retrieval import BM25Retriever, Document
 from orchestra_jax.tools.web_search import TavilyRetriever, WebSearchError
 
 

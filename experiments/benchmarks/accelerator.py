@@ -25,7 +25,7 @@ first; a cell starts only while the budget has room for it.
    cache on the same GPU and the same weights (exported by the JAX cell,
    loaded in bf16). Output tokens/s. The two run one after the other (each in
    its own process), not alternated: a dedicated GPU has little background load.
-3. Memory: the plan's per-device prediction (`parallel/memory_plan.py`) for
+3. Memory: the plan's per-device prediction (`rl/memory_plan.py`) for
    each learner cell against the device's measured peak (`memory_stats()`).
 
 Writes `accelerator.json` under $OUT when set (the device tool's output folder),
@@ -92,7 +92,7 @@ def learner_config():
 
 
 def step_shape(seq: int):
-    from orchestra_jax.parallel.memory_plan import StepShape
+    from orchestra_jax.rl.memory_plan import StepShape
 
     return StepShape(
         rows=1, seq_len=seq, loss_tokens=seq - seq // 4, step_rows=1, kl_reference=False
@@ -102,7 +102,7 @@ def step_shape(seq: int):
 def plan_bytes(dry: bool, layers: int, seq: int, attention: str) -> dict[str, int]:
     """The memory plan's items for a learner cell. Planned on the CPU, where cuDNN's
     kernel cannot be traced: "cudnn" is planned as "flash" (both keep O(T) residuals)."""
-    from orchestra_jax.parallel.memory_plan import plan_memory
+    from orchestra_jax.rl.memory_plan import plan_memory
 
     planned = "flash" if attention == "cudnn" else attention
     config = learner_model_config(dry, layers, planned)
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # This process only plans (abstract shapes): it must not take the GPU from the cells.
     os.environ["JAX_PLATFORMS"] = "cpu"
     from experiments.benchmarks import common
-    from orchestra_jax.parallel.memory_plan import DEVICE_KINDS
+    from orchestra_jax.rl.memory_plan import DEVICE_KINDS
 
     gpu = None if dry else _gpu()
     device_name = gpu[0] if gpu else "cpu"

@@ -13,6 +13,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from orchestra_jax.tools.registry import make_tools
+
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeSpec:
@@ -90,8 +92,6 @@ def make_group_specs(
     if tools is None:
         if backends is None:
             raise ValueError("make_group_specs needs backends= (to build the tools) or tools=")
-        from orchestra_jax.tools.registry import make_tools  # the tools room, only when needed
-
         tools = [make_tools(config, backends) for config in tool_configs]
     elif len(tools) != len(tasks):
         raise ValueError(f"{len(tasks)} tasks but {len(tools)} tool sets")

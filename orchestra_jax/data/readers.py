@@ -31,13 +31,11 @@ import inspect
 import os
 from collections.abc import Callable
 
-from orchestra_jax.data.rows import MalformedRow, ReadReport, RowError, iter_rows, text_field
+from orchestra_jax.data.rows import MalformedRow, ReadReport, read_file, text_field
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.registry import Registry
 from orchestra_jax.tasks import ANSWER_TYPES, Task
-
-# A converter turns one row into a Task, or None to skip it on purpose.
-RowConverter = Callable[[dict, str], "Task | None"]
 
 
 def _check_answer_type(answer_type: str) -> str:
@@ -169,40 +167,9 @@ def mapped_task(row: dict, where: str, *, fields: FieldMap = FieldMap()) -> Task
 # --------------------------------------------------------------- registry
 
 
-def read_file(
-    path: str | os.PathLike, convert: RowConverter, *, limit: int | None = None
-) -> tuple[list[Task], ReadReport]:
-    """Applies `convert` to every row of `path`; bad rows are counted, not raised.
-
-    `limit` stops after that many tasks (handy for smoke runs).
-    """
-    report = ReadReport(source=os.fspath(path))
-    tasks: list[Task] = []
-    for where, row in iter_rows(path):
-        if limit is not None and len(tasks) >= limit:
-            break
-        if isinstance(row, RowError):
-            report.add_malformed(where, row.message)
-            continue
-        try:
-            task = convert(row, where)
-        # Task's own validation raises ValueError/TypeError; all are row problems.
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            report.add_malformed(where, str(e))
-            continue
-        if task is None:
-            report.add_skipped()
-        else:
-            tasks.append(task)
-            report.add_task()
-    return tasks, report
-
-
 def _synthetic(
     *, seed: int = 0, split: str = "train", n: int = 256, num_entities: int = 400
 ) -> tuple[list[Task], ReadReport]:
-    from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv  # pylint: disable=g-import-not-at-top
-
     tasks = list(SyntheticOrchestrationEnv(seed=seed, num_entities=num_entities).tasks(split, n))
     return tasks, ReadReport(source=f"synthetic:{split}", rows=len(tasks), tasks=len(tasks))
 

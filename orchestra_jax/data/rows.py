@@ -14,8 +14,10 @@ import dataclasses
 import json
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, overload
+
+from orchestra_jax.tasks import Task
 
 # How many error messages a report keeps; the count keeps going past it.
 MAX_REPORTED_ERRORS = 5
@@ -176,3 +178,37 @@ def maybe_json(value: Any) -> Any:
         except json.JSONDecodeError:
             return value
     return value
+
+
+# A converter turns one row (and where it was, for messages) into a Task, or None to
+# skip it on purpose.
+RowConverter = Callable[[dict, str], "Task | None"]
+
+
+def read_file(
+    path: str | os.PathLike, convert: RowConverter, *, limit: int | None = None
+) -> tuple[list[Task], ReadReport]:
+    """Applies `convert` to every row of `path`; bad rows are counted, not raised.
+
+    `limit` stops after that many tasks (handy for smoke runs).
+    """
+    report = ReadReport(source=os.fspath(path))
+    tasks: list[Task] = []
+    for where, row in iter_rows(path):
+        if limit is not None and len(tasks) >= limit:
+            break
+        if isinstance(row, RowError):
+            report.add_malformed(where, row.message)
+            continue
+        try:
+            task = convert(row, where)
+        # Task's own validation raises ValueError/TypeError; all are row problems.
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            report.add_malformed(where, str(e))
+            continue
+        if task is None:
+            report.add_skipped()
+        else:
+            tasks.append(task)
+            report.add_task()
+    return tasks, report

@@ -39,6 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestra_jax.registry import is_import_path
 from orchestra_jax.tasks import Task
 
 TRAIN = "train"
@@ -126,8 +127,6 @@ def attach_whitelist(tasks: Sequence[Task], whitelist: Mapping[str, Sequence[str
 
 def source_path_key(source: str) -> str:
     """The `data.paths` key of a source: its name, or an import path's attribute name."""
-    from orchestra_jax.registry import is_import_path
-
     return source.rpartition(":")[2] if is_import_path(source) else source
 
 

@@ -28,7 +28,7 @@ import os
 import pathlib
 from typing import Any
 
-from orchestra_jax.data.rows import MalformedRow, ReadReport, maybe_json, text_field
+from orchestra_jax.data.rows import MalformedRow, ReadReport, maybe_json, read_file, text_field
 from orchestra_jax.tasks import Task
 
 # tau2's `Task` fields; nested ones may arrive JSON-encoded.
@@ -92,8 +92,6 @@ def read_tau2_tasks(
 ) -> tuple[list[Task], ReadReport]:
     """Tasks of a tau2 domain folder or a task file (module docstring); bad rows are
     counted in the report, not raised."""
-    from orchestra_jax.data.readers import read_file
-
     path = pathlib.Path(path)
     if path.is_dir():
         tasks_file = path / "tasks.json"

@@ -28,19 +28,24 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.data.splits import load_split
 from orchestra_jax.envs import synthetic_models
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
 from orchestra_jax.tasks import Task
+from orchestra_jax.tools import live_backends
 from orchestra_jax.tools.base import Tool
+from orchestra_jax.tools.catalogue import load_catalogue
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
 from orchestra_jax.tools.config_sampler import (
     SamplerRanges,
     ToolConfigSampler,
     fixed_eval_configs,
 )
+from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS, PROJECT, ExpertProtocol
 from orchestra_jax.tools.experts import ExpertClient, ExpertError
-from orchestra_jax.tools.python_sandbox import run_python
+from orchestra_jax.tools.python_sandbox import make_sandbox, run_python
 from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.tools.retrieval import Retriever
 from orchestra_jax.tools.search_pricing import PER_DOCUMENT, SearchCharge, search_charge
@@ -206,13 +211,6 @@ def from_config(config: Any) -> QAEnvironment:
     the sandbox `tools.sandbox`; experts are asked as `tools.experts` says, each
     by its catalogue family. Tasks come from `data.*` (`data/splits.py`).
     """
-    from orchestra_jax.chat.tokenizer import load_tokenizer
-    from orchestra_jax.data.splits import load_split
-    from orchestra_jax.tools import live_backends
-    from orchestra_jax.tools.catalogue import load_catalogue
-    from orchestra_jax.tools.enabled import enabled_tools
-    from orchestra_jax.tools.python_sandbox import make_sandbox
-
     t = config.tools
     tools = enabled_tools(t.enabled)
     kinds = live_backends.parse_backends(t.backends, tools)

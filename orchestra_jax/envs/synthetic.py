@@ -39,7 +39,7 @@ from orchestra_jax.tools.config_sampler import (
     ToolConfigSampler,
     fixed_eval_configs,
 )
-from orchestra_jax.tools.python_sandbox import run_python
+from orchestra_jax.tools.python_sandbox import make_sandbox, run_python
 from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.tools.retrieval import BM25Retriever, Document
 
@@ -287,8 +287,6 @@ def from_config(config: Any) -> SyntheticOrchestrationEnv:
     """The env of an experiment config: `data.synthetic_seed`, `data.synthetic_num_entities`,
     the sandbox `tools.sandbox` (memoized where `tools.memoize_code`) and
     `tools.charge_measured_time`."""
-    from orchestra_jax.tools.python_sandbox import make_sandbox
-
     return SyntheticOrchestrationEnv(
         seed=config.data.synthetic_seed,
         num_entities=config.data.synthetic_num_entities,

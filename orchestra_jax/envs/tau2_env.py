@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
+from orchestra_jax.data.tau2_tasks import read_tau2_tasks
 from orchestra_jax.envs.tau2_domain_folder import (
     domain_folder,
     is_release_domain,
@@ -198,8 +199,6 @@ class Tau2Environment:
     def tasks(self, split: str, n: int) -> list[Task]:
         """The first `n` tasks of `split` ("base", "train", "test") of `domain`; a
         domain folder without `split_tasks.json` has only "base", all its tasks."""
-        from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-
         if not self.domain:
             raise ValueError("Tau2Environment.tasks needs a domain (env.tau2.domain)")
         from tau2.utils import utils as tau2_utils

@@ -26,6 +26,8 @@ from orchestra_jax.io import paths
 from orchestra_jax.models import safetensors_stream as st
 from orchestra_jax.models.lora import LoRAParam, initial_adapters
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.parallel.mesh import state_shardings
+from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 1024**3  # bytes; transformers' default shard size.
 # Tensors some checkpoints carry that the model recomputes or shares.
@@ -80,8 +82,6 @@ def load_hf_checkpoint(
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         shardings = jax.tree.map(lambda _: device, state)
     else:
-        from orchestra_jax.parallel.mesh import state_shardings  # parallel builds on models.
-
         shardings = state_shardings(state, mesh)
     sharding_of = dict(nnx.to_flat_state(shardings))
     flat = dict(nnx.to_flat_state(state))
@@ -146,8 +146,6 @@ def save_hf_checkpoint(
     one at a time (cast on its devices first), by every host together, and
     process 0 alone writes the files (the others return []).
     """
-    from orchestra_jax.parallel.multihost import gather_to_host, is_primary
-
     path = paths.as_path(path)
     if jax.tree.leaves(nnx.state(model, LoRAParam)):
         raise ValueError(

@@ -31,8 +31,10 @@ from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
 from orchestra_jax.io import paths
+from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec, merged_kernel
 from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -130,8 +132,6 @@ def adapter_tensors(model: Qwen3ForCausalLM) -> dict[str, np.ndarray]:
     """Every adapter matrix of `model` by its PEFT name, in torch's layout, float32.
 
     On several hosts every host must call this (each matrix is gathered whole)."""
-    from orchestra_jax.parallel.multihost import gather_to_host
-
     state = nnx.state(model, LoRAParam)
     flat = dict(nnx.to_flat_state(state))
     if not flat:
@@ -147,8 +147,6 @@ def adapter_tensors(model: Qwen3ForCausalLM) -> dict[str, np.ndarray]:
 def save_adapter(model: Qwen3ForCausalLM, folder, *, base_model_name_or_path=None) -> None:
     """Writes `model`'s adapters as a PEFT folder (local or `gs://`); on several hosts
     every host calls it and process 0 writes."""
-    from orchestra_jax.parallel.multihost import is_primary
-
     spec = model.config.lora
     if spec is None:
         raise ValueError("the model has no LoRA adapters (model config's lora is None)")
@@ -254,8 +252,6 @@ def merge_adapters(model: Qwen3ForCausalLM) -> Qwen3ForCausalLM:
 def merge_to_hf(base, adapter, out, *, dtype=None) -> None:
     """Writes the Hugging Face checkpoint of base + adapter merged (`merge_adapters`)
     into `out`; `dtype` (a name) defaults to the base's stored dtype."""
-    from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
-
     config = json.loads((paths.as_path(base) / "config.json").read_text())
     stored = jnp.dtype(dtype or config.get("torch_dtype") or config.get("dtype") or "float32")
     model, _ = load_hf_checkpoint(base, dtype=jnp.float32, lora=read_spec(adapter))

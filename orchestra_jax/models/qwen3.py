@@ -30,8 +30,9 @@ from orchestra_jax.models.qwen3_cache import KVCache
 from orchestra_jax.models.qwen3_config import Qwen3Config
 from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
 from orchestra_jax.parallel.axes import constrain_batch
+from orchestra_jax.parallel.mesh import state_shardings
 
-__all__ = ["KVCache", "Qwen3Config", "Qwen3ForCausalLM", "count_params"]
+__all__ = ["KVCache", "Qwen3Config", "Qwen3ForCausalLM", "count_params", "create_sharded_model"]
 
 _REMAT_POLICY = {
     "full": None,  # save nothing inside a layer: recompute all of it in the backward pass.
@@ -250,3 +251,21 @@ def count_params(config: Qwen3Config) -> int:
     """Number of parameters of `config`'s model, computed abstractly (no memory used)."""
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
     return sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+
+
+def create_sharded_model(
+    config: Qwen3Config, mesh: jax.sharding.Mesh, *, seed: int = 0
+) -> Qwen3ForCausalLM:
+    """Initialise a Qwen3ForCausalLM directly into its shardings.
+
+    The model is traced abstractly (nnx.eval_shape), then the initialiser runs under
+    jit with out_shardings, so each device only ever allocates its own shards.
+    """
+    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)))
+    graphdef, abstract_state = nnx.split(abstract)
+
+    def init():
+        return nnx.state(Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)))
+
+    state = jax.jit(init, out_shardings=state_shardings(abstract_state, mesh))()
+    return nnx.merge(graphdef, state)

@@ -1,4 +1,4 @@
-"""Device meshes, partition rules for every Qwen3 parameter, and sharded model creation.
+"""Device meshes and the partition rules for every Qwen3 parameter.
 
 Mesh axes: "data" (pure data parallel: replicated weights), "fsdp" (batch and
 weights both split: ZeRO-3 style), "tensor" (Megatron-style: attention heads and
@@ -27,7 +27,6 @@ from flax import nnx
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 
 _RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
@@ -192,19 +191,3 @@ def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:
     state = nnx.state(model)
     nnx.update(model, jax.device_put(state, state_shardings(state, mesh)))
     return model
-
-
-def create_sharded_model(config: Qwen3Config, mesh: Mesh, *, seed: int = 0) -> Qwen3ForCausalLM:
-    """Initialise a Qwen3ForCausalLM directly into its shardings.
-
-    The model is traced abstractly (nnx.eval_shape), then the initialiser runs under
-    jit with out_shardings, so each device only ever allocates its own shards.
-    """
-    abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)))
-    graphdef, abstract_state = nnx.split(abstract)
-
-    def init():
-        return nnx.state(Qwen3ForCausalLM(config, rngs=nnx.Rngs(seed)))
-
-    state = jax.jit(init, out_shardings=state_shardings(abstract_state, mesh))()
-    return nnx.merge(graphdef, state)

@@ -6,7 +6,7 @@
 
 The corpus is JSONL with `id`, `text` and optional `title`, `metadata`;
 `--synthetic-seed` indexes the synthetic environment's generated corpus
-instead. Open the folder with `retrieval.load_retriever(IDX)`.
+instead. Open the folder with `index_folder.load_retriever(IDX)`.
 """
 
 from __future__ import annotations
@@ -15,20 +15,9 @@ import argparse
 import sys
 import time
 
+from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.tools import retrieval
-
-
-def build(documents, kind: str, embedder_spec: str):
-    """A retriever of `kind` over `documents` (not yet saved)."""
-    if kind == "bm25":
-        return retrieval.BM25Retriever(documents)
-    if kind == "dense":
-        from orchestra_jax.tools import dense_retrieval
-
-        return dense_retrieval.DenseRetriever(
-            documents, dense_retrieval.make_embedder(embedder_spec)
-        )
-    raise ValueError(f"--kind must be 'bm25' or 'dense', got {kind!r}")
+from orchestra_jax.tools.index_folder import build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,8 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.corpus:
         documents = retrieval.read_documents(args.corpus)
     else:
-        from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-
         documents = SyntheticOrchestrationEnv(
             args.synthetic_seed, num_entities=args.num_entities
         ).corpus()

@@ -237,15 +237,3 @@ def aliases_from_profiles(
         counters[prefix] = counters.get(prefix, 0) + 1
         out.append(alias_from_profile(p, f"{prefix}-{counters[prefix]}", ps, ls))
     return tuple(out)
-
-
-_SAMPLER_NAMES = ("SamplerRanges", "ToolConfigSampler", "fixed_eval_configs")
-
-
-def __getattr__(name: str) -> Any:
-    """Re-exports the sampler lazily (config_sampler imports this module)."""
-    if name in _SAMPLER_NAMES:
-        from orchestra_jax.tools import config_sampler
-
-        return getattr(config_sampler, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,11 +30,21 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from orchestra_jax.tools.catalogue import CatalogueModel
+from orchestra_jax.envs.routing import member_names
+from orchestra_jax.tools.catalogue import (
+    CatalogueError,
+    CatalogueModel,
+    check_roles_cover,
+    load_catalogue,
+    missing_api_keys,
+    missing_families,
+)
+from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.experts import OpenAIChatExpert, probe_endpoint
+from orchestra_jax.tools.index_folder import load_retriever
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
-from orchestra_jax.tools.retrieval import FallbackRetriever, Retriever, load_retriever
+from orchestra_jax.tools.retrieval import FallbackRetriever, Retriever
 
 BACKEND_KINDS = ("offline", "live")
 SEARCH_BACKENDS = ("index", "tavily", "index+tavily")
@@ -155,16 +165,6 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
     neither the simulated experts of "offline" tools nor the synthetic world, where
     it is the environment that plays those tasks (`env.name`, or a routed run's
     default, first member)."""
-    from orchestra_jax.envs.routing import member_names
-    from orchestra_jax.tools.catalogue import (
-        CatalogueError,
-        check_roles_cover,
-        load_catalogue,
-        missing_api_keys,
-        missing_families,
-    )
-    from orchestra_jax.tools.enabled import enabled_tools
-
     t = config.tools
     try:
         tools = enabled_tools(t.enabled)

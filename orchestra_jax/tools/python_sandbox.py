@@ -39,6 +39,7 @@ from orchestra_jax.tools.sandbox_base import (
     SandboxUnavailable,
 )
 from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
+from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
 from orchestra_jax.tools.sandbox_rlimits import RlimitsSandbox
 from orchestra_jax.tools.sandbox_wasm import WasmSandbox
 
@@ -175,8 +176,6 @@ def _warn_unblocked(sandbox: Sandbox) -> None:
 def make_sandbox(name: str, *, code_is_trusted: bool = False, memoize: bool = False):
     """`run_code(code, **limits)` on the sandbox `name` (prepared as `prepare_sandbox` does),
     with `sandbox_cache.MemoizedSandbox` in front where `memoize` (pure programs only)."""
-    from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
-
     isolation = prepare_sandbox(name, code_is_trusted=code_is_trusted)
     run_code = functools.partial(run_python, isolation=isolation)
     return MemoizedSandbox(run_code) if memoize else run_code

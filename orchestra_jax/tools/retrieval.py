@@ -2,8 +2,8 @@
 
 An index folder holds `manifest.json` ({"kind": "bm25" | "dense", …}),
 `documents.jsonl` (one `Document` per line) and the kind's own files;
-`load_retriever(folder)` opens any of them. Build folders with
-`python -m orchestra_jax.tools.build_index`.
+`tools/index_folder.py` builds and opens folders of either kind
+(`python -m orchestra_jax.tools.build_index` writes one).
 """
 
 from __future__ import annotations
@@ -168,30 +168,6 @@ class BM25Retriever:
 
         index = bm25s.BM25.load(os.path.join(folder, "bm25"), show_progress=False)
         return cls(read_documents(os.path.join(folder, DOCUMENTS)), _index=index)
-
-
-def load_retriever(folder: str, **kwargs) -> Retriever:
-    """Opens an index folder written by `build_index` (kind from the manifest).
-
-    kwargs go to the kind's loader (dense indexes take `embedder=` to override
-    the embedding model recorded in the manifest).
-    """
-    path = os.path.join(folder, MANIFEST)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{folder} is not an index folder (no {MANIFEST}); "
-            "build one with python -m "
-            "orchestra_jax.tools.build_index"
-        )
-    with open(path) as f:
-        kind = json.load(f).get("kind")
-    if kind == "bm25":
-        return BM25Retriever.load(folder, **kwargs)
-    if kind == "dense":
-        from orchestra_jax.tools.dense_retrieval import DenseRetriever
-
-        return DenseRetriever.load(folder, **kwargs)
-    raise ValueError(f"{path}: unknown index kind {kind!r}")
 
 
 class FallbackRetriever:

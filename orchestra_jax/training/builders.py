@@ -29,14 +29,9 @@ from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LORA_TARGETS, LoRAParam, LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+from orchestra_jax.models.qwen3 import Qwen3ForCausalLM, create_sharded_model
 from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.parallel.mesh import (
-    create_sharded_model,
-    make_mesh,
-    mesh_errors,
-    num_batch_shards,
-)
+from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
 from orchestra_jax.registry import Registry, is_import_path
 from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCache, LLMJudge
 from orchestra_jax.rewards.registry import GroupReward, make_reward

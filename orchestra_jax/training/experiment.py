@@ -33,6 +33,8 @@ from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.io import paths
 from orchestra_jax.parallel.multihost import is_primary
 from orchestra_jax.rewards.judge import Judge, MatchFirst
+from orchestra_jax.rl.learner import Learner
+from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
@@ -172,16 +174,12 @@ def run_warm_start(config: ExperimentConfig, run: loop_steps.Run) -> None:
     on the demonstrations `config.sft.demo_filter` keeps, cut into `rl.sample_unit`'s
     samples (whole episodes or turns)."""
     demos = collect_demonstrations(config, run)
-    from orchestra_jax.rl.learner import Learner
-
     learner = Learner(run.model, builders.build_sft_learner_config(config), mesh=run.mesh)
     batching = builders.build_batching(config, learner.row_multiple(config.sft.batch_size))
 
     def report(step, metrics):
         if step % 10 == 0 or step == config.sft.steps:
             log.info("warm start %d/%d  loss %.4f", step, config.sft.steps, metrics["loss"])
-
-    from orchestra_jax.rl.samples import samples_of
 
     warm_start.run_sft(
         learner,

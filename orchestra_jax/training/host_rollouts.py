@@ -24,6 +24,7 @@ from flax import nnx
 
 from orchestra_jax.data.pipeline import global_positions
 from orchestra_jax.parallel import multihost
+from orchestra_jax.parallel.mesh import make_mesh, state_shardings
 
 
 def task_positions(tasks_per_step: int) -> list[int]:
@@ -56,8 +57,6 @@ def gather_step(trajectories: Sequence[Any], group_size: int) -> list[Any]:
 def host_local_engine_model(model: nnx.Module, tensor: int) -> tuple[nnx.Module, Any]:
     """A copy of `model` on this host's devices for the rollout engine, and its
     shardings (the mesh's rules on a local (1, devices / tensor, tensor) mesh)."""
-    from orchestra_jax.parallel.mesh import make_mesh, state_shardings
-
     mesh = make_mesh(1, -1, tensor, devices=jax.local_devices())
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings = state_shardings(params, mesh)

@@ -67,6 +67,10 @@ from jax.sharding import AbstractMesh
 from orchestra_jax.models.lora import LoRAParam
 from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
+from orchestra_jax.parallel.mesh import _path_names, partition_spec
+from orchestra_jax.rl.batching import TrainBatch
+from orchestra_jax.rl.learner import make_optimizer
+from orchestra_jax.rl.objectives import OBJECTIVES
 
 GIB = 2**30
 
@@ -176,8 +180,6 @@ def shard_shape(shape, spec, mesh_sizes: Mapping[str, int]) -> tuple[int, ...]:
 
 
 def _param_specs(state, mesh_sizes):
-    from orchestra_jax.parallel.mesh import _path_names, partition_spec
-
     sizes = AbstractMesh(tuple(mesh_sizes[a] for a in AXES), AXES)  # shapes only, no devices
     return jax.tree_util.tree_map_with_path(
         lambda path, x: partition_spec(_path_names(path), x.shape, sizes), state
@@ -226,8 +228,6 @@ def _residual_bytes(fn, *args) -> int:
 
 
 def _abstract_batch(rows: int, seq_len: int, loss_tokens: int):
-    from orchestra_jax.rl.batching import TrainBatch  # pylint: disable=g-import-not-at-top
-
     ints = jax.ShapeDtypeStruct((rows, seq_len), jnp.int32)
     floats = jax.ShapeDtypeStruct((rows, seq_len), jnp.float32)
     index = jax.ShapeDtypeStruct((rows, loss_tokens), jnp.int32)
@@ -239,7 +239,6 @@ def activation_bytes(
 ) -> dict[str, int]:
     """{"activations", "layer recompute", "logits"} for one device's micro-batch of
     `config` (already the per-device slice), from traced residuals."""
-    from orchestra_jax.rl.objectives import OBJECTIVES  # pylint: disable=g-import-not-at-top
 
     def split(c):
         abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(c, rngs=nnx.Rngs(0)))
@@ -286,8 +285,6 @@ def plan_memory(
     device: DeviceKind | None = None,
 ) -> MemoryPlan:
     """The per-device memory plan of one GRPO learner step (see module docstring)."""
-    from orchestra_jax.rl.learner import make_optimizer  # pylint: disable=g-import-not-at-top
-
     sizes = {a: int(mesh_sizes.get(a, 1)) for a in AXES}
     shards = math.prod(sizes[a] for a in BATCH_AXES)
     tensor = sizes["tensor"]
