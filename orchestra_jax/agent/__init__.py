@@ -1,0 +1,1 @@
+"""The agent: one episode of the orchestrator on its tools (turns, context, trajectories, the episode viewer)."""

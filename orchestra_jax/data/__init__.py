@@ -1,0 +1,1 @@
+"""Training and held-out tasks: task files read into `Task`s, splits, and the Grain task stream."""

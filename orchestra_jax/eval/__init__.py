@@ -1,0 +1,1 @@
+"""Evaluation: baseline routers, pass^k, the held-out summary and its report."""

@@ -1,0 +1,1 @@
+"""Qwen3 in Flax NNX: config, layers, attention kernels, LoRA, Hugging Face checkpoints and PEFT adapters."""

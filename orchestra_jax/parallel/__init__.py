@@ -1,0 +1,1 @@
+"""Meshes, parameter sharding rules, multi-host collectives and distributed start-up."""

@@ -1,0 +1,1 @@
+"""The orchestrator's tools: configurations and prices, experts, retrieval, the Python sandbox, meta-tools."""
