@@ -59,10 +59,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import hmac
 import json
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -70,6 +68,7 @@ from typing import Any
 
 from aiohttp import web
 
+from orchestra_jax.rollout import http_access
 from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import (
     Completion,
@@ -78,6 +77,7 @@ from orchestra_jax.rollout.engine import (
     SamplingParams,
     StreamingEngine,
 )
+from orchestra_jax.rollout.http_access import json_error, read_json_body, require_key
 from orchestra_jax.rollout.openai_chat import chat_completion
 from orchestra_jax.rollout.sglang_protocol import RequestError
 
@@ -109,41 +109,20 @@ class ServerClosing(RuntimeError):
     """The server is shutting down: new work gets a 503."""
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
-    body = {"message": message, "type": kind, "param": param, "code": status}
-    return web.json_response({"object": "error", "error": body}, status=status)
-
-
 @web.middleware
 async def _errors_as_json(request: web.Request, handler):
     """Turn every failure into a JSON error instead of a dropped connection."""
     try:
         return await handler(request)
     except RequestError as e:
-        return _error(e.status, str(e), "BadRequestError", e.param)
+        return json_error(e.status, str(e), "BadRequestError", e.param)
     except web.HTTPException as e:  # 404/405 from routing, 413 from the body limit
-        return _error(e.status, e.reason or "error", "HTTPError")
+        return json_error(e.status, e.reason or "error", "HTTPError")
     except ServerClosing as e:
-        return _error(503, str(e), "ServiceUnavailable")
+        return json_error(503, str(e), "ServiceUnavailable")
     except Exception as e:  # noqa: BLE001 - the server must survive engine errors
         log.exception("request to %s failed", request.path)
-        return _error(500, f"{type(e).__name__}: {e}", "InternalError")
-
-
-def _require_key(api_key: str):
-    """Middleware: 401 for a request without `Authorization: Bearer <api_key>`."""
-    expected = f"Bearer {api_key}".encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler):
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            return _error(
-                401, "a valid API key is required (Authorization: Bearer)", "Unauthorized"
-            )
-        return await handler(request)
-
-    return check
+        return json_error(500, f"{type(e).__name__}: {e}", "InternalError")
 
 
 def _engine_limits(engine: RolloutEngine, config: ServerConfig, tokenizer) -> proto.ServerLimits:
@@ -202,7 +181,7 @@ class RolloutServer:
     def app(self) -> web.Application:
         middlewares = [_errors_as_json]
         if self.config.api_key:
-            middlewares.insert(0, _require_key(self.config.api_key))
+            middlewares.insert(0, require_key(self.config.api_key))
         app = web.Application(middlewares=middlewares, client_max_size=self.config.max_body_bytes)
         app.add_routes(
             [
@@ -227,20 +206,12 @@ class RolloutServer:
     # -- plumbing -------------------------------------------------------------------------
 
     async def _json_body(self, request: web.Request) -> Any:
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise RequestError(
-                f"request body exceeds this server's limit of {self.config.max_body_bytes} bytes "
-                "(--max-body-bytes)",
-                status=413,
-            ) from None
-        try:
-            return json.loads(raw or b"null")
-        except RecursionError:
-            raise RequestError("request body is JSON nested too deeply") from None
-        except ValueError as e:
-            raise RequestError(f"body is not valid JSON: {e}") from None
+        return await read_json_body(
+            request,
+            max_body_bytes=self.config.max_body_bytes,
+            flag="--max-body-bytes",
+            refuse=RequestError,
+        )
 
     def _admit(self, rids: list[str]) -> None:
         if self.closing:
@@ -353,11 +324,11 @@ class RolloutServer:
         except ValueError as e:
             if response is None:
                 raise RequestError(str(e)) from None
-            await self._send_error(response, e)
+            await self._sendjson_error(response, e)
         except RuntimeError as e:
             if response is None:
                 raise
-            await self._send_error(response, e)
+            await self._sendjson_error(response, e)
         finally:
             for task in tasks:
                 task.cancel()
@@ -370,7 +341,7 @@ class RolloutServer:
         await response.prepare(request)
         return response
 
-    async def _send_error(self, response: web.StreamResponse, error: Exception) -> None:
+    async def _sendjson_error(self, response: web.StreamResponse, error: Exception) -> None:
         body = {"error": {"message": str(error), "type": type(error).__name__, "code": 400}}
         await response.write(b"data: " + json.dumps(body).encode() + b"\n\n")
 
@@ -716,15 +687,15 @@ def _build_from_args(args) -> RolloutServer:
 
 def api_key_from(env_name: str, host: str) -> str | None:
     """The key in `$env_name` (None when unset or empty); SystemExit when `host` is not
-    loopback and there is none."""
-    key = (os.environ.get(env_name) or None) if env_name else None
-    if key is None and host not in ("127.0.0.1", "localhost", "::1"):
-        raise SystemExit(
-            f"--host {host} exposes the server beyond this machine, where anyone who reaches "
-            f"the port could load weights from any path: set ${env_name or 'ROLLOUT_API_KEY'} "
-            "(--api-key-env) to the key the clients send"
-        )
-    return key
+    loopback and there is none (`http_access.api_key_from`)."""
+    return http_access.api_key_from(
+        env_name,
+        host,
+        exposes="the server",
+        harm="load weights from any path",
+        default_env="ROLLOUT_API_KEY",
+        flag="--api-key-env",
+    )
 
 
 async def serve(server: RolloutServer, host: str, port: int) -> None:

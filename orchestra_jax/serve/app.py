@@ -1,8 +1,8 @@
 """The HTTP face of an `Orchestrator`: OpenAI chat completions, plain and streamed.
 
 Routes, access, limits and the event stream are docs/serving.md's; this module is
-that contract's implementation. The access rules are the rollout server's
-(`rollout/server.py`): loopback unless told otherwise, `Authorization: Bearer
+that contract's implementation. The access rules are the rollout server's, from
+one module (`rollout/http_access.py`): loopback unless told otherwise, `Authorization: Bearer
 <key>` on every route (here: but the page) when a key is set, a key required
 beyond loopback, bodies over the limit a 413, JSON errors in OpenAI's shape.
 """
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import json
 import logging
-import os
 import secrets
 import threading
 import time
@@ -23,13 +21,14 @@ from typing import Any
 
 from aiohttp import web
 
+from orchestra_jax.rollout import http_access
+from orchestra_jax.rollout.http_access import json_error, read_json_body, require_key
 from orchestra_jax.serve.request import BadRequest, parse_request
 from orchestra_jax.serve.service import Answer, Orchestrator
 
 log = logging.getLogger(__name__)
 ASSETS = Path(__file__).parent / "assets"
 PAGE = ASSETS / "index.html"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_API_KEY_ENV = "ORCHESTRA_SERVE_API_KEY"
 
 
@@ -47,54 +46,34 @@ class ServeConfig:
             raise ValueError("max_body_bytes and max_concurrent must be >= 1")
 
 
-def error(status: int, message: str, kind: str, param: str | None = None, **headers):
-    body = {"message": message, "type": kind, "param": param, "code": status}
-    return web.json_response({"object": "error", "error": body}, status=status, headers=headers)
-
-
 @web.middleware
 async def _errors_as_json(request: web.Request, handler):
     try:
         return await handler(request)
     except BadRequest as e:
-        return error(e.status, str(e), "BadRequestError", e.param)
+        return json_error(e.status, str(e), "BadRequestError", e.param)
     except web.HTTPException as e:  # 404/405 from routing, 413 from the body limit
-        return error(e.status, e.reason or "error", "HTTPError")
+        return json_error(e.status, e.reason or "error", "HTTPError")
     except Exception as e:  # noqa: BLE001 - one request's failure is its own
         log.exception("request to %s failed", request.path)
-        return error(500, f"{type(e).__name__}: {e}", "InternalError")
+        return json_error(500, f"{type(e).__name__}: {e}", "InternalError")
 
 
 def _is_page(request: web.Request) -> bool:
     return request.method == "GET" and (request.path == "/" or request.path.startswith("/assets/"))
 
 
-def _require_key(api_key: str):
-    expected = f"Bearer {api_key}".encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler):
-        if _is_page(request):  # the page holds no data; its requests carry the key
-            return await handler(request)
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            return error(401, "a valid API key is required (Authorization: Bearer)", "Unauthorized")
-        return await handler(request)
-
-    return check
-
-
 def api_key_from(env_name: str, host: str) -> str | None:
     """The key in `$env_name` (None when unset or empty); SystemExit when `host` is
     beyond loopback and there is none."""
-    key = (os.environ.get(env_name) or None) if env_name else None
-    if key is None and host not in LOOPBACK:
-        raise SystemExit(
-            f"--host {host} exposes the orchestrator beyond this machine, where anyone who "
-            f"reaches the port could spend on its experts: set ${env_name or DEFAULT_API_KEY_ENV}"
-            " (--api_key_env) to the key the clients send"
-        )
-    return key
+    return http_access.api_key_from(
+        env_name,
+        host,
+        exposes="the orchestrator",
+        harm="spend on its experts",
+        default_env=DEFAULT_API_KEY_ENV,
+        flag="--api_key_env",
+    )
 
 
 def _sse(data: Any) -> bytes:
@@ -113,7 +92,8 @@ class OrchestratorServer:
     def app(self) -> web.Application:
         middlewares = [_errors_as_json]
         if self.config.api_key:
-            middlewares.insert(0, _require_key(self.config.api_key))
+            # The page holds no data; its requests carry the key.
+            middlewares.insert(0, require_key(self.config.api_key, open_to=_is_page))
         app = web.Application(middlewares=middlewares, client_max_size=self.config.max_body_bytes)
         app.add_routes(
             [
@@ -132,7 +112,7 @@ class OrchestratorServer:
     async def page(self, request: web.Request) -> web.StreamResponse:
         path = self.config.assets / "index.html"
         if not path.is_file():
-            return error(
+            return json_error(
                 404,
                 f"the web page is not installed: {path} is missing (the API at "
                 "/v1/chat/completions works without it)",
@@ -145,7 +125,7 @@ class OrchestratorServer:
         root = self.config.assets.resolve()
         path = (root / name).resolve()
         if path.parent != root or not path.is_file():
-            return error(404, f"no asset {name!r}", "NotFound")
+            return json_error(404, f"no asset {name!r}", "NotFound")
         return web.FileResponse(path, headers={"Cache-Control": "no-cache"})
 
     # -- information ----------------------------------------------------------------------
@@ -169,24 +149,16 @@ class OrchestratorServer:
     # -- chat completions -----------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> Any:
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BadRequest(
-                f"request body exceeds this server's limit of {self.config.max_body_bytes} "
-                "bytes (--max_body_bytes)",
-                status=413,
-            ) from None
-        try:
-            return json.loads(raw or b"null")
-        except RecursionError:
-            raise BadRequest("request body is JSON nested too deeply") from None
-        except ValueError as e:
-            raise BadRequest(f"body is not valid JSON: {e}") from None
+        return await read_json_body(
+            request,
+            max_body_bytes=self.config.max_body_bytes,
+            flag="--max_body_bytes",
+            refuse=BadRequest,
+        )
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         if self.in_flight >= self.config.max_concurrent:
-            return error(
+            return json_error(
                 429,
                 f"{self.in_flight} requests in flight, this server's limit "
                 f"(--max_concurrent={self.config.max_concurrent}); retry later",
