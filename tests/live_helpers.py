@@ -1,4 +1,4 @@
-"""Test helpers for live endpoints: a recording HTTP proxy, a free port, a server process.
+"""Test helpers for live endpoints: a recording HTTP proxy, a free port, server processes.
 
 `RecordingProxy(target)` forwards every request to `target` and keeps
 (method, path, request JSON, status, response JSON) for each, so a test can
@@ -8,14 +8,18 @@ prove what went over HTTP without touching the server it fronts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import pathlib
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -131,15 +135,75 @@ def start_server(port: int, *, model: str = "demo", max_seq_len: int = 2048, log
     )
 
 
-def wait_until_serving(url: str, process: subprocess.Popen, *, timeout_s: float = 120.0) -> None:
-    """Polls `<url>/v1/models` until it answers; raises with the log's tail otherwise."""
+def wait_until_serving(
+    url: str,
+    process: subprocess.Popen,
+    *,
+    timeout_s: float = 120.0,
+    path: str = "/v1/models",
+    log_path: str | os.PathLike | None = None,
+) -> None:
+    """Polls `<url><path>` until it answers; raises with the tail of `log_path` (the
+    server's log) otherwise."""
+
+    def tail() -> str:
+        return "" if log_path is None else "\n" + pathlib.Path(log_path).read_text()[-3000:]
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
+            raise RuntimeError(f"server exited with {process.returncode}{tail()}")
         try:
-            with urllib.request.urlopen(url + "/v1/models", timeout=2):
+            with urllib.request.urlopen(url + path, timeout=5):
                 return
         except OSError:
             time.sleep(0.5)
-    raise TimeoutError(f"no server at {url} after {timeout_s:.0f} s")
+    raise TimeoutError(f"no server at {url} after {timeout_s:.0f} s{tail()}")
+
+
+def stop_process(process: subprocess.Popen, *, timeout_s: float = 60.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def serve_orchestrator(
+    config: str,
+    policy: str,
+    log_path: str | os.PathLike,
+    *,
+    flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 300.0,
+) -> Iterator[str]:
+    """`python -m orchestra_jax.serve --config=<config> --policy=<policy>` as a user runs
+    it, on a free loopback port (a subprocess, one CPU device, environment `env` or
+    this process's); yields its URL once /health answers, stopped at exit."""
+    port = free_port()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestra_jax.serve",
+                f"--config={config}",
+                f"--policy={policy}",
+                f"--port={port}",
+                *flags,
+            ],
+            cwd=ROOT,
+            env={**(os.environ if env is None else env), "XLA_FLAGS": "", "PYTHONPATH": ROOT},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_serving(url, process, timeout_s=timeout_s, path="/health", log_path=log_path)
+        yield url
+    finally:
+        stop_process(process)

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from typing import Any
@@ -36,7 +33,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.headless_chromium import Chromium, Page, find_binary
-from tests.live_helpers import ROOT, free_port
+from tests.live_helpers import serve_orchestrator
 
 pytest.importorskip("websocket", reason="needs websocket-client (the `test` extra)")
 
@@ -371,35 +368,13 @@ def test_page_on_the_command_line_server(tmp_path):
     of the demo's shape on the in-process JAX engine: the page it serves asks a
     question in one turn and shows what the server streamed."""
     export_random_demo_policy(tmp_path / "policy")
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "ORCHESTRA_SERVE_API_KEY"}
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "orchestra_jax.serve",
-                "--config=experiments/configs/grpo_hle.py:demo",
-                f"--policy=hf:{tmp_path / 'policy'}",
-                f"--port={port}",
-            ],
-            cwd=ROOT,
-            env={**env, "XLA_FLAGS": ""},  # one CPU device, as a user's
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.5)
+    with serve_orchestrator(
+        "experiments/configs/grpo_hle.py:demo",
+        f"hf:{tmp_path / 'policy'}",
+        tmp_path / "serve.log",
+        env=env,
+    ) as url:
         with Chromium.start(CHROMIUM) as browser:
             page = browser.page()
             page.send("Network.enable")
@@ -438,10 +413,3 @@ def test_page_on_the_command_line_server(tmp_path):
             assert page.evaluate("document.querySelectorAll('#calls tbody tr').length") == len(
                 usage["calls"]
             )
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -15,11 +15,6 @@ its calls and its `orchestration.error`. Skipped, saying why, without the vLLM v
 import concurrent.futures
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 import yaml
@@ -31,7 +26,7 @@ from orchestra_jax.serve.app import OrchestratorServer, ServerThread
 from orchestra_jax.serve.build import build_orchestrator
 from orchestra_jax.serve.service import Orchestrator
 from orchestra_jax.tools import build_index
-from tests.live_helpers import ROOT, RecordingProxy, free_port
+from tests.live_helpers import RecordingProxy, serve_orchestrator
 from tests.vllm_helpers import export_tiny_qwen3, vllm_server
 
 openai = pytest.importorskip("openai", reason="the openai client (the test extra) is needed")
@@ -95,37 +90,15 @@ def stack(tmp_path_factory, shared_file):
 
 
 def test_the_cli_serves_live_tiny_to_the_openai_client(stack):
-    tmp, port = stack["tmp"], free_port()
+    tmp = stack["tmp"]
     flags = [f"--config.{k}={v}" for k, v in stack["overrides"].items()]
-    log = open(tmp / "serve.log", "w")  # noqa: SIM115 - the process owns it
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "orchestra_jax.serve",
-            "--config=experiments/configs/grpo_hle.py:live_tiny",
-            f"--policy=hf:{tmp / 'model'}",
-            f"--port={port}",
-            *flags,
-        ],
-        cwd=ROOT,
-        env={**os.environ, "XLA_FLAGS": "", "PYTHONPATH": ROOT},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert process.poll() is None, (tmp / "serve.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp / "serve.log").read_text()[-3000:]
-            time.sleep(1)
+    with serve_orchestrator(
+        "experiments/configs/grpo_hle.py:live_tiny",
+        f"hf:{tmp / 'model'}",
+        tmp / "serve.log",
+        flags=flags,
+        timeout_s=600,
+    ) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
         models = client.models.list()
         assert [m.id for m in models.data] == ["hf_model"]
@@ -149,13 +122,6 @@ def test_the_cli_serves_live_tiny_to_the_openai_client(stack):
         assert [s["type"] for s in steps if s][:1] == ["turn"]
         assert chunks[-1].choices[0].finish_reason in ("stop", "length")
         assert chunks[-1].usage is not None
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def call(name, **arguments):
