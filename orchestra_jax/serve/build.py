@@ -1,7 +1,8 @@
 """The service from an experiment config and a policy: the one place it meets the builders.
 
-`build_orchestrator(config, policy)` builds what `python -m experiments.evaluate
---policies=<policy>` builds for the same config: the evaluation protocol's config
+`build_orchestrator(config, policy)` builds, with the code `python -m
+experiments.evaluate --policies=<policy>` uses for the same config, the evaluation
+protocol's config
 (`eval.protocol`), its environment (catalogue, search index, sandbox, expert
 endpoints), the policy on the config's engine (`training/policy_engines.py`), the
 evaluation's sampling and loop limits, and the protocol's tool table for the
