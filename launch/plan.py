@@ -64,7 +64,7 @@ def model_config(config, preset: str = ""):
     """The policy's Qwen3Config (shape and runtime fields) from the experiment config."""
     import jax.numpy as jnp
 
-    from orchestra_jax.models.qwen3_config import Qwen3Config
+    from orchestra_jax.models.qwen3.config import Qwen3Config
     from orchestra_jax.training.builders import lora_spec
 
     m = config.model
@@ -172,7 +172,7 @@ def _param_count(mc, *, adapters: bool = False) -> int:
     from flax import nnx
 
     from orchestra_jax.models.lora import LoRAParam
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(mc, rngs=nnx.Rngs(0)))
     kind = LoRAParam if adapters else nnx.Param

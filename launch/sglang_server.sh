@@ -14,7 +14,7 @@
 # --enable-lora --max-lora-rank r --lora-target-modules all
 # --max-loras-per-batch 2 (the adapter being synced and the one requests in
 # flight may still name); each weight sync loads the policy's adapter as
-# policy-v<version> (/load_lora_adapter, rollout/sglang_client.py).
+# policy-v<version> (/load_lora_adapter, rollout/http/sglang_client.py).
 #
 # Access: the server listens on loopback unless HOST names another address.
 # ROLLOUT_API_KEY adds --api-key: SGLang then answers only requests with

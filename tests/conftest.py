@@ -47,7 +47,7 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tau2_data() -> pathlib.Path:
     """tau2-bench's data folder (skipped without it, or without the `tau2` extra)."""
-    from orchestra_jax.envs.tau2_setup import tau2_installed
+    from orchestra_jax.envs.tau2.setup import tau2_installed
 
     if not tau2_installed():
         pytest.skip("tau2 is not installed (the tau2 extra: see ../shared/tau2-bench/README.md)")

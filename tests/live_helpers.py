@@ -116,7 +116,7 @@ def start_server(port: int, *, model: str = "demo", max_seq_len: int = 2048, log
         [
             sys.executable,
             "-m",
-            "orchestra_jax.rollout.server",
+            "orchestra_jax.rollout.server.app",
             "--model",
             model,
             "--tokenizer",

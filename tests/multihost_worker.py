@@ -55,7 +55,7 @@ def main(out):
     import numpy as np
 
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3Config, create_sharded_model
+    from orchestra_jax.models.qwen3.model import Qwen3Config, create_sharded_model
     from orchestra_jax.parallel import multihost
     from orchestra_jax.parallel.mesh import batch_sharding, make_mesh
 

@@ -208,8 +208,8 @@ def test_message_text_drops_reasoning_and_the_end_token():
 
 
 def test_a_tiny_models_rollout_logprobs_match_a_full_forward_over_user_turns():
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
     config = Qwen3Config.preset("tiny", vocab_size=TOK.vocab_size)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))

@@ -14,7 +14,7 @@ from orchestra_jax.rollout.engine import Completion, SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
-from orchestra_jax.tools.experts import OpenAIChatExpert
+from orchestra_jax.tools.experts.client import OpenAIChatExpert
 from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.training.rollouts import grade_all
 from tests import test_agent_conversation as conversation_tests
@@ -99,7 +99,7 @@ class DownSearch:
         self.fail_first, self.calls = fail_first, 0
 
     def search(self, query, k, allowed_ids=None):
-        from orchestra_jax.tools.retrieval import Document
+        from orchestra_jax.tools.retrieval.retrievers import Document
 
         self.calls += 1
         if self.calls <= self.fail_first:
@@ -157,7 +157,7 @@ def test_a_judge_that_gives_no_verdict_is_the_judges_and_nothing_is_graded_wrong
 
 
 def test_a_bug_in_the_judges_client_is_a_crash_not_the_judges_failure():
-    from orchestra_jax.tools.experts import ExpertError
+    from orchestra_jax.tools.experts.client import ExpertError
 
     class Client:
         def __init__(self, error):
@@ -214,11 +214,11 @@ def test_only_transport_server_and_timeout_errors_are_a_services_failure():
     import jax
     import openai
 
-    from orchestra_jax.envs.tau2_user import PartyError
+    from orchestra_jax.envs.tau2.user import PartyError
     from orchestra_jax.infra_failure import InfraError, is_service_failure
-    from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
-    from orchestra_jax.rollout.server_pool import NoServerAvailable
-    from orchestra_jax.tools.experts import ExpertError
+    from orchestra_jax.rollout.http.client import RolloutServerError, ServerUnreachable
+    from orchestra_jax.rollout.http.server_pool import NoServerAvailable
+    from orchestra_jax.tools.experts.client import ExpertError
 
     request = httpx.Request("POST", "http://127.0.0.1:1/v1")
     services = [

@@ -19,11 +19,11 @@ from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.eval.summary import summarize
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tools import build_index, pricing
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.catalogue import load_catalogue
-from orchestra_jax.tools.experts import OpenAIChatExpert
+from orchestra_jax.tools.experts.catalogue import load_catalogue
+from orchestra_jax.tools.experts.client import OpenAIChatExpert
 from orchestra_jax.training import builders
 from orchestra_jax.training.config_checks import ConfigError
 from orchestra_jax.training.rollouts import Episodes, episode_metrics, run_graded_episodes

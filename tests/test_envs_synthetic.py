@@ -10,10 +10,10 @@ import pytest
 from orchestra_jax.envs.synthetic import DOMAINS, SyntheticOrchestrationEnv
 from orchestra_jax.rewards.outcome import is_correct
 from orchestra_jax.tasks import Task, TaskSource
-from orchestra_jax.tools import python_sandbox
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.python_sandbox import SandboxResult
 from orchestra_jax.tools.registry import make_tools
+from orchestra_jax.tools.sandbox import registry as python_sandbox
+from orchestra_jax.tools.sandbox.registry import SandboxResult
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ LIMITS = LoopLimits(max_turns=8, max_context_tokens=32768, enable_thinking=False
 
 @pytest.fixture(scope="module")
 def env(tau2_data):
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.user import ScriptedUser
 
     return Tau2Environment(
         lambda task, environment: ScriptedUser(["I want to exchange my helmet."]),
@@ -186,8 +186,8 @@ def test_an_evaluator_that_raises_a_bug_is_not_retried_and_not_infrastructure(
 
 
 def test_tau2_budgets_end_the_conversation(tau2_data, retail):
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.user import ScriptedUser
 
     task = with_basis(retail[EXCHANGE_TASK], ["DB", "COMMUNICATE"])
     user = lambda task, environment: ScriptedUser(["Hi.", "Fine.", "Sure."])  # noqa: E731
@@ -209,8 +209,8 @@ def test_user_tools_action_and_environment_assertions(tau2_data):
     """mock: the user reads and dismisses a notification with its own tools (run in
     the episode's environment, as tau2 runs them); the agent updates the task."""
     from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.user import ScriptedUser
 
     tasks, _ = read_tau2_tasks(tau2_data / "tau2" / "domains" / "mock")
     [task] = [t for t in tasks if t.id == "tau2/mock/update_task_with_user_tools"]
@@ -241,7 +241,7 @@ def test_tokens_masks_and_logprobs_line_up_over_user_turns(env, retail):
     in order: prompt, turn, tool results, turn, the user's message, turn; the whole
     is the chat template's render of the conversation the policy saw."""
     from orchestra_jax.chat.template import render
-    from orchestra_jax.envs.tau2_user import ScriptedUser, agent_instructions
+    from orchestra_jax.envs.tau2.user import ScriptedUser, agent_instructions
 
     task = with_basis(retail[EXCHANGE_TASK], ["DB", "COMMUNICATE"])
     plan = gold_calls(task) + ["Shall I go ahead?", "It costs $22.55."]
@@ -308,7 +308,7 @@ class Oracle:
         self.name, self.prompts = name, []
 
     async def complete(self, messages, *, max_tokens, temperature, ctx=None):
-        from orchestra_jax.tools.experts import ExpertReply
+        from orchestra_jax.tools.experts.client import ExpertReply
 
         self.prompts.append(messages)
         talk = messages[-1]["content"].split("Conversation so far:", 1)[1]
@@ -324,9 +324,9 @@ class Oracle:
 def test_relay_routers_consult_priced_experts_and_report_pass_k(tau2_data, retail, tmp_path):
     """The expert_* baselines: each turn asks the chosen expert (priced per alias) and
     says its advice; an oracle expert solves the task in every trial: pass^k = 1."""
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_tools import EXPERT_PROFILES
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.tools import EXPERT_PROFILES
+    from orchestra_jax.envs.tau2.user import ScriptedUser
     from orchestra_jax.eval.routers import RouterEngine
     from orchestra_jax.training.evaluation import Evaluator, eval_tool_configs
 

@@ -22,7 +22,7 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
 from orchestra_jax.training.config_checks import ConfigError, validate
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes, training_masks
 from tests.live_helpers import ROOT
@@ -74,10 +74,10 @@ def task(tau2_data):
 def make_env(
     tau2_data, url="", lines=("Please create a task 'Important Meeting' for user_1.",), **options
 ):
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_tools import EXPERT_PROFILES
-    from orchestra_jax.envs.tau2_user import ScriptedUser
-    from orchestra_jax.tools.experts import OpenAIChatExpert
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.tools import EXPERT_PROFILES
+    from orchestra_jax.envs.tau2.user import ScriptedUser
+    from orchestra_jax.tools.experts.client import OpenAIChatExpert
 
     experts = {}
     if url:
@@ -116,7 +116,7 @@ def play(env, task, plan, limits=LIMITS):
 def test_the_acting_experts_tool_call_runs_in_tau2_and_its_message_reaches_the_user(
     expert_server, task, tau2_data
 ):
-    from orchestra_jax.envs.tau2_tools import EXPERT_PROFILES
+    from orchestra_jax.envs.tau2.tools import EXPERT_PROFILES
 
     server, script = expert_server
     script.prompts.clear()
@@ -167,7 +167,7 @@ def test_the_acting_experts_tool_call_runs_in_tau2_and_its_message_reaches_the_u
 
 
 def test_advising_is_the_default_and_the_modes_are_checked(tau2_data, task):
-    from orchestra_jax.envs.tau2_env import config_problems
+    from orchestra_jax.envs.tau2.env import config_problems
 
     env = make_env(tau2_data)
     assert env.expert_mode == "advise" and "transfer_to_human_agents" in env.tools(
@@ -211,7 +211,7 @@ def test_message_turns_can_be_left_out_of_the_loss(task, tau2_data):
 
 def test_rebuilt_prompts_of_a_conversation_drop_its_middle(task, tau2_data):
     from orchestra_jax.agent.context import RebuildBudgets, RebuildContext
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.user import ScriptedUser
 
     env = make_env(tau2_data)
     later = "And then? " + "Tell me more. " * 70

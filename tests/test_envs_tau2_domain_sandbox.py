@@ -19,8 +19,8 @@ import pytest
 
 from orchestra_jax.agent.tool_runner import run_call
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.python_sandbox import bwrap_available
-from orchestra_jax.tools.sandbox_process import SANDBOX_ENV
+from orchestra_jax.tools.sandbox.process import SANDBOX_ENV
+from orchestra_jax.tools.sandbox.registry import bwrap_available
 from tests import synthesis_script as script
 
 READ = (
@@ -49,7 +49,7 @@ def folder(tmp_path, name, body):
 
 def episode_and_tools(tau2_data, domain, *, trusted):
     from orchestra_jax.data.tau2_tasks import tau2_task
-    from orchestra_jax.envs.tau2_env import Tau2Environment, scripted_user_factory
+    from orchestra_jax.envs.tau2.env import Tau2Environment, scripted_user_factory
 
     env = Tau2Environment(
         scripted_user_factory, data_dir=tau2_data, domain=str(domain), code_is_trusted=trusted

@@ -18,7 +18,7 @@ import pytest
 
 from orchestra_jax.agent.tool_runner import run_call
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.python_sandbox import bwrap_available
+from orchestra_jax.tools.sandbox.registry import bwrap_available
 from tests.test_envs_tau2_domain_sandbox import READ, episode_and_tools, folder
 
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot run here")

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from experiments.configs import grpo_hle
-from orchestra_jax.envs import tau2_setup
+from orchestra_jax.envs.tau2 import setup as tau2_setup
 from orchestra_jax.training.config_checks import ConfigError, validate
 
 

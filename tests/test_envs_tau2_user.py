@@ -16,7 +16,7 @@ from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 
 TOK = load_tokenizer("demo")
@@ -61,7 +61,7 @@ def task(tau2_data):
 
 
 def make_env(tau2_data, url, judge_url="", **options):
-    from orchestra_jax.envs.tau2_env import Tau2Environment, simulated_user_factory
+    from orchestra_jax.envs.tau2.env import Tau2Environment, simulated_user_factory
 
     options = {"retries": 2, "backoff_s": 0.01, "price_in": 1.0, "price_out": 2.0, **options}
     judge = {"nl_assertions": "judge", "judge_url": judge_url, "judge_model": "user"}
@@ -170,7 +170,7 @@ def test_a_training_episode_asks_the_user_simulator_as_the_variant_says(
 ):
     from experiments.configs import grpo_hle
     from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-    from orchestra_jax.envs.tau2_env import from_config
+    from orchestra_jax.envs.tau2.env import from_config
 
     server, script, engine = user_server
     script.lines, script.fail_first, script.calls, script.verdict = (
@@ -233,8 +233,8 @@ def test_a_bug_in_the_user_simulator_is_not_retried_and_not_infrastructure(
 def test_a_tiny_model_on_the_project_server_plays_the_user(task, tau2_data):
     from flax import nnx
 
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
     config = Qwen3Config.preset("tiny", vocab_size=TOK.vocab_size)
     model = Qwen3ForCausalLM(config, rngs=nnx.Rngs(0))

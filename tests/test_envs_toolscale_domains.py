@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from orchestra_jax.data.tau2_tasks import tau2_task
-from orchestra_jax.envs.tau2_domain_folder import TOOLSCALE_DOMAINS, check_domain_folder
+from orchestra_jax.envs.tau2.domain_folder import TOOLSCALE_DOMAINS, check_domain_folder
 from orchestra_jax.tools.base import ToolContext
 
 # One read tool per domain: (tool, its id argument, the database table the id is from).
@@ -38,7 +38,7 @@ def domains_dir(tau2_data, shared_file):
 
 @pytest.fixture(scope="module")
 def env(tau2_data, domains_dir):
-    from orchestra_jax.envs.tau2_env import Tau2Environment, scripted_user_factory
+    from orchestra_jax.envs.tau2.env import Tau2Environment, scripted_user_factory
 
     return Tau2Environment(scripted_user_factory, data_dir=tau2_data, domains_dir=domains_dir)
 
@@ -66,7 +66,7 @@ def test_the_probe_table_covers_the_ten_domains():
 
 @pytest.mark.parametrize("name", TOOLSCALE_DOMAINS)
 def test_each_domain_builds_lists_its_tools_and_runs_one(env, domains_dir, name):
-    from orchestra_jax.envs.tau2_tools import DomainTool
+    from orchestra_jax.envs.tau2.tools import DomainTool
 
     tool_name, argument, table = PROBES[name]
     domain = env.domain_of(name)
@@ -94,8 +94,8 @@ CANCEL = {"registration_id": "GO1ZSB7"}  # a registration of school's db.json, 2
 
 
 def test_a_domain_by_path_plays_tool_actions_and_tau2_grades_them_by_its_database(env, tau2_data):
-    from orchestra_jax.envs.tau2_env import Tau2Environment
-    from orchestra_jax.envs.tau2_user import ScriptedUser
+    from orchestra_jax.envs.tau2.env import Tau2Environment
+    from orchestra_jax.envs.tau2.user import ScriptedUser
     from tests.test_envs_tau2 import call, play
 
     folder = env._folder  # no domain given: tau2's own domains and the named ten
@@ -128,7 +128,7 @@ def test_a_domain_by_path_plays_tool_actions_and_tau2_grades_them_by_its_databas
 
 
 def test_incomplete_and_clashing_folders_are_refused(env, tau2_data, domains_dir, tmp_path):
-    from orchestra_jax.envs.tau2_domain_folder import register_domain_folder
+    from orchestra_jax.envs.tau2.domain_folder import register_domain_folder
 
     with pytest.raises(ValueError, match="nor a folder in env.tau2.domains_dir"):
         env.domain_of("no_such_domain")

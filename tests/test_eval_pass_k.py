@@ -27,7 +27,7 @@ def test_pass_hat_k_is_the_chance_that_k_drawn_trials_all_succeed():
 
 
 def test_pass_hat_k_matches_tau2(tau2_data):
-    from orchestra_jax.envs.tau2_setup import import_tau2
+    from orchestra_jax.envs.tau2.setup import import_tau2
 
     import_tau2(tau2_data)
     from tau2.metrics.agent_metrics import pass_hat_k as tau2_pass_hat_k

@@ -16,7 +16,7 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.eval.routers import parse_request_id, tool_call_text
 from orchestra_jax.rewards import judge as judge_lib
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import build_index
 from orchestra_jax.tools.config import SYSTEM_PROMPT_HEAD

@@ -10,7 +10,7 @@ from flax import nnx
 
 from orchestra_jax.models import safetensors_stream as st
 from orchestra_jax.models.hf_checkpoint import prune_versions, save_hf_checkpoint
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 
 def test_export_in_the_compute_dtype(tmp_path):

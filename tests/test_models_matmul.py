@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.models.matmul import dense
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 BF16 = jnp.bfloat16
 
@@ -94,7 +94,7 @@ def test_bf16_compute_with_float32_master_weights_gradients():
 
 def test_scale_features_gradient_equals_autodiff():
     """RMSNorm's scale multiply: its hand-written VJP (dscale as a matmul) equals autodiff."""
-    from orchestra_jax.models.qwen3_layers import scale_features
+    from orchestra_jax.models.qwen3.layers import scale_features
 
     kx, ks, kg = jax.random.split(jax.random.key(3), 3)
     x, scale, g = (

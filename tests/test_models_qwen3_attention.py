@@ -10,7 +10,7 @@ from orchestra_jax.models import attention_kernels
 from orchestra_jax.models.attention_kernels import grouped_attention
 from orchestra_jax.models.attention_mask import AttentionMask
 from orchestra_jax.models.flash_attention import flash_attention
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 
 def _qkv(b, t, s, h, kv_heads, d, dtype=jnp.float32, seed=0):

@@ -5,7 +5,7 @@ import json
 import jax.numpy as jnp
 import pytest
 
-from orchestra_jax.models.qwen3 import Qwen3Config, count_params
+from orchestra_jax.models.qwen3.model import Qwen3Config, count_params
 
 
 def test_preset_parameter_counts():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 ATOL = 1e-5
 
@@ -155,8 +155,8 @@ def test_hf_style_initialisation():
 def test_bf16_cache_moves_exact_bits_without_float32_copies():
     """bf16 KV-cache writes and row copies equal the float32 ones rounded, and compile
     without a float32 copy of the cache (moved as uint16 bit patterns)."""
-    from orchestra_jax.models import qwen3_cache
-    from orchestra_jax.models.qwen3_cache import KVCache
+    from orchestra_jax.models.qwen3 import cache as qwen3_cache
+    from orchestra_jax.models.qwen3.cache import KVCache
 
     rng = np.random.default_rng(0)
     b, kv, s, d = 3, 2, 10, 4

@@ -15,10 +15,10 @@ import pytest
 from flax import nnx
 
 from experiments.benchmarks.xla_trace import materialized
-from orchestra_jax.models import qwen3_layers
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout import sampling
-from orchestra_jax.rollout.decode_steps import DecodeSteps
+from orchestra_jax.models.qwen3 import layers as qwen3_layers
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.jax import sampling
+from orchestra_jax.rollout.jax.decode_steps import DecodeSteps
 
 V, E, B = 2048, 128, 8
 

@@ -143,7 +143,7 @@ def test_collectives_on_two_hosts(tmp_path):
     from flax import nnx
 
     from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3Config, create_sharded_model
+    from orchestra_jax.models.qwen3.model import Qwen3Config, create_sharded_model
     from orchestra_jax.parallel.mesh import make_mesh
 
     command = [

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from experiments.configs import grpo_hle
-from orchestra_jax.models.qwen3 import Qwen3Config, create_sharded_model
+from orchestra_jax.models.qwen3.model import Qwen3Config, create_sharded_model
 from orchestra_jax.parallel.mesh import batch_sharding, make_mesh
 from orchestra_jax.rl.batching import TrainBatch
 from orchestra_jax.rl.learner import Learner, LearnerConfig

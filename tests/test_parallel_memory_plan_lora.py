@@ -9,7 +9,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.models.lora import LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3Config
 from orchestra_jax.rl.learner import LearnerConfig
 from orchestra_jax.rl.memory_plan import DEVICE_KINDS, StepShape, plan_memory
 

@@ -8,7 +8,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM, create_sharded_model
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM, create_sharded_model
 from orchestra_jax.parallel.mesh import batch_sharding, make_mesh, partition_spec, shard_model
 
 MESHES = [dict(fsdp=4, tensor=2), dict(fsdp=8)]

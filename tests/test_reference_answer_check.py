@@ -8,7 +8,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.rewards.judge import grade
-from orchestra_jax.tools.experts import ExpertReply
+from orchestra_jax.tools.experts.client import ExpertReply
 from orchestra_jax.training import builders
 
 

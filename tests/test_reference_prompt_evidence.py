@@ -17,11 +17,11 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
-from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS
-from orchestra_jax.tools.experts import ExpertReply
-from orchestra_jax.tools.python_sandbox import SandboxResult
+from orchestra_jax.tools.experts.client import ExpertReply
+from orchestra_jax.tools.experts.protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.registry import Backends, make_tools
-from orchestra_jax.tools.retrieval import Document
+from orchestra_jax.tools.retrieval.retrievers import Document
+from orchestra_jax.tools.sandbox.registry import SandboxResult
 
 TOK = load_tokenizer("demo")
 PROBLEM = "What is the capital of Japan, times two?"

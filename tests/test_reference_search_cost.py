@@ -13,11 +13,11 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
-from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS
-from orchestra_jax.tools.experts import ExpertReply
+from orchestra_jax.tools.experts.client import ExpertReply
+from orchestra_jax.tools.experts.protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.registry import Backends, make_tools
-from orchestra_jax.tools.retrieval import Document
-from orchestra_jax.tools.search_pricing import search_charge
+from orchestra_jax.tools.retrieval.retrievers import Document
+from orchestra_jax.tools.retrieval.search_pricing import search_charge
 from orchestra_jax.training import builders
 
 TOK = load_tokenizer("demo")

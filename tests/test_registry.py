@@ -14,14 +14,14 @@ from flax import nnx
 from experiments.configs import grpo_hle
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.registry import Registry, import_object, is_import_path
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rollout.engine import ENGINES
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.experts import ExpertReply
-from orchestra_jax.tools.python_sandbox import SANDBOXES, sandbox_config_errors
+from orchestra_jax.tools.experts.client import ExpertReply
+from orchestra_jax.tools.sandbox.registry import SANDBOXES, sandbox_config_errors
 from orchestra_jax.training import builders
 from orchestra_jax.training.config_checks import ConfigError, validate
 

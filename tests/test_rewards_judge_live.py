@@ -13,7 +13,7 @@ from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rewards import judge as judge_lib
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.pricing import token_cost
 from orchestra_jax.training import builders, rollouts
@@ -102,7 +102,7 @@ def test_a_judge_that_answers_503_is_retried_with_backoff():
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
         try:
             client = judge_lib.LLMJudge(
-                __import__("orchestra_jax.tools.experts", fromlist=["x"]).OpenAIChatExpert(
+                __import__("orchestra_jax.tools.experts.client", fromlist=["x"]).OpenAIChatExpert(
                     url, "m", api_key_env=None, retries=2, backoff_s=0.01
                 )
             )

@@ -11,8 +11,8 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.models.lora import LoRAParam, LoRASpec, adapters_off
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.models.qwen3_layers import Linear
+from orchestra_jax.models.qwen3.layers import Linear
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.mesh import make_mesh
 from orchestra_jax.rl.learner import Learner, compute_logprobs
 from tests.float_roundoff import qwen3_forward_terms, two_evaluations_apart

@@ -16,7 +16,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.mesh import batch_sharding, make_mesh
 from orchestra_jax.rl.aggregation import AGGREGATIONS, loss_denominator
 from orchestra_jax.rl.batching import (

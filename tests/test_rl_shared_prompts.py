@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.agent.trajectory import Trajectory
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.mesh import make_mesh
 from orchestra_jax.rl.batching import BatchingConfig, build_train_batch
 from orchestra_jax.rl.learner import Learner, LearnerConfig

@@ -11,16 +11,16 @@ from aiohttp import web
 
 from orchestra_jax.agent.loop import LoopLimits, run_episodes_sync
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.http_client import (
+from orchestra_jax.rollout.http.client import (
     RefusedRequest,
     RolloutServerError,
     refused_for_context,
 )
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import SGLangClient
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import SGLangClient
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
 from orchestra_jax.training.builders import build_engine
 from tests.test_agent_loop import SAMPLING, TOK, FakeTool, spec
 
@@ -124,7 +124,7 @@ def test_a_config_passes_the_agent_budget_and_the_key_variable_to_the_client():
 
 @pytest.mark.parametrize(
     "message",
-    [  # vLLM 0.32's two wordings, SGLang's (and rollout/server.py's) two
+    [  # vLLM 0.32's two wordings, SGLang's (and rollout/server/app.py's) two
         "This model's maximum context length is 4096 tokens. However, you requested 100 "
         "output tokens and your prompt contains 4000 input tokens, for a total of 4100 tokens.",
         "The decoder prompt (length 5000) is longer than the maximum model length of 4096.",

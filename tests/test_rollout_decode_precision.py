@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, default_cache_dtype
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig, default_cache_dtype
 
 
 def test_cache_dtype_default_is_float32_on_cpu_unless_named():

@@ -13,12 +13,12 @@ from flax import nnx
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.server import RolloutServer, ServerConfig, ServerThread, load_model
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server.app import RolloutServer, ServerConfig, ServerThread, load_model
 from tests.test_rollout_serving import greedy_continuation
 
 SEQ = 1536  # the micro config's rollout.max_seq_len
@@ -289,7 +289,7 @@ def test_hf_evaluation_serves_the_folders_weights_on_every_server(servers, tmp_p
 @pytest.mark.slow
 def test_checkpoint_evaluation_serves_the_checkpoints_weights(servers, tmp_path):
     from experiments.evaluate import evaluate_policies
-    from orchestra_jax.rollout.http_client import as_model
+    from orchestra_jax.rollout.http.client import as_model
     from orchestra_jax.training import loop_steps
     from tests.test_training_e2e import micro_config
 

@@ -5,8 +5,8 @@ limit of aiohttp's below it), timed from when a call is sent, not while it waits
 import asyncio
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from tests.test_rollout_vllm_client import FakeVLLM, reply
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import (
+from orchestra_jax.rollout.jax.engine import (
     JaxEngine,
     JaxEngineConfig,
     bucket,

@@ -1,5 +1,5 @@
 """Weight sync by LoRA adapter through SGLang's LoRA endpoints, end to end against the
-project's server (`rollout/server.py` over a JaxEngine whose model carries adapters):
+project's server (`rollout/server/app.py` over a JaxEngine whose model carries adapters):
 each sync loads the policy's adapter as a PEFT folder under a versioned name
 (`/load_lora_adapter`), requests name it (`lora_path`), the sync probe checks the
 served log-probs against the learner's with adapters on, older adapters are
@@ -18,12 +18,12 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.server import serve_in_thread
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server.app import serve_in_thread
 
 CONFIG = Qwen3Config.preset("tiny", lora=LoRASpec(rank=4, alpha=8.0))
 

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from orchestra_jax.rollout.engine import GenerateRequest
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import RolloutServerError, SGLangClient
 
 
 def generate_reply(pairs):

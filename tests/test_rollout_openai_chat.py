@@ -12,11 +12,11 @@ from flax import nnx
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.chat.tool_calls import ToolCall, parse_tool_calls
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.openai_chat import _without_calls, split_reply
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server.openai_chat import _without_calls, split_reply
 from tests.linear_time import LINEAR_BOUND, growth
 
 openai = pytest.importorskip("openai")

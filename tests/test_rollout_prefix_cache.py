@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, common_prefix
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig, common_prefix
 from tests.decode_gate import DecodeGate, wait_until
 from tests.test_rollout_jax_engine import (
     MAX_LEN,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from orchestra_jax.rollout.prefix_cache import PrefixCachePlanner, common_prefix
+from orchestra_jax.rollout.jax.prefix_cache import PrefixCachePlanner, common_prefix
 
 
 def ids(*tokens):

@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
-from orchestra_jax.rollout.http_client import HttpEngineClient, _Probe
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.client import HttpEngineClient, _Probe
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
 
 A, B = "http://a", "http://b"
 EXPECTED = np.array([-1.0, -2.0, -3.0], np.float32)  # the learner's probe log-probs

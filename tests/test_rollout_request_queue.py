@@ -1,6 +1,6 @@
 """FairQueue: round robin over submitters, a priority lane, removal."""
 
-from orchestra_jax.rollout.request_queue import FairQueue
+from orchestra_jax.rollout.jax.request_queue import FairQueue
 
 
 def test_round_robin_over_groups():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from orchestra_jax.rollout import sampling
+from orchestra_jax.rollout.jax import sampling
 
 sample_tokens = jax.jit(sampling.sample_tokens)  # one compile per shape, not per op
 truncation_mask = jax.jit(sampling.truncation_mask)

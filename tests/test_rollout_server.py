@@ -6,10 +6,10 @@ import aiohttp
 import pytest
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import RolloutServerError, SGLangClient
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import RolloutServerError, SGLangClient
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
 from tests.live_helpers import free_port
 
 STOP = 9

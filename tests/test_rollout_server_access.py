@@ -8,12 +8,12 @@ import aiohttp
 import pytest
 
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.http_client import RolloutServerError
+from orchestra_jax.rollout.http.client import RolloutServerError
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_client import SGLangClient
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, api_key_from, serve_in_thread
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_client import SGLangClient
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.server.app import ServerConfig, api_key_from, serve_in_thread
 from tests.test_rollout_vllm_client import FakeVLLM
 
 KEY = "s3cret-key"

@@ -11,10 +11,10 @@ import pytest
 from flax import nnx
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import ServerConfig, serve_in_thread
+from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
 from tests.decode_gate import DecodeGate, wait_until
 
 CONTEXT = 64

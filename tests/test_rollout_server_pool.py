@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
+from orchestra_jax.rollout.http.server_pool import NoServerAvailable, ServerPool
 
 A, B, C = "http://a", "http://b", "http://c"
 

@@ -9,12 +9,12 @@ from flax import nnx
 
 from orchestra_jax.chat.template import render
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
-from orchestra_jax.rollout.sglang_client import SGLangClient
-from orchestra_jax.tools.experts import OpenAIChatExpert
+from orchestra_jax.rollout.http.sglang_client import SGLangClient
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server.app import ServerConfig, load_model, serve_in_thread
+from orchestra_jax.tools.experts.client import OpenAIChatExpert
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from orchestra_jax.rollout.stop_strings import first_stop
+from orchestra_jax.rollout.jax.stop_strings import first_stop
 
 PIECES = ["a", "b", "ab", "ba", "", "é", "\n", "stop", "xy"]  # "" spells nothing (bytes)
 

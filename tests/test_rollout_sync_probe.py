@@ -10,12 +10,12 @@ import asyncio
 import pytest
 from flax import nnx
 
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.rollout import sync_probe
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
-from orchestra_jax.rollout.sglang_client import SGLangClient
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
+from orchestra_jax.rollout.http import sync_probe
+from orchestra_jax.rollout.http.sglang_client import SGLangClient
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.server.app import ServerConfig, load_model, serve_in_thread
 
 
 def test_probe_through_sglangs_generate(tmp_path):

@@ -14,14 +14,14 @@ from aiohttp import web
 from flax import nnx
 
 from orchestra_jax.models.lora import LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.rollout import sync_probe
-from orchestra_jax.rollout import vllm_protocol as proto
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.http_client import RolloutServerError, ServerUnreachable
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.http import sync_probe
+from orchestra_jax.rollout.http import vllm_protocol as proto
+from orchestra_jax.rollout.http.client import RolloutServerError, ServerUnreachable
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from tests.live_helpers import free_port
 
 CONFIG = Qwen3Config.preset("tiny")
@@ -261,7 +261,7 @@ def test_a_server_dead_at_start_up_is_taken_out_the_others_serve_and_it_comes_ba
             finally:
                 await c.aclose()
 
-    with caplog.at_level(logging.ERROR, logger="orchestra_jax.rollout.server_pool"):
+    with caplog.at_level(logging.ERROR, logger="orchestra_jax.rollout.http.server_pool"):
         outs, down, served, healthy, up, checked = run(go())
     assert [o.output_ids for o in outs] == [[5, 6]] * 3
     assert served.count("/v1/completions") == 3
@@ -566,7 +566,7 @@ def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():
 
 def test_rollout_server_pool_settings_are_checked_and_reach_each_client_and_its_pool():
     from experiments.configs import grpo_hle
-    from orchestra_jax.rollout.sglang_client import SGLangClient
+    from orchestra_jax.rollout.http.sglang_client import SGLangClient
     from orchestra_jax.training import builders
 
     c = grpo_hle.get_config("micro")

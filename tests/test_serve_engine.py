@@ -15,8 +15,8 @@ import pytest
 from flax import nnx
 
 from experiments.configs.grpo_hle import get_config
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.serve.app import OrchestratorServer, ServerThread
 from orchestra_jax.serve.build import default_tool_config
 from orchestra_jax.serve.service import Orchestrator

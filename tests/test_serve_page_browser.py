@@ -343,7 +343,7 @@ def export_random_demo_policy(folder) -> None:
 
     from experiments.configs import grpo_hle
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
     demo: Any = grpo_hle.get_config("demo")
     config = Qwen3Config.preset(demo.model.preset, **dict(demo.model.overrides))

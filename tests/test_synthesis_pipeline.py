@@ -119,7 +119,7 @@ def test_a_killed_run_resumes_without_repeating_a_call(result, tau2_data, tmp_pa
 
 def test_the_tasks_read_back_through_the_toolscale_reader_and_play(result, tau2_data):
     from orchestra_jax.data.readers import read_tasks
-    from orchestra_jax.envs.tau2_env import Tau2Environment, scripted_user_factory
+    from orchestra_jax.envs.tau2.env import Tau2Environment, scripted_user_factory
     from orchestra_jax.tools.base import ToolContext
 
     res, _, _ = result

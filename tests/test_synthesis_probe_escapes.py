@@ -25,8 +25,8 @@ import sys
 import pytest
 
 from orchestra_jax.synthesis.probe import ProbeLimits, Prober
-from orchestra_jax.tools.python_sandbox import bwrap_available
-from orchestra_jax.tools.sandbox_base import SandboxRefused, SandboxUnavailable
+from orchestra_jax.tools.sandbox.base import SandboxRefused, SandboxUnavailable
+from orchestra_jax.tools.sandbox.registry import bwrap_available
 from tests import synthesis_script as script
 
 SECRET = "sk-probe-secret-0123456789"

@@ -5,13 +5,13 @@ import asyncio
 import pytest
 
 from orchestra_jax.tasks import Task
-from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
-from orchestra_jax.tools.experts import ExpertError, ExpertReply
-from orchestra_jax.tools.python_sandbox import SandboxResult
+from orchestra_jax.tools.experts import prompts
+from orchestra_jax.tools.experts.client import ExpertError, ExpertReply
 from orchestra_jax.tools.registry import Backends, make_tools
-from orchestra_jax.tools.retrieval import BM25Retriever, Document
+from orchestra_jax.tools.retrieval.retrievers import BM25Retriever, Document
+from orchestra_jax.tools.sandbox.registry import SandboxResult
 
 TASK = Task("t", "Where is Zorbel Works headquartered?", "Quilton")
 

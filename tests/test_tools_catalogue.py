@@ -7,19 +7,19 @@ import yaml
 from experiments.configs import grpo_hle
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import live_backends
-from orchestra_jax.tools.catalogue import (
-    CatalogueError,
-    check_roles_cover,
-    load_catalogue,
-    missing_api_keys,
-)
 from orchestra_jax.tools.config import aliases_from_profiles
 from orchestra_jax.tools.config_sampler import (
     SamplerRanges,
     ToolConfigSampler,
     fixed_eval_configs,
 )
-from orchestra_jax.tools.retrieval import Document, FallbackRetriever
+from orchestra_jax.tools.experts.catalogue import (
+    CatalogueError,
+    check_roles_cover,
+    load_catalogue,
+    missing_api_keys,
+)
+from orchestra_jax.tools.retrieval.retrievers import Document, FallbackRetriever
 
 PAPER_TOOLS = ("search", "enhance_reasoning", "answer")
 

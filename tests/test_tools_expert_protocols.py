@@ -6,12 +6,12 @@ import yaml
 
 from experiments.configs import grpo_hle
 from orchestra_jax.tasks import Task
-from orchestra_jax.tools import expert_protocols as ep
-from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.catalogue import CatalogueError, load_catalogue, parse_model
+from orchestra_jax.tools.experts import prompts
+from orchestra_jax.tools.experts import protocols as ep
+from orchestra_jax.tools.experts.catalogue import CatalogueError, load_catalogue, parse_model
 from orchestra_jax.tools.live_backends import backend_config_problems
-from orchestra_jax.tools.python_sandbox import SandboxResult
+from orchestra_jax.tools.sandbox.registry import SandboxResult
 
 QUESTION = "Which river carved the valley?"
 REFERENCE = ep.EXPERT_PROTOCOLS.get("reference")
@@ -162,7 +162,7 @@ def test_a_run_is_noted_as_code_and_stdout_only_when_it_printed():
 
 
 def test_the_registry_takes_import_paths():
-    assert ep.EXPERT_PROTOCOLS.get("orchestra_jax.tools.expert_protocols:PROJECT") is PROJECT
+    assert ep.EXPERT_PROTOCOLS.get("orchestra_jax.tools.experts.protocols:PROJECT") is PROJECT
     assert "reference" in ep.EXPERT_PROTOCOLS.problem("nonesuch")
     assert isinstance(REFERENCE, ep.ExpertProtocol) and isinstance(PROJECT, ep.ExpertProtocol)
 
@@ -204,7 +204,7 @@ def live_config(tmp_path, **tools):
 
 def test_start_up_checks_of_tools_experts(tmp_path):
     assert backend_config_problems(live_config(tmp_path, experts="reference"), ["frames"]) == []
-    own = live_config(tmp_path, experts="orchestra_jax.tools.expert_protocols:PROJECT")
+    own = live_config(tmp_path, experts="orchestra_jax.tools.experts.protocols:PROJECT")
     assert backend_config_problems(own, ["frames"]) == []
     [unknown] = backend_config_problems(live_config(tmp_path, experts="nonesuch"), ["frames"])
     assert unknown.startswith("tools.experts: unknown expert protocol 'nonesuch'")

@@ -16,7 +16,7 @@ from orchestra_jax.eval.routers import RouterEngine
 from orchestra_jax.rewards.judge import JudgeVerdict
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
-from orchestra_jax.rollout.server import serve_in_thread
+from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import build_index, pricing
 from orchestra_jax.tools.base import ToolContext
@@ -279,7 +279,7 @@ def test_an_answer_call_ends_the_episode_even_an_empty_answer(live, answer, fina
 
 
 def test_the_project_protocol_lets_an_empty_answer_go_on_and_sends_the_orchestrator(live):
-    from orchestra_jax.tools.expert_protocols import PROJECT
+    from orchestra_jax.tools.experts.protocols import PROJECT
 
     env = live["env"]
     reference, env.expert_protocol = env.expert_protocol, PROJECT

@@ -6,10 +6,10 @@ import pytest
 from aiohttp import web
 
 from orchestra_jax.tasks import Task
-from orchestra_jax.tools import prompts
 from orchestra_jax.tools.base import ToolContext
-from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert
-from orchestra_jax.tools.simulated_expert import SimulatedExpert
+from orchestra_jax.tools.experts import prompts
+from orchestra_jax.tools.experts.client import ExpertError, OpenAIChatExpert
+from orchestra_jax.tools.experts.simulated import SimulatedExpert
 
 OK_BODY = {
     "choices": [{"message": {"role": "assistant", "content": "Final answer: 4"}}],

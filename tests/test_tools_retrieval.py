@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-from orchestra_jax.tools import build_index, retrieval
-from orchestra_jax.tools.dense_retrieval import DenseRetriever, HashingEmbedder, make_embedder
-from orchestra_jax.tools.index_folder import load_retriever
-from orchestra_jax.tools.retrieval import BM25Retriever, Document
-from orchestra_jax.tools.web_search import TavilyRetriever, WebSearchError
+from orchestra_jax.tools import build_index
+from orchestra_jax.tools.retrieval import retrievers as retrieval
+from orchestra_jax.tools.retrieval.dense import DenseRetriever, HashingEmbedder, make_embedder
+from orchestra_jax.tools.retrieval.index_folder import load_retriever
+from orchestra_jax.tools.retrieval.retrievers import BM25Retriever, Document
+from orchestra_jax.tools.retrieval.web_search import TavilyRetriever, WebSearchError
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,7 @@ def test_tavily_without_key_fails_clearly(monkeypatch):
 
 @pytest.mark.slow
 def test_minilm_finds_the_planted_document(env):
-    from orchestra_jax.tools import dense_retrieval
+    from orchestra_jax.tools.retrieval import dense as dense_retrieval
 
     try:
         dense_retrieval.minilm_path()

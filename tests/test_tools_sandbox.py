@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from orchestra_jax.tools import python_sandbox
-from orchestra_jax.tools.python_sandbox import run_python
-from orchestra_jax.tools.sandbox_base import ESCAPES
+from orchestra_jax.tools.sandbox import registry as python_sandbox
+from orchestra_jax.tools.sandbox.base import ESCAPES
+from orchestra_jax.tools.sandbox.registry import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("bwrap", "wasm", "rlimits")
@@ -194,7 +194,7 @@ def test_output_flood_is_capped(backend):
 
 CALLER = """
 import os, sys
-from orchestra_jax.tools.python_sandbox import run_python
+from orchestra_jax.tools.sandbox.registry import run_python
 code = sys.stdin.read().replace("CALLER_PID", str(os.getpid()))
 r = run_python(code, timeout_s=5, isolation=sys.argv[1])
 print("caller alive", r.exit_code, r.timed_out)
@@ -283,7 +283,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_missing_bubblewrap_is_a_clear_error(monkeypatch):
-    from orchestra_jax.tools import sandbox_bwrap
+    from orchestra_jax.tools.sandbox import bwrap as sandbox_bwrap
 
     monkeypatch.setattr(sandbox_bwrap, "find_bwrap", lambda: None)
     with pytest.raises(python_sandbox.SandboxUnavailable, match="bubblewrap|bwrap"):
@@ -293,8 +293,8 @@ def test_missing_bubblewrap_is_a_clear_error(monkeypatch):
 def test_bwrap_runs_a_virtual_environments_own_packages(tmp_path):
     """A venv's interpreter is a link to the base Python: run as given, not resolved,
     so the sandboxed program sees the environment's site-packages."""
-    from orchestra_jax.tools.sandbox_base import SandboxLimits
-    from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
+    from orchestra_jax.tools.sandbox.base import SandboxLimits
+    from orchestra_jax.tools.sandbox.bwrap import BubblewrapSandbox
 
     if python_sandbox.get_sandbox("bwrap").unavailable_reason():
         pytest.skip("bwrap does not run here")

@@ -4,8 +4,8 @@ import concurrent.futures
 
 import pytest
 
-from orchestra_jax.tools.python_sandbox import SandboxResult
-from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
+from orchestra_jax.tools.sandbox.cache import MemoizedSandbox
+from orchestra_jax.tools.sandbox.registry import SandboxResult
 
 
 class FakeSandbox:

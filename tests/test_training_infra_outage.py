@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from orchestra_jax.eval.routers import RouterEngine
-from orchestra_jax.tools.experts import ExpertError
-from orchestra_jax.tools.simulated_expert import SimulatedExpert
+from orchestra_jax.tools.experts.client import ExpertError
+from orchestra_jax.tools.experts.simulated import SimulatedExpert
 from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.rollouts import score_groups
 from tests.resume_worker import ranked_reward

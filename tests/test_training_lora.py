@@ -12,9 +12,9 @@ from flax import nnx
 from orchestra_jax.models import peft_adapter
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.training import builders, grpo_loop, loop_steps
 from orchestra_jax.training.checkpointing import Checkpointer
 from tests.resume_worker import ranked_reward
@@ -122,7 +122,7 @@ def test_a_lora_run_resumes_with_its_adapters_and_optimizer_state_exactly(whole)
 
 def _first_turn_logprobs(model, traj, temperature):
     """log p(token) of the episode's first generated turn under `model` at `temperature`
-    (the sampler's log_softmax(logits / T), rollout/sampling.py)."""
+    (the sampler's log_softmax(logits / T), rollout/jax/sampling.py)."""
     n = traj.turns[0].num_generated_tokens
     ids = jnp.asarray(traj.token_ids[: traj.prompt_length + n])
     logits = model(ids[None, :-1], jnp.arange(len(ids) - 1)[None])[0]

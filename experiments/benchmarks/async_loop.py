@@ -66,8 +66,8 @@ def measure(args, placement: str, max_staleness: int, warm_start) -> dict:
     engine, server = run.engine, None
     if placement == "loopback":
         run.config.rl.partial_rollouts = False  # the server swaps between requests
-        from orchestra_jax.rollout.server import ServerConfig, load_model, serve_in_thread
-        from orchestra_jax.rollout.sglang_client import SGLangClient
+        from orchestra_jax.rollout.http.sglang_client import SGLangClient
+        from orchestra_jax.rollout.server.app import ServerConfig, load_model, serve_in_thread
 
         server = serve_in_thread(
             engine,

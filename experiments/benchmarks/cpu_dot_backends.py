@@ -66,8 +66,8 @@ def _decode_work(shape: str, dtype: str):
     from flax import nnx
 
     from experiments.benchmarks.decode import BATCH, NEW_TOKENS, batch_requests, ours_generate
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
     if shape == "demo":
         config = Qwen3Config.preset("demo")

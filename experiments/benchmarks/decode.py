@@ -40,9 +40,9 @@ from flax import nnx
 
 from experiments.benchmarks import common
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
 BATCH, NEW_TOKENS, PROMPT_LEN = 16, 128, 32
 

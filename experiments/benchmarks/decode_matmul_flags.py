@@ -49,7 +49,7 @@ def worker(dtype: str, rows: int, repeats: int) -> dict:
     from experiments.benchmarks import common
     from experiments.benchmarks.decode_matmuls import LAYERS, shapes
     from orchestra_jax.models.matmul import dense
-    from orchestra_jax.models.qwen3 import Qwen3Config
+    from orchestra_jax.models.qwen3.model import Qwen3Config
 
     jdt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]
     c = Qwen3Config.preset("qwen3_0p6b")

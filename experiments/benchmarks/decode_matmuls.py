@@ -34,7 +34,7 @@ import torch
 from experiments.benchmarks import common
 from experiments.benchmarks.peer_process import PeerProcess
 from orchestra_jax.models.matmul import dense
-from orchestra_jax.models.qwen3 import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3Config
 
 LAYERS = 4
 DTYPES = {"float32": (jnp.float32, torch.float32), "bfloat16": (jnp.bfloat16, torch.bfloat16)}

@@ -49,11 +49,11 @@ from experiments.benchmarks.decode_vs_vllm import (
     requests_of,
 )
 from experiments.benchmarks.xla_trace import HloOp, hlo_ops, materialized, trace_thunk_seconds
-from orchestra_jax.models import qwen3_layers
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout import sampling
-from orchestra_jax.rollout.decode_steps import DecodeSteps
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig, default_cache_dtype
+from orchestra_jax.models.qwen3 import layers as qwen3_layers
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.jax import sampling
+from orchestra_jax.rollout.jax.decode_steps import DecodeSteps
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig, default_cache_dtype
 
 BATCH, CACHE_LEN, STEPS_PER_CALL = 16, 192, 16
 CATEGORIES = (

@@ -45,11 +45,11 @@ from experiments.benchmarks import common
 from launch import vllm_process
 from launch.vllm_process import stop
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
 NEW_TOKENS, PROMPT_LEN = 128, 32
 SHAPES = {

@@ -35,7 +35,7 @@ import jax
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.training import experiment, loop_steps
 from orchestra_jax.training.run_sync import run_sync
 

@@ -64,7 +64,7 @@ def write_synthetic(folder: pathlib.Path) -> int:
 
     from orchestra_jax.models import hf_checkpoint
     from orchestra_jax.models import safetensors_stream as st
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(**SYNTHETIC, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))

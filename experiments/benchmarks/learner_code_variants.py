@@ -41,11 +41,13 @@ import optax
 
 from experiments.benchmarks import common
 from experiments.benchmarks.learner_step import BATCH, SEQ, jax_step_parts
-from orchestra_jax.models import matmul, qwen3_attention, qwen3_layers
+from orchestra_jax.models import matmul
 from orchestra_jax.models.attention_kernels import get_attention, xla_attention
-from orchestra_jax.models.qwen3 import Qwen3Config
-from orchestra_jax.models.qwen3_attention import Attention
-from orchestra_jax.models.qwen3_layers import apply_rope
+from orchestra_jax.models.qwen3 import attention as qwen3_attention
+from orchestra_jax.models.qwen3 import layers as qwen3_layers
+from orchestra_jax.models.qwen3.attention import Attention
+from orchestra_jax.models.qwen3.layers import apply_rope
+from orchestra_jax.models.qwen3.model import Qwen3Config
 
 
 def _xent_where(logits, labels):

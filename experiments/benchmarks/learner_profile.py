@@ -44,7 +44,7 @@ from flax import nnx
 from experiments.benchmarks import common
 from experiments.benchmarks.learner_step import BATCH, SEQ, jax_step_parts
 from experiments.benchmarks.xla_trace import HloOp, hlo_ops, trace_thunk_seconds
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 CATEGORIES = (
     "matmul (q/k/v/o, MLP)",

@@ -68,7 +68,7 @@ def train_batch(rows: int, seq: int, vocab: int):
 def make_learner(model_config, **learner_fields):
     from flax import nnx
 
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
     from orchestra_jax.rl.learner import Learner, LearnerConfig
 
     model = Qwen3ForCausalLM(model_config, rngs=nnx.Rngs(0))
@@ -105,7 +105,7 @@ def planned_bytes(learner, batch) -> dict:
 
 def worker(args) -> None:
     """One measurement in this fresh process; prints one JSON line."""
-    from orchestra_jax.models.qwen3 import Qwen3Config
+    from orchestra_jax.models.qwen3.model import Qwen3Config
 
     overrides = json.loads(args.model_overrides)
     config = Qwen3Config.preset(args.preset, **overrides)
@@ -151,7 +151,7 @@ def run_worker(
 def time_scaling(repeats: int) -> dict:
     """Median step seconds per row count, timed round robin; log-log slope."""
     from experiments.benchmarks import common
-    from orchestra_jax.models.qwen3 import Qwen3Config
+    from orchestra_jax.models.qwen3.model import Qwen3Config
 
     config = Qwen3Config.preset("demo")
     fns, learners = {}, {}

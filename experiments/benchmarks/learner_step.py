@@ -45,7 +45,7 @@ import optax
 from flax import nnx
 
 from experiments.benchmarks import common
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 BATCH, SEQ = 16, 256
 

@@ -38,7 +38,7 @@ from experiments.benchmarks.learner_step import BATCH, SEQ, grpo_batch
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.peft_adapter import save_adapter
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rl.learner import Learner, LearnerConfig
 
 SHAPES = {

@@ -35,9 +35,9 @@ from flax import nnx
 
 from experiments.benchmarks import common
 from experiments.configs import grpo_hle
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
 PROMPT_LEN, TOOL_LEN = 600, 60
 

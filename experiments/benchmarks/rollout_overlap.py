@@ -47,10 +47,10 @@ from flax import nnx
 from experiments.benchmarks.common import RESULTS_DIR, write_result
 from orchestra_jax.agent.loop import EpisodeSpec, LoopLimits, derive_seed, run_episodes
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import Completion, SamplingParams
-from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolResult, function_schema
 

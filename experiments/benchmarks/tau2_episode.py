@@ -26,8 +26,8 @@ from experiments.benchmarks import common
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-from orchestra_jax.envs.tau2_env import Tau2Environment
-from orchestra_jax.envs.tau2_user import ScriptedUser
+from orchestra_jax.envs.tau2.env import Tau2Environment
+from orchestra_jax.envs.tau2.user import ScriptedUser
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes

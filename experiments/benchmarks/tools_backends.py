@@ -24,8 +24,9 @@ import tempfile
 
 from experiments.benchmarks import common
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-from orchestra_jax.tools import python_sandbox, retrieval
-from orchestra_jax.tools.python_sandbox import run_python
+from orchestra_jax.tools.retrieval import retrievers as retrieval
+from orchestra_jax.tools.sandbox import registry as python_sandbox
+from orchestra_jax.tools.sandbox.registry import run_python
 
 PROGRAM = "print(sum(i * i for i in range(10000)))"
 LIBRARIES = (

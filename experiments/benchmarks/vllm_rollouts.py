@@ -76,8 +76,8 @@ from launch import vllm_process
 from launch.vllm_process import stop
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
-from orchestra_jax.rollout.vllm_client import VLLMClient
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
 from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.metrics import read_metrics

@@ -65,7 +65,7 @@ VARIANTS = (
 )
 CONFIGS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(os.path.dirname(CONFIGS_DIR))
-# The model catalogues (orchestra_jax/tools/catalogue.py) shipped beside this file.
+# The model catalogues (orchestra_jax/tools/experts/catalogue.py) shipped beside this file.
 PAPER_CATALOGUE = os.path.join(CONFIGS_DIR, "models_paper.yaml")
 # The file readers of data/readers.py: their data.paths / data.eval_paths keys exist in
 # every variant, so --config.data.paths.frames=... works on the command line.
@@ -128,7 +128,7 @@ def _base() -> ml_collections.ConfigDict:
     # `Authorization: Bearer` (unset or empty: none; launch/README.md, "Access").
     c.rollout.api_key_env = "ROLLOUT_API_KEY"
     # sglang, vllm: largest |served − learner| log-prob of the sync probe's tokens after
-    # a sync (rollout/sync_probe.py); 0: the serving dtype's tolerance.
+    # a sync (rollout/http/sync_probe.py); 0: the serving dtype's tolerance.
     c.rollout.sync_tolerance = 0.0
     c.rollout.max_batch_size = 64  # jax: concurrent sequences in the decode batch.
     c.rollout.max_seq_len = 2048  # jax: KV-cache length per sequence.
@@ -141,7 +141,7 @@ def _base() -> ml_collections.ConfigDict:
     # the user simulator retry in their own clients). An episode whose service
     # still fails is an infrastructure failure: neither trained on nor scored.
     c.rollout.infra_retries = 2
-    # sglang, vllm: how the client treats its servers (rollout/server_pool_settings.py).
+    # sglang, vllm: how the client treats its servers (rollout/http/server_pool_settings.py).
     c.rollout.server_pool = ml_collections.ConfigDict()
     c.rollout.server_pool.timeout_s = 600.0  # The longest one HTTP call may take.
     # A call that meets a server fault is retried this many times (on another server
@@ -246,12 +246,12 @@ def _base() -> ml_collections.ConfigDict:
     # env.name="routed": the environments of a mixture, the default first. A task
     # names its own in metadata["env"] (τ² tasks: "tau2"); the others go to the default.
     c.env.members = ""
-    # τ²-bench (envs/tau2_env.py; needs the tau2 extra, see setup.py).
+    # τ²-bench (envs/tau2/env.py; needs the tau2 extra, see setup.py).
     c.env.tau2 = ml_collections.ConfigDict()
     c.env.tau2.data_dir = ""  # tau2's data folder ("": $TAU2_DATA_DIR).
     c.env.tau2.domain = ""  # The domain Environment.tasks() reads; runs read data.sources.
     # Where domains that tau2 lacks (ToolScale's ten, e.g. env.tau2.domain=bank) are found
-    # as folders (envs/tau2_domain_folder.py); env.tau2.domain may also be a folder's path.
+    # as folders (envs/tau2/domain_folder.py); env.tau2.domain may also be a folder's path.
     c.env.tau2.domains_dir = ""
     # A folder domain's code runs in the sandbox (envs/sandboxed_domain.py; tools.sandbox),
     # unless tools.code_is_trusted, or it is one of ToolScale's ten in domains_dir (the
@@ -313,7 +313,7 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.preference_prob = 0.2  # Chance a task states a tool preference.
     c.tools.sleep_scale = 0.0  # Simulated tools really sleep latency × this.
     c.tools.description_style = "full"  # "full" (paper) | "compact" (short CPU prompts).
-    # Where model-written code runs (tools/python_sandbox.py): "auto" picks the
+    # Where model-written code runs (tools/sandbox/registry.py): "auto" picks the
     # first of bwrap (Linux namespaces) and wasm (CPython for WASI in wasmtime)
     # that runs here; "rlimits" limits resources only and needs code_is_trusted.
     c.tools.sandbox = "auto"
@@ -323,7 +323,7 @@ def _base() -> ml_collections.ConfigDict:
     # only, not on machine load, so runs repeat and a resumed run retraces an
     # uninterrupted one.
     c.tools.charge_measured_time = True
-    # Run each distinct program once (tools/sandbox_cache.py): only where every
+    # Run each distinct program once (tools/sandbox/cache.py): only where every
     # program's output is a function of its text, as the offline experts' are.
     c.tools.memoize_code = False
     # Experts per meta-tool (tools/live_backends.py): "offline" (simulated, they read
@@ -333,7 +333,7 @@ def _base() -> ml_collections.ConfigDict:
     c.tools.catalogue = PAPER_CATALOGUE  # Models, endpoints, keys, prices (live tools).
     c.tools.expert_max_tokens = 2048  # Per expert reply.
     c.tools.expert_temperature = 0.0
-    # How a live expert is asked and its reply read (tools/expert_protocols.py):
+    # How a live expert is asked and its reply read (tools/experts/protocols.py):
     # "project" (its role's system prompt, the task, documents, intermediate results
     # and the orchestrator's last 2,000 characters; tools.expert_temperature; an empty
     # answer is an error and the episode goes on) or "reference" (the released code's
@@ -353,7 +353,7 @@ def _base() -> ml_collections.ConfigDict:
     # A document as the orchestrator and experts read it: "title_text" ("title: text")
     # or "content" (the reference's: the retriever's text as it is, no title).
     c.tools.document_text = "title_text"
-    # What a search costs (tools/search_pricing.py): "per_document" (the prices above,
+    # What a search costs (tools/retrieval/search_pricing.py): "per_document" (the prices above,
     # per query and per returned document) or "reference" (the reference's: a web
     # engine's search + top_k extractions; a local index, the query's tokens at the
     # orchestrator's input price).

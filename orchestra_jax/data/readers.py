@@ -6,7 +6,7 @@ Kinds:
 - `"tau2"`: τ²-bench tasks from a tau2 domain folder (option `split`) or a
   file of tau2 task rows; `"toolscale"`: the same reader for ToolScale rows
   (HF `nvidia/ToolScale`, tau2's task schema). The tasks are played and graded
-  by the "tau2" environment (`data/tau2_tasks.py`, `envs/tau2_env.py`).
+  by the "tau2" environment (`data/tau2_tasks.py`, `envs/tau2/env.py`).
 - `"generalthought"`: GeneralThought-style QA (`question`, `reference_answer`
   or `answer`, optional `question_id`, `task`, `question_source`,
   `model_answer`); rows without a gold answer are skipped.

@@ -2,7 +2,7 @@
 
 A domain's `data_model.py` and `tools.py` are pydantic models and tau2
 toolkits, so they need native CPython with tau2 and pydantic installed. Of the
-project's sandboxes (`tools/python_sandbox.py`), bubblewrap runs the caller's
+project's sandboxes (`tools/sandbox/registry.py`), bubblewrap runs the caller's
 own CPython in namespaces; the WebAssembly CPython has no pydantic (a
 compiled extension) and cannot import tau2, so it cannot run domain code;
 rlimits is no isolation, allowed only where the config says the code is
@@ -34,8 +34,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from orchestra_jax.tools import python_sandbox, sandbox_bwrap, sandbox_process
-from orchestra_jax.tools.sandbox_base import SandboxLimits, SandboxRefused, SandboxUnavailable
+from orchestra_jax.tools.sandbox import bwrap as sandbox_bwrap
+from orchestra_jax.tools.sandbox import process as sandbox_process
+from orchestra_jax.tools.sandbox import registry as python_sandbox
+from orchestra_jax.tools.sandbox.base import SandboxLimits, SandboxRefused, SandboxUnavailable
 
 _log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ class Server:
     """The environments of one domain folder (module docstring)."""
 
     def __init__(self, folder: pathlib.Path):
-        from orchestra_jax.envs.tau2_domain_folder import environment_constructor, load_domain_code
+        from orchestra_jax.envs.tau2.domain_folder import environment_constructor, load_domain_code
 
         db_class, toolkit_class = load_domain_code(folder)
         self.make = environment_constructor(folder, db_class, toolkit_class)
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # fd 1 is stderr from here on
     with contextlib.redirect_stdout(sys.stderr):
-        from orchestra_jax.envs.tau2_setup import import_tau2
+        from orchestra_jax.envs.tau2.setup import import_tau2
 
         import_tau2()
         try:

@@ -27,7 +27,7 @@ An environment gives everything about a task that is not the policy:
 "package.module:factory" for an environment in one's own module. Registered:
 "synthetic" (the offline world, `envs/synthetic.py`), "qa" (question answering
 on benchmark files with live experts, search and judge, `envs/qa.py`), "tau2" (τ²-bench
-conversations, `envs/tau2_env.py`, needs the `tau2` extra) and "routed"
+conversations, `envs/tau2/env.py`, needs the `tau2` extra) and "routed"
 (several environments in one run, each task played by the one it names,
 `envs/routing.py`).
 """
@@ -88,7 +88,7 @@ EnvironmentFactory = Callable[[Any], Environment]
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry("environment")
 ENVIRONMENTS.register_lazy("synthetic", "orchestra_jax.envs.synthetic:from_config")
 ENVIRONMENTS.register_lazy("qa", "orchestra_jax.envs.qa:from_config")
-ENVIRONMENTS.register_lazy("tau2", "orchestra_jax.envs.tau2_env:from_config")
+ENVIRONMENTS.register_lazy("tau2", "orchestra_jax.envs.tau2.env:from_config")
 ENVIRONMENTS.register_lazy("routed", "orchestra_jax.envs.routing:from_config")
 
 

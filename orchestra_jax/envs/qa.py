@@ -3,7 +3,7 @@
 The paper's QA setup as an `Environment` ("qa"): the tasks are the rows of
 `data.sources` (training and held-out splits of `data/splits.py`), the
 orchestrator's meta-tools call the expert models of a catalogue
-(`tools/catalogue.py`) over HTTP, `search` queries a local index or the web,
+(`tools/experts/catalogue.py`) over HTTP, `search` queries a local index or the web,
 code runs in the sandbox, and free-form answers are graded by the LLM judge of
 `reward.judge` (exact matches first). Which backend serves each tool is a
 config choice (`tools/live_backends.py`):
@@ -14,7 +14,7 @@ config choice (`tools/live_backends.py`):
                                    measured); a failing call, after retries, is a
                                    tool error the policy reads, counted in metrics
     tools.search   = "index" | "tavily" | "index+tavily"
-    tools.sandbox  = a sandbox of `tools/python_sandbox.py` ("auto": the safest here)
+    tools.sandbox  = a sandbox of `tools/sandbox/registry.py` ("auto": the safest here)
 
 Simulated experts ("offline") read the gold answer, so they are allowed only
 with synthetic data (a config check); the tool-configuration sampler then
@@ -35,7 +35,6 @@ from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import live_backends
 from orchestra_jax.tools.base import Tool
-from orchestra_jax.tools.catalogue import load_catalogue
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
 from orchestra_jax.tools.config_sampler import (
     SamplerRanges,
@@ -43,12 +42,13 @@ from orchestra_jax.tools.config_sampler import (
     fixed_eval_configs,
 )
 from orchestra_jax.tools.enabled import enabled_tools
-from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS, PROJECT, ExpertProtocol
-from orchestra_jax.tools.experts import ExpertClient, ExpertError
-from orchestra_jax.tools.python_sandbox import make_sandbox, run_python
+from orchestra_jax.tools.experts.catalogue import load_catalogue
+from orchestra_jax.tools.experts.client import ExpertClient, ExpertError
+from orchestra_jax.tools.experts.protocols import EXPERT_PROTOCOLS, PROJECT, ExpertProtocol
 from orchestra_jax.tools.registry import Backends, make_tools
-from orchestra_jax.tools.retrieval import Retriever
-from orchestra_jax.tools.search_pricing import PER_DOCUMENT, SearchCharge, search_charge
+from orchestra_jax.tools.retrieval.retrievers import Retriever
+from orchestra_jax.tools.retrieval.search_pricing import PER_DOCUMENT, SearchCharge, search_charge
+from orchestra_jax.tools.sandbox.registry import make_sandbox, run_python
 
 
 class QAEnvironment:

@@ -39,7 +39,7 @@ from typing import Any
 
 from orchestra_jax.envs import domain_sandbox
 from orchestra_jax.envs.domain_server import MARKER
-from orchestra_jax.tools.sandbox_base import SandboxLimits
+from orchestra_jax.tools.sandbox.base import SandboxLimits
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 

@@ -39,9 +39,9 @@ from orchestra_jax.tools.config_sampler import (
     ToolConfigSampler,
     fixed_eval_configs,
 )
-from orchestra_jax.tools.python_sandbox import make_sandbox, run_python
 from orchestra_jax.tools.registry import Backends, make_tools
-from orchestra_jax.tools.retrieval import BM25Retriever, Document
+from orchestra_jax.tools.retrieval.retrievers import BM25Retriever, Document
+from orchestra_jax.tools.sandbox.registry import make_sandbox, run_python
 
 DOMAINS = ("arithmetic", "entity_fact", "logic")
 SPLITS = {"train": 0, "heldout": 1}

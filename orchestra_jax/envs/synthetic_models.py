@@ -21,10 +21,10 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
+from orchestra_jax.tools.experts.simulated import SimulatedExpert
 from orchestra_jax.tools.meta_tool_table import meta_tool
-from orchestra_jax.tools.python_sandbox import run_python
 from orchestra_jax.tools.registry import Backends
-from orchestra_jax.tools.simulated_expert import SimulatedExpert
+from orchestra_jax.tools.sandbox.registry import run_python
 
 EXPERT_PARAMS: dict[str, dict[str, Any]] = {
     "sim-frontier": dict(

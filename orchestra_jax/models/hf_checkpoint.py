@@ -25,7 +25,7 @@ from flax import nnx
 from orchestra_jax.io import paths
 from orchestra_jax.models import safetensors_stream as st
 from orchestra_jax.models.lora import LoRAParam, initial_adapters
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.mesh import state_shardings
 from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 

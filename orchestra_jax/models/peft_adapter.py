@@ -33,7 +33,7 @@ from safetensors.numpy import save as save_safetensors
 from orchestra_jax.io import paths
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec, merged_kernel
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 from orchestra_jax.parallel.multihost import gather_to_host, is_primary
 
 CONFIG_FILE = "adapter_config.json"

@@ -65,7 +65,7 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 
 from orchestra_jax.models.lora import LoRAParam
-from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
 from orchestra_jax.parallel.mesh import _path_names, partition_spec
 from orchestra_jax.rl.batching import TrainBatch

@@ -123,7 +123,7 @@ class GenerateRequest:
       (`Completion.prompt_logprobs`; position 0 has no logprob).
     affinity_key: requests sharing it (the turns of one episode) go to the same
       server where there are several, the one holding their common prefix in its
-      cache (`server_pool.py`); None: any server.
+      cache (`rollout/http/server_pool.py`); None: any server.
     """
 
     input_ids: list[int]
@@ -160,7 +160,7 @@ class Completion:
       the context ran out) or "abort" (the engine gave up on the request, e.g. a
       weight update that aborts requests in flight; the tokens so far are kept)
       or "context" (a server refused it: prompt plus max_new_tokens exceed the
-      context it serves; no tokens; the HTTP clients, `http_client.py`);
+      context it serves; no tokens; the HTTP clients, `rollout/http/client.py`);
       None only in the partial completions a streaming engine yields before its
       last one.
     cached_tokens: prompt tokens whose keys/values were reused from an earlier
@@ -236,7 +236,7 @@ class RolloutEngine(Protocol):
 @runtime_checkable
 class ServedEngine(Protocol):
     """An engine whose weights live on inference servers (the SGLang and vLLM clients,
-    `rollout/http_client.py`): its `update_weights` loads them on every server and
+    `rollout/http/client.py`): its `update_weights` loads them on every server and
     verifies each (version and sync probe), and it can say which version each server
     holds now."""
 
@@ -257,9 +257,9 @@ class StreamingEngine(Protocol):
 # `rollout.engine` names. Engines are imported on first use, so that, e.g., the
 # scripted engine needs no JAX; "package.module:Class" names one's own.
 ENGINES: Registry[type] = Registry("rollout engine")
-ENGINES.register_lazy("jax", "orchestra_jax.rollout.jax_engine:make_jax_engine")
-ENGINES.register_lazy("sglang", "orchestra_jax.rollout.sglang_client:SGLangClient")
-ENGINES.register_lazy("vllm", "orchestra_jax.rollout.vllm_client:VLLMClient")
+ENGINES.register_lazy("jax", "orchestra_jax.rollout.jax.engine:make_jax_engine")
+ENGINES.register_lazy("sglang", "orchestra_jax.rollout.http.sglang_client:SGLangClient")
+ENGINES.register_lazy("vllm", "orchestra_jax.rollout.http.vllm_client:VLLMClient")
 ENGINES.register_lazy("scripted", "orchestra_jax.rollout.scripted:ScriptedEngine")
 
 

@@ -2,7 +2,7 @@
 
 Routes, access, limits and the event stream are docs/serving.md's; this module is
 that contract's implementation. The access rules are the rollout server's, from
-one module (`rollout/http_access.py`): loopback unless told otherwise, `Authorization: Bearer
+one module (`rollout/server/access.py`): loopback unless told otherwise, `Authorization: Bearer
 <key>` on every route (here: but the page) when a key is set, a key required
 beyond loopback, bodies over the limit a 413, JSON errors in OpenAI's shape.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestra_jax.rollout import http_access
-from orchestra_jax.rollout.http_access import json_error, read_json_body, require_key
+from orchestra_jax.rollout.server import access as http_access
+from orchestra_jax.rollout.server.access import json_error, read_json_body, require_key
 from orchestra_jax.serve.request import BadRequest, parse_request
 from orchestra_jax.serve.service import Answer, Orchestrator
 

@@ -5,9 +5,9 @@ stage (e.g. "tasks/purpose-3/sample-0"), the chat messages and the sampling
 settings. A `Generator` answers it with a `Reply` (text, token counts, cost
 in USD). Kinds, by config name (`GENERATORS`, `synthesis.generator.kind`):
 
-- "catalogue": a model of a catalogue file (`tools/catalogue.py`) on any
+- "catalogue": a model of a catalogue file (`tools/experts/catalogue.py`) on any
   OpenAI-compatible endpoint, through the experts' client
-  (`tools/experts.OpenAIChatExpert`: retries with backoff on 5xx/429/timeouts,
+  (`tools/experts/client.OpenAIChatExpert`: retries with backoff on 5xx/429/timeouts,
   at most `max_concurrency` requests in flight), priced at the entry's
   `price_in` / `price_out` per million tokens.
 - "scripted": recorded replies, one per call key, from a JSON file
@@ -71,8 +71,8 @@ class CatalogueGenerator:
         timeout_s: float = 600.0,
         backoff_s: float = 1.0,
     ):
-        from orchestra_jax.tools.catalogue import load_catalogue
-        from orchestra_jax.tools.experts import OpenAIChatExpert
+        from orchestra_jax.tools.experts.catalogue import load_catalogue
+        from orchestra_jax.tools.experts.client import OpenAIChatExpert
 
         entries = {m.name: m for m in load_catalogue(catalogue).models}
         if name not in entries:

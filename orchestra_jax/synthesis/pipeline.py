@@ -97,7 +97,7 @@ async def new_domain(ctx: stages.Context, config: Any, out: pathlib.Path) -> sta
 
 def existing_domain(ctx: stages.Context, config: Any) -> stages.Domain:
     """A domain folder as it is (its tools' schemas read by a probe)."""
-    from orchestra_jax.envs.tau2_domain_folder import check_domain_folder, domain_folder
+    from orchestra_jax.envs.tau2.domain_folder import check_domain_folder, domain_folder
 
     folder = domain_folder(config.domain.folder, config.domain.domains_dir)
     if folder is None:

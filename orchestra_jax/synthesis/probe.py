@@ -32,7 +32,7 @@ from typing import Any
 from orchestra_jax.envs import domain_sandbox
 from orchestra_jax.synthesis.outputs import REASONS
 from orchestra_jax.synthesis.probe_worker import RESULTS_MARKER
-from orchestra_jax.tools.sandbox_base import SandboxLimits
+from orchestra_jax.tools.sandbox.base import SandboxLimits
 
 # Slack the process gets past a request's own limit (its judge enforces that one).
 VERDICT_SLACK_S = 10.0

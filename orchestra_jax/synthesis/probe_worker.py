@@ -24,7 +24,7 @@ writes the verdict: the child's report if it is one JSON result, else
 shape only its own report (as any code can behave well only while probed),
 never another request's verdict.
 
-Kinds of request, each on a domain folder (`envs/tau2_domain_folder.py`
+Kinds of request, each on a domain folder (`envs/tau2/domain_folder.py`
 layout) given as its files (`name`, `files`):
 
   data_model  `data_model.py` imports and defines one subclass of tau2's `DB`
@@ -73,7 +73,7 @@ def _error_text(e: BaseException) -> str:
 def _code(folder: pathlib.Path) -> tuple[type, type | None]:
     """The folder's DB class and toolkit class (None without tools.py), freshly
     imported: an earlier candidate of the same domain name is forgotten first."""
-    from orchestra_jax.envs.tau2_domain_folder import load_domain_code, unload_domain_code
+    from orchestra_jax.envs.tau2.domain_folder import load_domain_code, unload_domain_code
 
     unload_domain_code(folder.name)
     return load_domain_code(folder, with_tools=(folder / "tools.py").exists())
@@ -136,7 +136,7 @@ def probe_tools(folder: pathlib.Path, request: dict) -> dict[str, Any]:
 def probe_replay(folder: pathlib.Path, request: dict) -> dict[str, Any]:
     from tau2.data_model.tasks import Task
 
-    from orchestra_jax.envs.tau2_domain_folder import environment_constructor
+    from orchestra_jax.envs.tau2.domain_folder import environment_constructor
 
     try:
         Task.model_validate(request["task"])
@@ -348,7 +348,7 @@ def main(argv: list[str]) -> None:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # fd 1 is stderr from here on
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     with contextlib.redirect_stdout(sys.stderr):
-        from orchestra_jax.envs.tau2_setup import import_tau2
+        from orchestra_jax.envs.tau2.setup import import_tau2
 
         import_tau2()
         out.write(RESULTS_MARKER + json.dumps({"ready": True}) + "\n")

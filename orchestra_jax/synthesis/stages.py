@@ -69,7 +69,7 @@ class Context:
 
 @dataclasses.dataclass(frozen=True)
 class Domain:
-    """A domain the task stages write for: its folder (`envs/tau2_domain_folder.py`
+    """A domain the task stages write for: its folder (`envs/tau2/domain_folder.py`
     layout), policy, tools' OpenAI schemas and an excerpt of its database."""
 
     name: str

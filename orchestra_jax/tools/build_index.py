@@ -16,8 +16,8 @@ import sys
 import time
 
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
-from orchestra_jax.tools import retrieval
-from orchestra_jax.tools.index_folder import build
+from orchestra_jax.tools.retrieval import retrievers as retrieval
+from orchestra_jax.tools.retrieval.index_folder import build
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestra_jax.tools import descriptions, function_tools, pricing
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, PAPER_META_TOOLS, is_meta_tool
-from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
+from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
 
 BASE_FEATURES = ("accuracy", "cost", "latency")
 

@@ -3,7 +3,7 @@
 `tools.backends` names the experts behind each meta-tool:
 
     "offline"              every meta-tool's aliases are simulated experts
-                           (`tools/simulated_expert.py`), which read the task's
+                           (`tools/experts/simulated.py`), which read the task's
                            gold answer: synthetic data only (a config check)
     "live"                 every meta-tool's aliases are the catalogue's models
                            (`tools.catalogue`), called over HTTP (`OpenAIChatExpert`)
@@ -17,7 +17,7 @@
     "index+tavily"  the index, topped up from Tavily when fewer than
                     `tools.search_min_docs` hits survive a question's whitelist
 
-`tools.experts` names how the experts are asked (`expert_protocols.py`); a
+`tools.experts` names how the experts are asked (`tools/experts/protocols.py`); a
 protocol that asks by model family ("reference") needs every live model's
 catalogue `family`, and live experts only.
 
@@ -31,7 +31,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestra_jax.envs.routing import member_names
-from orchestra_jax.tools.catalogue import (
+from orchestra_jax.tools.enabled import enabled_tools
+from orchestra_jax.tools.experts.catalogue import (
     CatalogueError,
     CatalogueModel,
     check_roles_cover,
@@ -39,12 +40,11 @@ from orchestra_jax.tools.catalogue import (
     missing_api_keys,
     missing_families,
 )
-from orchestra_jax.tools.enabled import enabled_tools
-from orchestra_jax.tools.expert_protocols import EXPERT_PROTOCOLS
-from orchestra_jax.tools.experts import OpenAIChatExpert, probe_endpoint
-from orchestra_jax.tools.index_folder import load_retriever
+from orchestra_jax.tools.experts.client import OpenAIChatExpert, probe_endpoint
+from orchestra_jax.tools.experts.protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
-from orchestra_jax.tools.retrieval import FallbackRetriever, Retriever
+from orchestra_jax.tools.retrieval.index_folder import load_retriever
+from orchestra_jax.tools.retrieval.retrievers import FallbackRetriever, Retriever
 
 BACKEND_KINDS = ("offline", "live")
 SEARCH_BACKENDS = ("index", "tavily", "index+tavily")
@@ -136,7 +136,7 @@ def make_retriever(kind: str, index_path: str = "", *, min_docs: int = 3) -> Ret
     if kind not in SEARCH_BACKENDS:
         raise ValueError(f"tools.search must be one of {SEARCH_BACKENDS}, got {kind!r}")
     if kind == "tavily":
-        from orchestra_jax.tools.web_search import TavilyRetriever
+        from orchestra_jax.tools.retrieval.web_search import TavilyRetriever
 
         return TavilyRetriever()
     if not index_path:
@@ -147,7 +147,7 @@ def make_retriever(kind: str, index_path: str = "", *, min_docs: int = 3) -> Ret
     index = load_retriever(index_path)
     if kind == "index":
         return index
-    from orchestra_jax.tools.web_search import TavilyRetriever
+    from orchestra_jax.tools.retrieval.web_search import TavilyRetriever
 
     return FallbackRetriever(index, TavilyRetriever(), min_docs=min_docs)
 

@@ -5,7 +5,7 @@ the alias's backend (an `ExpertClient` in `Backends.experts`) does the model
 work in its role (`meta_tool_table.META_TOOLS`). How the expert is asked and
 how its reply is read (prompt, temperature, query, program, answer, whether an
 empty answer ends the episode) is `Backends.expert_protocol`'s
-(`expert_protocols.py`, `tools.experts`), given the backend's model family
+(`tools/experts/protocols.py`, `tools.experts`), given the backend's model family
 (`Backends.families`). The entry's `result` picks what becomes of the reply;
 the paper's three:
 
@@ -13,7 +13,7 @@ the paper's three:
                      `search_top_k` documents (restricted to the task's
                      `metadata["allowed_doc_ids"]` when present), appended to
                      ctx.documents and listed in metadata["documents"].
-                     cost = tokens + the search's charge (`search_pricing.py`:
+                     cost = tokens + the search's charge (`tools/retrieval/search_pricing.py`:
                      price_per_query + n_docs * price_per_doc by default)
                      latency = expert latency + measured retrieval time*
   enhance_reasoning: the expert writes a program; the sandbox runs it; the
@@ -48,8 +48,8 @@ from typing import Any
 from orchestra_jax.infra_failure import InfraError, InfraFailure, endpoint_of, is_service_failure
 from orchestra_jax.tools import descriptions, pricing
 from orchestra_jax.tools.base import ToolContext, ToolResult, error_result
-from orchestra_jax.tools.expert_protocols import ExpertProtocol
-from orchestra_jax.tools.experts import ExpertError, ExpertReply, backoff_delay
+from orchestra_jax.tools.experts.client import ExpertError, ExpertReply, backoff_delay
+from orchestra_jax.tools.experts.protocols import ExpertProtocol
 from orchestra_jax.tools.function_tools import format_sandbox_result
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, MetaToolSpec
 

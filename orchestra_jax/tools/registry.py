@@ -15,13 +15,13 @@ from typing import Any
 from orchestra_jax.tools import config as config_lib
 from orchestra_jax.tools import function_tools
 from orchestra_jax.tools.base import Tool
-from orchestra_jax.tools.expert_protocols import PROJECT, ExpertProtocol
-from orchestra_jax.tools.experts import ExpertClient
+from orchestra_jax.tools.experts.client import ExpertClient
+from orchestra_jax.tools.experts.protocols import PROJECT, ExpertProtocol
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
 from orchestra_jax.tools.meta_tools import make_meta_tool
-from orchestra_jax.tools.python_sandbox import run_python
-from orchestra_jax.tools.retrieval import Retriever
-from orchestra_jax.tools.search_pricing import SearchCharge
+from orchestra_jax.tools.retrieval.retrievers import Retriever
+from orchestra_jax.tools.retrieval.search_pricing import SearchCharge
+from orchestra_jax.tools.sandbox.registry import run_python
 
 
 @dataclasses.dataclass
@@ -49,7 +49,7 @@ class Backends:
       search_retries: extra attempts at a search the retriever failed
         (`rollout.infra_retries`), before the call is the search backend's
         failure (`orchestra_jax/infra_failure.py`).
-      search_charge: what one search costs (`search_pricing.py`, `tools.search_pricing`).
+      search_charge: what one search costs (`tools/retrieval/search_pricing.py`, `tools.search_pricing`).
     """
 
     experts: Mapping[str, ExpertClient]

@@ -28,10 +28,10 @@ no weight, so rollouts from before it are as on-policy as after it).
   new weights, none is dropped, and such a turn records both versions
   (`Turn.first_weight_version`; the staleness bound counts its oldest); vLLM
   servers freeze the requests in flight while they reload (`/pause?mode=keep`,
-  `rollout/vllm_client.py`). Without it the engine swaps between requests.
-  SGLang servers load versioned folders (`rollout/sglang_client.py`) between
+  `rollout/http/vllm_client.py`). Without it the engine swaps between requests.
+  SGLang servers load versioned folders (`rollout/http/sglang_client.py`) between
   requests. Every update to servers is verified by the client
-  (`rollout/http_client.py`: version and sync probe,
+  (`rollout/http/client.py`: version and sync probe,
   `rollout/sync_logprob_max_abs_diff`). Weight updates run on the
   producer's event loop, in version order, while the learner goes on.
 - Off-policy correction: the learner's behaviour log-probs are the engine's, and

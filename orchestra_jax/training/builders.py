@@ -29,8 +29,8 @@ from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.models.attention_kernels import ATTENTION
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LORA_TARGETS, LoRAParam, LoRASpec
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM, create_sharded_model
-from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM, create_sharded_model
 from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
 from orchestra_jax.registry import Registry, is_import_path
 from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCache, LLMJudge
@@ -41,13 +41,13 @@ from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
 from orchestra_jax.rl.samples import SAMPLE_UNITS
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
-from orchestra_jax.rollout.http_client import DEFAULT_API_KEY_ENV
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings, settings_problems
+from orchestra_jax.rollout.http.client import DEFAULT_API_KEY_ENV
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.enabled import enabled_tools
-from orchestra_jax.tools.experts import ExpertError, OpenAIChatExpert, probe_endpoint
+from orchestra_jax.tools.experts.client import ExpertError, OpenAIChatExpert, probe_endpoint
 from orchestra_jax.tools.live_backends import backend_config_problems
-from orchestra_jax.tools.python_sandbox import sandbox_config_errors
+from orchestra_jax.tools.sandbox.registry import sandbox_config_errors
 from orchestra_jax.training.config_checks import (
     ConfigError,
     parse_sources,
@@ -178,7 +178,7 @@ def lora_spec(config: Any) -> LoRASpec | None:
 
 # Rollout engines that sample with the policy's adapters: the JAX engine runs the
 # model itself, the SGLang and vLLM clients sync the adapters to their servers'
-# LoRA endpoints (`rollout/http_client.py`, weight sync by adapter).
+# LoRA endpoints (`rollout/http/client.py`, weight sync by adapter).
 LORA_ENGINES = ("jax", "sglang", "vllm")
 
 
@@ -512,8 +512,8 @@ def sampler_ranges(config: Any) -> SamplerRanges:
 def check_env(config: Any) -> list[str]:
     """env.name, tools.*."""
     from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
-    from orchestra_jax.tools.retrieval import DOCUMENT_TEXTS
-    from orchestra_jax.tools.search_pricing import SEARCH_PRICINGS
+    from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
+    from orchestra_jax.tools.retrieval.search_pricing import SEARCH_PRICINGS
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
@@ -574,7 +574,7 @@ def _check_env_members(config: Any) -> list[str]:
         for name in names:
             errors += _choice("env.members", name, ENVIRONMENTS)
     if "tau2" in names:
-        from orchestra_jax.envs.tau2_env import config_problems
+        from orchestra_jax.envs.tau2.env import config_problems
 
         errors += config_problems(config)
     return errors

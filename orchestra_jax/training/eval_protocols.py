@@ -103,7 +103,7 @@ class EvalProtocol:
         if self.catalogue and "qa" in _env_names(config):
             errors += _catalogue_problems(self, config)
         if self.tau2_settings and plays_tau2(config):
-            from orchestra_jax.envs.tau2_env import config_problems
+            from orchestra_jax.envs.tau2.env import config_problems
 
             known = set(config_problems(config))  # check_env reports those
             errors += [
@@ -146,8 +146,8 @@ def _table(catalogue: Any, tools: list[str]) -> list[tuple[str, str, float, floa
 def _catalogue_problems(protocol: EvalProtocol, config: ExperimentConfig) -> list[str]:
     """`tools.catalogue` against `protocol.catalogue`, over the live meta-tools."""
     from orchestra_jax.tools import live_backends
-    from orchestra_jax.tools.catalogue import CatalogueError, load_catalogue
     from orchestra_jax.tools.enabled import enabled_tools
+    from orchestra_jax.tools.experts.catalogue import CatalogueError, load_catalogue
 
     try:
         kinds = live_backends.parse_backends(

@@ -31,8 +31,8 @@ from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.io import paths
 from orchestra_jax.models.peft_adapter import save_adapter
-from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
-from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 from orchestra_jax.parallel import multihost
 from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
@@ -318,7 +318,7 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
 
 async def sync_weights(run: Run, version: int) -> dict[str, float]:
     """The learner's weights to the engine as `version`; on servers, each server's load
-    is verified by the client (`rollout/http_client.py`: version and sync probe)."""
+    is verified by the client (`rollout/http/client.py`: version and sync probe)."""
     params = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
     await run.engine.update_weights(params, version=version)
     return sync_report(run.engine)
@@ -333,7 +333,7 @@ def sync_report(engine: RolloutEngine) -> dict[str, float]:
 
 def server_metrics(engine: Any) -> dict[str, float]:
     """`rollout/server/<i>/...`: what each inference server did since the last step
-    (requests, tokens, errors, latency; `rollout/server_pool.py`), for engines that
+    (requests, tokens, errors, latency; `rollout/http/server_pool.py`), for engines that
     dispatch over servers; {} for the others."""
     take = getattr(engine, "take_metrics", None)
     return {f"rollout/server/{k}": v for k, v in take().items()} if take is not None else {}

@@ -2,6 +2,8 @@
 
     policy_engine(config, "checkpoint", tokenizer)           <workdir>/checkpoints
     policy_engine(config, "checkpoint:/runs/demo", tokenizer)  that workdir's
+    policy_engine(config, "warm_start", tokenizer)           <workdir>/warm_start_params
+    policy_engine(config, "warm_start:/runs/demo", tokenizer)  that workdir's
     policy_engine(config, "hf:/path/to/folder", tokenizer)
     policy_engine(config, "hf:<base>+<adapter>", tokenizer)  a PEFT LoRA adapter on
                                                              a base (JAX engine)
@@ -11,7 +13,9 @@ their policies here, so both play the same weights on the same engine. With a se
 engine (rollout.engine=sglang) the weights are first loaded on every server under a
 fresh weight version, and loading fails (`PolicyNotServed`) unless each server
 reports it (`training/policy_push.py`). `config` is changed in place where the
-policy says so (the workdir of `checkpoint:<workdir>`, the model of `hf:`).
+policy says so (the workdir of `checkpoint:<workdir>` and `warm_start:<workdir>`, the
+model of `hf:`). A run saves its warm start where it has one and a KL term to it
+(`sft.steps` > 0, `rl.kl_coef` > 0).
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-POLICY_FORMS = "checkpoint, checkpoint:<workdir>, hf:<folder>, hf:<base>+<adapter>"
+POLICY_FORMS = (
+    "checkpoint, checkpoint:<workdir>, warm_start, warm_start:<workdir>, hf:<folder>, "
+    "hf:<base>+<adapter>"
+)
 
 
 class PolicyError(ValueError):
@@ -40,7 +47,9 @@ class PolicyEngine:
 
 def is_policy(policy: str) -> bool:
     """Whether `policy` names a trained policy this module loads (not a router)."""
-    return policy == "checkpoint" or policy.startswith(("checkpoint:", "hf:"))
+    return policy in ("checkpoint", "warm_start") or policy.startswith(
+        ("checkpoint:", "warm_start:", "hf:")
+    )
 
 
 def policy_engine(config: Any, policy: str, tokenizer: Any) -> PolicyEngine:
@@ -51,6 +60,8 @@ def policy_engine(config: Any, policy: str, tokenizer: Any) -> PolicyEngine:
     from orchestra_jax.rollout.engine import ServedEngine
     from orchestra_jax.training import builders, host_rollouts, loop_steps
 
+    if policy == "warm_start" or policy.startswith("warm_start:"):
+        return warm_start_engine(config, policy.partition(":")[2])
     if policy == "checkpoint" or policy.startswith("checkpoint:"):
         workdir = policy.partition(":")[2]
         if workdir:
@@ -91,6 +102,34 @@ def policy_engine(config: Any, policy: str, tokenizer: Any) -> PolicyEngine:
         extra["weight_version"] = push(engine, model, policy)
     name = "hf_" + "+".join(p.rstrip("/").split("/")[-1] for p in (base, adapter) if p)
     return PolicyEngine(engine, name, extra)
+
+
+def warm_start_engine(config: Any, workdir: str = "") -> PolicyEngine:
+    """The warm-start policy a run saved (`<workdir>/warm_start_params`), named
+    `warm_start` as the run's own evaluation names it; `PolicyError` where there is none."""
+    from orchestra_jax.io import paths
+    from orchestra_jax.rollout.engine import ServedEngine
+    from orchestra_jax.training import experiment, host_rollouts, loop_steps
+    from orchestra_jax.training.checkpointing import restore_params
+    from orchestra_jax.training.run_sync import run_sync
+
+    if workdir:
+        with config.unlocked():
+            config.workdir = workdir
+    path = experiment.warm_start_dir(config)
+    if not paths.as_path(path).is_dir():
+        raise PolicyError(
+            f"no warm start in {path} (a run saves one where sft.steps > 0 and rl.kl_coef > 0)"
+        )
+    run = loop_steps.setup_run(config)
+    run.learner.load_state(restore_params(path, run.learner.params), run.learner.opt_state, step=0)
+    extra: dict[str, Any] = {"warm_start_params": path}
+    if isinstance(run.engine, ServedEngine):
+        weights = host_rollouts.engine_weights(run.learner.policy_params(), run.engine_shardings)
+        extra["weight_version"] = push(run.engine, weights, "warm start")
+    else:
+        run_sync(loop_steps.sync_weights(run, 0))
+    return PolicyEngine(run.engine, "warm_start", extra)
 
 
 def push(engine: Any, weights: Any, name: str) -> Any:

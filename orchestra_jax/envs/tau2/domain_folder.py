@@ -44,7 +44,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from orchestra_jax.envs.tau2_setup import import_tau2
+from orchestra_jax.envs.tau2.setup import import_tau2
 
 # ToolScale's ten synthesized domains (the release's `tau2/domains/`), found in
 # `env.tau2.domains_dir` (../shared/toolscale/domains beside the clone).

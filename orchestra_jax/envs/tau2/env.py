@@ -15,7 +15,7 @@ For a task (`data/tau2_tasks.py`: a tau2 task in `metadata["tau2_task"]`):
                      or `call_expert` ("act": the expert's reply is the agent's
                      action, a domain tool call or a message to the user)
   other_party(task)  the user: tau2's user simulator on an OpenAI-compatible
-                     endpoint, or a script (`Tau2Conversation`, `tau2_user.py`)
+                     endpoint, or a script (`Tau2Conversation`, `envs/tau2/user.py`)
   grade(task, _, state=episode)
                      tau2's evaluator (`evaluate_simulation`, all criteria of the
                      task's `reward_basis`: DB, ENV_ASSERTION, ACTION,
@@ -39,7 +39,7 @@ OpenAI-compatible endpoint, `"skip"` leaves them out of the reward (and says
 so in the grade's report). The user's and the judge's spending never enter
 the policy's cost.
 
-Needs the `tau2` extra (`envs/tau2_setup.py` says how to install it).
+Needs the `tau2` extra (`envs/tau2/setup.py` says how to install it).
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-from orchestra_jax.envs.tau2_domain_folder import (
+from orchestra_jax.envs.tau2.domain_folder import (
     domain_folder,
     is_release_domain,
     register_domain_folder,
 )
-from orchestra_jax.envs.tau2_episode import GREETING, Tau2Episode
-from orchestra_jax.envs.tau2_setup import import_tau2
-from orchestra_jax.envs.tau2_tools import (
+from orchestra_jax.envs.tau2.episode import GREETING, Tau2Episode
+from orchestra_jax.envs.tau2.setup import import_tau2
+from orchestra_jax.envs.tau2.tools import (
     ASK_EXPERT,
     EXPERT_PROFILES,
     EXPERT_TOOLS,
@@ -67,21 +67,21 @@ from orchestra_jax.envs.tau2_tools import (
     CallExpertTool,
     DomainTool,
 )
-from orchestra_jax.envs.tau2_user import ScriptedUser, SimulatedUser, Speaker, Tau2Conversation
+from orchestra_jax.envs.tau2.user import ScriptedUser, SimulatedUser, Speaker, Tau2Conversation
 from orchestra_jax.infra_failure import InfraError, is_service_failure
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
 from orchestra_jax.tools.config import ModelProfile, ToolConfig
 from orchestra_jax.tools.config_sampler import SamplerRanges, ToolConfigSampler, fixed_eval_configs
-from orchestra_jax.tools.experts import ExpertClient, OpenAIChatExpert
+from orchestra_jax.tools.experts.client import ExpertClient, OpenAIChatExpert
 from orchestra_jax.tools.registry import Backends
 
 # tau2's success criterion: a reward of 1 (within float error).
 SUCCESS_TOLERANCE = 1e-6
 NL_ASSERTION_MODES = ("skip", "judge")
 USER_KINDS = ("simulator", "scripted")
-EXPERT_MODES = tuple(EXPERT_TOOLS)  # "advise", "act" (`tau2_tools.py`)
+EXPERT_MODES = tuple(EXPERT_TOOLS)  # "advise", "act" (`envs/tau2/tools.py`)
 # `(tau2 task, tau2 environment of its domain) -> Speaker`: who plays the user.
 SpeakerFactory = Callable[[Any, Any], Speaker]
 
@@ -117,7 +117,7 @@ class Tau2Environment:
       judge_url / judge_model / judge_api_key: tau2's NL-assertion judge.
       domain: the domain `tasks(split, n)` reads: one of tau2's (from `data_dir`),
         a ToolScale domain's name (in `domains_dir`) or a domain folder's path
-        (`tau2_domain_folder.py`).
+        (`envs/tau2/domain_folder.py`).
       evaluator_retries: extra attempts at an evaluation whose service failed
         (`rollout.infra_retries`).
       domains_dir: where domains named by tasks or `domain` that tau2 lacks are
@@ -479,7 +479,7 @@ def _key(variable: str) -> str:
 
 def config_problems(config: Any) -> list[str]:
     """One message per mistake in `env.tau2` (checked at start-up, before tau2 loads)."""
-    from orchestra_jax.envs.tau2_setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
+    from orchestra_jax.envs.tau2.setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
 
     t, errors = config.env.tau2, []
     if not tau2_installed():

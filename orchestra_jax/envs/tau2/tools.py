@@ -217,7 +217,7 @@ class CallExpertTool(MetaTool):
 
     def expert_request(self, ctx: ToolContext, family: str) -> tuple[list[dict[str, Any]], float]:
         """tau2's agent prompt and the conversation as tau2's agent sees it."""
-        from orchestra_jax.envs.tau2_user import agent_instructions
+        from orchestra_jax.envs.tau2.user import agent_instructions
 
         del family
         episode = ctx.state

@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra_jax.agent.conversation import PartyReply, PolicyTurn
-from orchestra_jax.envs.tau2_episode import Tau2Episode
+from orchestra_jax.envs.tau2.episode import Tau2Episode
 from orchestra_jax.infra_failure import ServiceError, endpoint_of, is_service_failure
-from orchestra_jax.tools.experts import backoff_delay
+from orchestra_jax.tools.experts.client import backoff_delay
 
 AGENT_STOP = "###STOP###"
 USER_STOPS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from flax import nnx
 
-from orchestra_jax.models import qwen3_cache
 from orchestra_jax.models.attention_kernels import get_attention, grouped_attention
 from orchestra_jax.models.attention_mask import AttentionMask
-from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.models.qwen3_layers import Linear, RMSNorm, apply_rope
+from orchestra_jax.models.qwen3 import cache as qwen3_cache
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.layers import Linear, RMSNorm, apply_rope
 
 
 class Attention(nnx.Module):

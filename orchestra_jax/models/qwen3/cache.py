@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from orchestra_jax.models.qwen3_layers import as_bits, from_bits
+from orchestra_jax.models.qwen3.layers import as_bits, from_bits
 
 
 class KVCache(NamedTuple):

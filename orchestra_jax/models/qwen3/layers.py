@@ -8,7 +8,7 @@ from flax import nnx
 
 from orchestra_jax.models.lora import LoRAParam, kaiming_uniform_a, lora_delta
 from orchestra_jax.models.matmul import dense
-from orchestra_jax.models.qwen3_config import Qwen3Config
+from orchestra_jax.models.qwen3.config import Qwen3Config
 
 
 def as_bits(x: jax.Array) -> jax.Array:

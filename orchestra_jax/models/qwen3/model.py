@@ -25,10 +25,10 @@ from flax import nnx
 
 from orchestra_jax.models.attention_mask import AttentionMask
 from orchestra_jax.models.matmul import dense
-from orchestra_jax.models.qwen3_attention import Attention
-from orchestra_jax.models.qwen3_cache import KVCache
-from orchestra_jax.models.qwen3_config import Qwen3Config
-from orchestra_jax.models.qwen3_layers import MLP, Embed, Linear, RMSNorm, rope_tables
+from orchestra_jax.models.qwen3.attention import Attention
+from orchestra_jax.models.qwen3.cache import KVCache
+from orchestra_jax.models.qwen3.config import Qwen3Config
+from orchestra_jax.models.qwen3.layers import MLP, Embed, Linear, RMSNorm, rope_tables
 from orchestra_jax.parallel.axes import constrain_batch
 from orchestra_jax.parallel.mesh import state_shardings
 

@@ -1,12 +1,12 @@
 """What the HTTP rollout clients share: server choice, failover, health, weight sync.
 
-`HttpEngineClient` is the plumbing of SGLangClient (`sglang_client.py`) and
-VLLMClient (`vllm_client.py`); each implements the protocol: how one server
+`HttpEngineClient` is the plumbing of SGLangClient (`rollout/http/sglang_client.py`) and
+VLLMClient (`rollout/http/vllm_client.py`); each implements the protocol: how one server
 generates a chunk of requests (`_generate_on`), loads weights from a folder
 (`_load_on`) or a LoRA adapter (`_load_adapter_on`) and reports its weight
 version (`_served_version`).
 
-Choice: several servers share the work through a `ServerPool` (`server_pool.py`):
+Choice: several servers share the work through a `ServerPool` (`rollout/http/server_pool.py`):
 every turn of an episode goes to the server that served its previous turn and
 holds its prefix (`GenerateRequest.affinity_key`), new episodes to the least
 loaded server; requests to one server go in chunks of at most
@@ -15,18 +15,18 @@ server (when set; the client's other calls, health checks and weight syncs,
 never wait behind them). The session's connector sets no limit of its own, so
 a call's time limit (`timeout_s`) starts when it is sent, not while it waits
 for its server's turn. The time limits, retries and health-check intervals below are one
-`ServerPoolSettings` (`server_pool_settings.py`; a config's `rollout.server_pool.*`).
+`ServerPoolSettings` (`rollout/http/server_pool_settings.py`; a config's `rollout.server_pool.*`).
 
 Access: with an API key (read from the environment variable `api_key_env`
 names, `rollout.api_key_env`, default ROLLOUT_API_KEY; unset or empty: none)
 every call carries `Authorization: Bearer <key>`, as vLLM's and SGLang's
-`--api-key` and `rollout/server.py` require.
+`--api-key` and `rollout/server/app.py` require.
 
 Start-up: before the first request or sync every server passes the client's
-start-up checks (`_startup_check`; vLLM's in `vllm_client.py`), all at once.
+start-up checks (`_startup_check`; vLLM's in `rollout/http/vllm_client.py`), all at once.
 With `max_context_tokens` (the agent's `agent.max_context_tokens`) each server
 must serve at least that context: `GET /v1/models` reports it as
-`max_model_len` (vLLM, SGLang and `rollout/server.py` alike); a shorter one
+`max_model_len` (vLLM, SGLang and `rollout/server/app.py` alike); a shorter one
 raises RolloutServerError naming both numbers, one that reports none is logged
 and not checked. A server that does not answer within the retries is taken out
 (logged, naming it) and the others serve; when none answers, `check_servers`
@@ -45,7 +45,7 @@ after that `generate` raises `RolloutServerError` naming every server tried and
 the last error, so no request is ever silently dropped. A 4xx is the caller's
 fault and raises at once, except a refusal for context length (a 400 saying
 the prompt plus max_new_tokens exceed the server's context, as vLLM, SGLang and
-`rollout/server.py` word it): that request gets a Completion with finish
+`rollout/server/app.py` word it): that request gets a Completion with finish
 reason "context" and no tokens (the agent loop ends the episode as the
 policy's context stop, not as a failure of the server), and the others of its
 chunk are sent again on their own. `max_consecutive_errors` failures in a row, or a
@@ -64,7 +64,7 @@ compute (serving) dtype into `<weights_dir>/v<version>` (`save_hf_checkpoint`;
 the last two versions stay), loads them on every server that is up, all at
 once, and passes each server through `verify_weights`: it must report version
 v and, when the sync came with the learner's model, pass the sync probe
-(`sync_probe.py`: its log-probs of a fixed sequence match the learner's). A
+(`rollout/http/sync_probe.py`: its log-probs of a fixed sequence match the learner's). A
 server that fails is taken out until it has caught up (the same load and
 verify); the sync raises `SyncNotLanded` when every server failed the probe or
 the version check, `RolloutServerError` when none took the weights for another
@@ -104,15 +104,15 @@ import aiohttp
 import numpy as np
 
 from orchestra_jax.infra_failure import ServiceError
-from orchestra_jax.rollout import sync_probe
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
-from orchestra_jax.rollout.server_pool import NoServerAvailable, ServerPool
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
-from orchestra_jax.rollout.sglang_protocol import MalformedResponse
-from orchestra_jax.rollout.sync_probe import SyncNotLanded
+from orchestra_jax.rollout.http import sync_probe
+from orchestra_jax.rollout.http.server_pool import NoServerAvailable, ServerPool
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.sglang_protocol import MalformedResponse
+from orchestra_jax.rollout.http.sync_probe import SyncNotLanded
 
 if TYPE_CHECKING:
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class RefusedRequest(Exception):
 
 DEFAULT_API_KEY_ENV = "ROLLOUT_API_KEY"  # rollout.api_key_env's default
 
-# How vLLM, SGLang and rollout/server.py word a refusal for context length (400).
+# How vLLM, SGLang and rollout/server/app.py word a refusal for context length (400).
 _CONTEXT_REFUSAL = re.compile(r"context length|maximum model length", re.IGNORECASE)
 
 
@@ -211,7 +211,7 @@ def as_model(model_state: Any, config: Any) -> tuple[Qwen3ForCausalLM, Any]:
         return cast("Qwen3ForCausalLM", model_state), getattr(model_state, "config", config)
     if config is None:
         raise ValueError("pass model_config to the client to sync weights given as an nnx.State")
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 
     abstract = nnx.eval_shape(lambda: Qwen3ForCausalLM(config, rngs=nnx.Rngs(0)))
     graphdef, _ = nnx.split(abstract)
@@ -404,7 +404,7 @@ class HttpEngineClient:
                 f"agent.max_context_tokens={self.max_context_tokens}: every longer episode "
                 "would be refused. Start the server with a context of at least "
                 f"{self.max_context_tokens} (vLLM: MAX_MODEL_LEN, SGLang: CONTEXT_LENGTH in "
-                "launch/*_server.sh; rollout/server.py: --max-seq-len), or lower "
+                "launch/*_server.sh; rollout/server/app.py: --max-seq-len), or lower "
                 "agent.max_context_tokens"
             )
 

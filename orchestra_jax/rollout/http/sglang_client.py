@@ -1,12 +1,12 @@
 """A RolloutEngine over SGLang's native HTTP API (or our own `server.py`).
 
 Token-in/token-out: prompts go out as `input_ids`, tokens and logprobs come back
-from `meta_info.output_token_logprobs` (wire format in `sglang_protocol.py`), with
+from `meta_info.output_token_logprobs` (wire format in `rollout/http/sglang_protocol.py`), with
 the `meta_info.weight_version` that generated them. One batched `/generate` per
 server and chunk of at most `max_batch_per_request` prompts.
 
 Server choice (episode affinity, least load), retries on another server, health
-checks, per-server metrics and the verified weight sync are `http_client.py`'s
+checks, per-server metrics and the verified weight sync are `rollout/http/client.py`'s
 (`HttpEngineClient`). Give a single router URL (`router_url`, or one URL) to let
 SGLang's router balance instead. Every attempt sends fresh request ids
 (`<request_id>-<random>`): SGLang refuses an id that is still in flight, which a
@@ -18,11 +18,11 @@ Weight sync on one server: `POST /update_weights_from_disk {"model_path",
 "weight_version", "abort_all_requests"}`; the server waits for (or aborts) its
 requests in flight and flushes its own cache, so no extra `/flush_cache`
 follows; `GET /get_model_info` reports its `weight_version`. SGLang itself loads
-local folders only (`rollout/server.py` also loads `gs://`).
+local folders only (`rollout/server/app.py` also loads `gs://`).
 
-Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
+Weight sync by adapter (a policy with LoRA adapters, `rollout/http/client.py`): the
 server serves the base it was started with (SGLang: `--enable-lora
---max-lora-rank <r> --lora-target-modules ...`; `rollout/server.py`:
+--max-lora-rank <r> --lora-target-modules ...`; `rollout/server/app.py`:
 `--lora-rank`, `--lora-alpha`, `--lora-targets`); a sync `POST
 /load_lora_adapter {"lora_name": "policy-v<v>", "lora_path": <PEFT folder>}`
 and `POST /update_weight_version {"new_version", "abort_all_requests"}`, and
@@ -45,9 +45,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
-from orchestra_jax.rollout.http_client import (
+from orchestra_jax.rollout.http import sglang_protocol as proto
+from orchestra_jax.rollout.http.client import (
     DEFAULT_API_KEY_ENV,
     HttpEngineClient,
     RefusedRequest,
@@ -55,7 +55,7 @@ from orchestra_jax.rollout.http_client import (
     adapter_name,
     attempt_rid,
 )
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
 
 __all__ = ["RolloutServerError", "SGLangClient"]
 
@@ -160,7 +160,7 @@ class SGLangClient(HttpEngineClient):
         except RefusedRequest as e:
             raise RolloutServerError(
                 f"{url} did not load adapter {name} from {adapter_path}: {e} (SGLang: start it "
-                "with --enable-lora; rollout/server.py: with --lora-rank)"
+                "with --enable-lora; rollout/server/app.py: with --lora-rank)"
             ) from None
         if not (isinstance(body, dict) and body.get("success")):
             raise RolloutServerError(f"{url} refused adapter {name} from {adapter_path}: {body}")

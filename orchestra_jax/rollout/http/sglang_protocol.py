@@ -1,6 +1,6 @@
 """SGLang's native `/generate` wire format, both directions, with SGLang 0.5.23's rules.
 
-The SGLang client (`sglang_client.py`) and our own rollout server (`server.py`)
+The SGLang client (`rollout/http/sglang_client.py`) and our own rollout server (`server.py`)
 speak the same JSON, so the conversions live here, once. The server side
 (`parse_generate`) gives every request the verdict SGLang 0.5.23 gives it, in
 SGLang's order (tests/test_rollout_sglang_conformance.py runs SGLang's own

@@ -1,11 +1,11 @@
 """Every weight sync to a rollout server, verified: the served model scores a fixed
 probe sequence and must agree with the learner's model.
 
-The pieces, used by `HttpEngineClient.verify_weights` (`http_client.py`), the one
+The pieces, used by `HttpEngineClient.verify_weights` (`rollout/http/client.py`), the one
 check every sync to a server passes through: after the weights of version v are
 loaded, the server reports its weight version and scores `probe_ids` (prompt
 log-probs: `prompt_logprobs` on vLLM, `/generate` with `logprob_start_len=0` on
-SGLang and `rollout/server.py`). It landed when the server reports v and its
+SGLang and `rollout/server/app.py`). It landed when the server reports v and its
 log-probs of the probe's tokens differ from the learner's (log_softmax of the
 same model at T = 1, in the same compute dtype) by at most a tolerance set by
 that dtype; otherwise `SyncNotLanded`, naming the server, the versions and the

@@ -1,12 +1,12 @@
 """A RolloutEngine over vLLM's OpenAI server (`launch/vllm_server.sh`).
 
 Token-in/token-out: each prompt goes out as token ids to `POST /v1/completions`
-(wire format in `vllm_protocol.py`), tokens and the sampled tokens' log-probs
+(wire format in `rollout/http/vllm_protocol.py`), tokens and the sampled tokens' log-probs
 come back (`return_token_ids`, `logprobs`); this works with a server started
 with `--skip-tokenizer-init`. One request per prompt, at most `max_in_flight`
 open at once on each server. Server choice (episode affinity, least load), retries on another
 server, health checks (`GET /health`), per-server metrics and the verified
-weight sync are `http_client.py`'s (`HttpEngineClient`).
+weight sync are `rollout/http/client.py`'s (`HttpEngineClient`).
 
 Weight sync on one server, `update_weights(model, version=v)`: between
 `POST /pause` and `POST /resume`, `POST /collective_rpc {"method":
@@ -26,7 +26,7 @@ the one this client had synced when it sent the request (and, for a request
 in flight across a partial update, the one after it, whether or not the
 request produced tokens before the update).
 
-Weight sync by adapter (a policy with LoRA adapters, `http_client.py`): the
+Weight sync by adapter (a policy with LoRA adapters, `rollout/http/client.py`): the
 server serves the base it was started with (`LORA_RANK=<r>
 launch/vllm_server.sh <base>`: `--enable-lora`, runtime adapter loading); a
 sync `POST /v1/load_lora_adapter {"lora_name": "policy-v<v>", "lora_path":
@@ -74,9 +74,9 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from orchestra_jax.rollout import vllm_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
-from orchestra_jax.rollout.http_client import (
+from orchestra_jax.rollout.http import vllm_protocol as proto
+from orchestra_jax.rollout.http.client import (
     DEFAULT_API_KEY_ENV,
     HttpEngineClient,
     RefusedRequest,
@@ -84,7 +84,7 @@ from orchestra_jax.rollout.http_client import (
     adapter_name,
     attempt_rid,
 )
-from orchestra_jax.rollout.server_pool_settings import ServerPoolSettings
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
 
 log = logging.getLogger(__name__)
 

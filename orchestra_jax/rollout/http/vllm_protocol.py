@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra_jax.rollout.engine import SEED_SPACE, Completion, GenerateRequest, TopLogprobs
-from orchestra_jax.rollout.sglang_protocol import MalformedResponse
+from orchestra_jax.rollout.http.sglang_protocol import MalformedResponse
 
 INT64 = 2**63
 TOKEN_PREFIX = "token_id:"  # vLLM's name of a token with return_tokens_as_token_ids

@@ -3,7 +3,7 @@
 Pure functions of (model state, cache, per-row arrays), jitted once per shape
 bucket. Every trace bumps `compile_counts[<name and shapes>]`, which is how
 benchmarks and tests check that compiles stay bounded. The cache is the model's
-KVCache (one array per layer; see `qwen3_cache`); see `jax_engine.py` for
+KVCache (one array per layer; see `qwen3_cache`); see `rollout/jax/engine.py` for
 how the scheduler sizes it and feeds these functions.
 
 Two static options add outputs only when a request asks for them, so the common
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from orchestra_jax.rollout import sampling
+from orchestra_jax.rollout.jax import sampling
 
 
 class DecodeSteps:

@@ -39,7 +39,7 @@ one copy each time, and decode attends to all of it: attending to a prefix of a
 longer cache would cost a strided copy of every layer's keys and values on every
 step, a cache that fits its rows needs none.
 
-Shapes are static per bucket (compiled functions in `decode_steps.py`): prefill
+Shapes are static per bucket (compiled functions in `rollout/jax/decode_steps.py`): prefill
 compiles once per (rows, prompt length) bucket, decode once per cache length, the
 small copy functions once per bucket pair; `compile_counts` counts traces.
 Prefill rows are padded to at least `min_prefill_rows` and prompts (or suffixes)
@@ -86,7 +86,7 @@ state's shardings.
 
 Latency: a Completion's `latency_s` is the wall time from submission to
 completion less the seconds the scheduler spent compiling meanwhile
-(`compile_clock.py`), so a shape's first call, which compiles, does not count as
+(`rollout/jax/compile_clock.py`), so a shape's first call, which compiles, does not count as
 serving time: the same policy played first or second measures the same latency.
 """
 
@@ -107,15 +107,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from orchestra_jax.rollout import compile_clock, sampling
-from orchestra_jax.rollout.decode_steps import DecodeSteps
 from orchestra_jax.rollout.engine import Completion, GenerateRequest
-from orchestra_jax.rollout.prefix_cache import Admission, PrefixCachePlanner, common_prefix
-from orchestra_jax.rollout.request_queue import FairQueue
-from orchestra_jax.rollout.stop_strings import first_stop
+from orchestra_jax.rollout.jax import compile_clock, sampling
+from orchestra_jax.rollout.jax.decode_steps import DecodeSteps
+from orchestra_jax.rollout.jax.prefix_cache import Admission, PrefixCachePlanner, common_prefix
+from orchestra_jax.rollout.jax.request_queue import FairQueue
+from orchestra_jax.rollout.jax.stop_strings import first_stop
 
 if TYPE_CHECKING:
-    from orchestra_jax.models.qwen3 import Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,7 @@ class JaxEngine:
         )
         self._set_rows = jax.jit(lambda c, row, value: c.at[row].set(value), donate_argnums=(0,))
         self.compile_counts = self._steps.compile_counts
-        # Seconds the scheduler thread has spent compiling (rollout/compile_clock.py).
+        # Seconds the scheduler thread has spent compiling (rollout/jax/compile_clock.py).
         self.compile_s = 0.0
 
     # -- RolloutEngine ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Access, body limits and errors shared by the project's HTTP servers.
 
-The rollout server (`rollout/server.py`) and the orchestrator service
+The rollout server (`rollout/server/app.py`) and the orchestrator service
 (`serve/app.py`) follow one set of rules: they listen on loopback unless told
 otherwise, a host beyond loopback needs an API key (read from an environment
 variable, never the command line), a key once set is required as

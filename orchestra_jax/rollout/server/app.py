@@ -2,7 +2,7 @@
 
     python -m orchestra_jax.rollout.server --model demo --tokenizer demo --port 30000
 
-Endpoints (the JSON SGLang 0.5.23 speaks, see `sglang_protocol.py`):
+Endpoints (the JSON SGLang 0.5.23 speaks, see `rollout/http/sglang_protocol.py`):
   POST /generate                  token-in/token-out (or text with --tokenizer), single or
                                   batched, n samples, logprobs, stop ids and strings, stream
   GET  /health, /health_generate  a one-token generation within --health-timeout: 200 or 503
@@ -16,14 +16,14 @@ Endpoints (the JSON SGLang 0.5.23 speaks, see `sglang_protocol.py`):
   POST /unload_lora_adapter       {"lora_name"}
   POST /update_weight_version     {"new_version"}: names the weights now served
   POST /v1/chat/completions       OpenAI chat (needs --tokenizer): Qwen3 tool calls and
-                                  reasoning parsed, see `openai_chat.py`
+                                  reasoning parsed, see `rollout/server/openai_chat.py`
   GET  /v1/models                 the model, with its context as `max_model_len`
 
 Access: the server listens on loopback (--host 127.0.0.1) unless told
 otherwise. With an API key (the environment variable --api-key-env names,
 ROLLOUT_API_KEY by default; never on the command line) every route, /health
 included, answers 401 unless the request carries `Authorization: Bearer
-<key>`, which the project's clients send (`http_client.py`). Without one,
+<key>`, which the project's clients send (`rollout/http/client.py`). Without one,
 anyone who reaches the port may load weights or adapters from any path this
 process can read (/update_weights_from_disk, /load_lora_adapter), so a host
 beyond loopback needs a key (`main` refuses to start otherwise).
@@ -46,7 +46,7 @@ replaces is no longer served: a /generate naming it (`lora_path`) is refused
 (400), unloading it only forgets its name. A /generate naming no adapter is
 served by the base plus the adapter loaded last (SGLang: the base alone).
 `/update_weight_version` relabels the weights served now (the sync protocol
-of `sglang_client.py`); its `abort_all_requests` is not honoured: requests in
+of `rollout/http/sglang_client.py`); its `abort_all_requests` is not honoured: requests in
 flight finish, on the weights the relabel leaves as they are. SIGTERM stops admitting, lets requests in flight finish for up to
 --drain-timeout seconds, aborts the rest, stops the engine and exits 0.
 
@@ -68,8 +68,6 @@ from typing import Any
 
 from aiohttp import web
 
-from orchestra_jax.rollout import http_access
-from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import (
     Completion,
     GenerateRequest,
@@ -77,9 +75,11 @@ from orchestra_jax.rollout.engine import (
     SamplingParams,
     StreamingEngine,
 )
-from orchestra_jax.rollout.http_access import json_error, read_json_body, require_key
-from orchestra_jax.rollout.openai_chat import chat_completion
-from orchestra_jax.rollout.sglang_protocol import RequestError
+from orchestra_jax.rollout.http import sglang_protocol as proto
+from orchestra_jax.rollout.http.sglang_protocol import RequestError
+from orchestra_jax.rollout.server import access as http_access
+from orchestra_jax.rollout.server.access import json_error, read_json_body, require_key
+from orchestra_jax.rollout.server.openai_chat import chat_completion
 
 log = logging.getLogger(__name__)
 WeightLoader = Callable[[str], Any]  # HF folder -> model or nnx.State for update_weights
@@ -628,7 +628,7 @@ def load_model(name_or_path: str, *, seed: int = 0, like=None, lora=None):
     from flax import nnx
 
     from orchestra_jax.io import paths
-    from orchestra_jax.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+    from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
     if paths.as_path(name_or_path).is_dir():
         from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
@@ -646,7 +646,7 @@ def load_model(name_or_path: str, *, seed: int = 0, like=None, lora=None):
 
 def _build_from_args(args) -> RolloutServer:
     # Imported here so the HTTP layer loads without JAX or the model code.
-    from orchestra_jax.rollout.jax_engine import JaxEngine, JaxEngineConfig
+    from orchestra_jax.rollout.jax.engine import JaxEngine, JaxEngineConfig
 
     tokenizer = None
     if args.tokenizer:

@@ -35,9 +35,9 @@ import uuid
 from typing import Any
 
 from orchestra_jax.chat.tool_calls import THINK_CLOSE, THINK_OPEN, ToolCall, parse_tool_calls
-from orchestra_jax.rollout import sglang_protocol as proto
 from orchestra_jax.rollout.engine import Completion, GenerateRequest, RolloutEngine
-from orchestra_jax.rollout.sglang_protocol import RequestError
+from orchestra_jax.rollout.http import sglang_protocol as proto
+from orchestra_jax.rollout.http.sglang_protocol import RequestError
 
 _NUMBERS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty")
 _INTEGERS = ("max_tokens", "max_completion_tokens", "top_k", "seed", "n", "top_logprobs")

@@ -45,7 +45,7 @@ from typing import Any
 
 from orchestra_jax.registry import Registry
 from orchestra_jax.tools.config import ModelProfile
-from orchestra_jax.tools.expert_protocols import MODEL_FAMILIES
+from orchestra_jax.tools.experts.protocols import MODEL_FAMILIES
 from orchestra_jax.tools.meta_tool_table import META_TOOLS, is_meta_tool
 
 REQUIRED_FIELDS = ("name", "model", "base_url", "price_in", "price_out", "latency_s", "roles")

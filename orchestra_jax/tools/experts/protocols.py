@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
-from orchestra_jax.tools import prompts
+from orchestra_jax.tools.experts import prompts
 from orchestra_jax.tools.function_tools import format_sandbox_result
 
 # What the catalogue's `family` field may say (`catalogue.parse_model`).

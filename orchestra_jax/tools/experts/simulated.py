@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from orchestra_jax.tools import prompts
-from orchestra_jax.tools.experts import ExpertError, ExpertReply
+from orchestra_jax.tools.experts import prompts
+from orchestra_jax.tools.experts.client import ExpertError, ExpertReply
 
 CHARS_PER_TOKEN = 4
 NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")

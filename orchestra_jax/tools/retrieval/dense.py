@@ -25,8 +25,8 @@ from typing import Protocol, cast
 
 import numpy as np
 
-from orchestra_jax.tools import retrieval
-from orchestra_jax.tools.retrieval import Document
+from orchestra_jax.tools.retrieval import retrievers as retrieval
+from orchestra_jax.tools.retrieval.retrievers import Document
 
 
 class Embedder(Protocol):

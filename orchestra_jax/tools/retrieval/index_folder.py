@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from orchestra_jax.tools.dense_retrieval import DenseRetriever, make_embedder
-from orchestra_jax.tools.retrieval import MANIFEST, BM25Retriever, Retriever
+from orchestra_jax.tools.retrieval.dense import DenseRetriever, make_embedder
+from orchestra_jax.tools.retrieval.retrievers import MANIFEST, BM25Retriever, Retriever
 
 
 def build(documents, kind: str, embedder_spec: str):

@@ -2,7 +2,7 @@
 
 An index folder holds `manifest.json` ({"kind": "bm25" | "dense", …}),
 `documents.jsonl` (one `Document` per line) and the kind's own files;
-`tools/index_folder.py` builds and opens folders of either kind
+`tools/retrieval/index_folder.py` builds and opens folders of either kind
 (`python -m orchestra_jax.tools.build_index` writes one).
 """
 

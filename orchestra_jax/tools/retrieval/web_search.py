@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Collection
 
-from orchestra_jax.tools.retrieval import Document
+from orchestra_jax.tools.retrieval.retrievers import Document
 
 TAVILY_URL = "https://api.tavily.com/search"
 

@@ -36,8 +36,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from orchestra_jax.tools import sandbox_process
-from orchestra_jax.tools.sandbox_base import SandboxLimits, SandboxResult, SandboxUnavailable
+from orchestra_jax.tools.sandbox import process as sandbox_process
+from orchestra_jax.tools.sandbox.base import SandboxLimits, SandboxResult, SandboxUnavailable
 
 SANDBOX_UID_BASE = 2_000_000
 SANDBOX_UID_SPAN = 1_000_000

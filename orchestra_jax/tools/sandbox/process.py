@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from orchestra_jax.tools.sandbox_base import SandboxLimits, SandboxResult, decode_capped
+from orchestra_jax.tools.sandbox.base import SandboxLimits, SandboxResult, decode_capped
 
 # Environment of sandboxed programs: nothing of the caller's.
 SANDBOX_ENV = {

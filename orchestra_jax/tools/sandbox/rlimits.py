@@ -17,8 +17,8 @@ import shutil
 import sys
 import tempfile
 
-from orchestra_jax.tools import sandbox_process
-from orchestra_jax.tools.sandbox_base import SandboxLimits, SandboxResult, SandboxUnavailable
+from orchestra_jax.tools.sandbox import process as sandbox_process
+from orchestra_jax.tools.sandbox.base import SandboxLimits, SandboxResult, SandboxUnavailable
 
 
 class RlimitsSandbox:

@@ -31,7 +31,7 @@ import posixpath
 import threading
 import time
 
-from orchestra_jax.tools.sandbox_base import (
+from orchestra_jax.tools.sandbox.base import (
     SandboxLimits,
     SandboxResult,
     SandboxUnavailable,
