@@ -142,3 +142,9 @@ def test_unknown_alias_is_counted_under_its_own_name():
     episodes = [_ep("a", "search-1", 0.001, True, COST_HEAVY)]
     assert pa.models_called(episodes, CONFIGS) == {"search-1": 1}
     assert pa.models_called(episodes, {}) == {"search-1": 1}
+
+
+def test_models_never_called_are_left_out():
+    episode = _ep("a", "answer-1", 0.01, True, COST_HEAVY)
+    episode.tool_call_counts["tool:answer-2"] = 0
+    assert pa.models_called([episode], CONFIGS) == {"answer/big": 1}

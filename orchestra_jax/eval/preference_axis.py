@@ -96,11 +96,12 @@ def model_of(feature: str, tool_config: Any | None) -> str:
 
 
 def models_called(trajectories: Sequence[Any], tool_configs: Mapping[str, Any]) -> dict[str, int]:
-    """Calls per `<tool>/<backend>` over the episodes, in name order."""
+    """Calls per `<tool>/<backend>` over the episodes, in name order (models never
+    called left out)."""
     counts: collections.Counter[str] = collections.Counter()
     for t in trajectories:
         for feature, n in t.tool_call_counts.items():
-            if feature.startswith("tool:"):
+            if feature.startswith("tool:") and n:
                 counts[model_of(feature, tool_configs.get(t.task_id))] += n
     return {k: counts[k] for k in sorted(counts)}
 
