@@ -98,7 +98,7 @@ def evaluate_policies(config, policies):
 def main(argv):
     del argv
     flags_util.init_distributed(_CONFIG.value)
-    from orchestra_jax.training.config_checks import split_list
+    from orchestra_jax.config_section import split_list
 
     evaluate_policies(flags_util.validated(_CONFIG.value), split_list(_POLICIES.value))
 

@@ -19,12 +19,13 @@ def parse_flags_or_exit(argv):
 
 
 def validated(config):
-    """The config, or exit with every problem listed (training/config_checks.py), then
+    """The config, or exit with every problem listed (training/experiment_config.py), then
     with what cannot run on this job's devices (parallel/mesh.mesh_errors)."""
     import jax
 
+    from orchestra_jax.config_section import ConfigError
     from orchestra_jax.parallel.mesh import mesh_errors
-    from orchestra_jax.training.config_checks import ConfigError, validate
+    from orchestra_jax.training.experiment_config import validate
 
     try:
         validate(config)
@@ -58,8 +59,8 @@ def run(main):
     flags.mark_flag_as_required("config")
 
     def wrapped(argv):
+        from orchestra_jax.config_section import ConfigError
         from orchestra_jax.io.paths import WorkdirError
-        from orchestra_jax.training.config_checks import ConfigError
 
         quiet_libraries()
         try:

@@ -108,8 +108,8 @@ def run(config: Any, policies: Sequence[str] = ("warm_start", "checkpoint")) -> 
 
 def main(argv):
     del argv
+    from orchestra_jax.config_section import split_list
     from orchestra_jax.eval.preference_axis import to_markdown
-    from orchestra_jax.training.config_checks import split_list
 
     config = flags_util.validated(_CONFIG.value)
     print(to_markdown(run(config, split_list(_POLICIES.value))))

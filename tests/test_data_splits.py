@@ -7,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.configs import grpo_hle
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.data import splits
 from orchestra_jax.tasks import Task
 from orchestra_jax.training import builders
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 
 
 def tasks(n, prefix="q"):

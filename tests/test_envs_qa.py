@@ -12,6 +12,7 @@ import yaml
 
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.envs.qa import QAEnvironment
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.envs.synthetic_models import MODEL_PROFILES
@@ -25,7 +26,6 @@ from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.experts.catalogue import load_catalogue
 from orchestra_jax.tools.experts.client import OpenAIChatExpert
 from orchestra_jax.training import builders
-from orchestra_jax.training.config_checks import ConfigError
 from orchestra_jax.training.rollouts import Episodes, episode_metrics, run_graded_episodes
 from tests.live_helpers import RecordingProxy
 

@@ -8,13 +8,14 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.envs.environment import make_env
 from orchestra_jax.envs.routing import RoutedEnvironment
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.tasks import Task
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 
 TOK = load_tokenizer("demo")

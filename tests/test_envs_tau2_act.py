@@ -19,11 +19,12 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.rollout.server.app import ServerConfig, serve_in_thread
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes, training_masks
 from tests.live_helpers import ROOT
 

@@ -5,8 +5,9 @@ import sys
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.envs.tau2 import setup as tau2_setup
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 
 
 def test_a_missing_tau2_names_the_install_line(monkeypatch, tmp_path):

@@ -24,8 +24,8 @@ from orchestra_jax.rewards.outcome import normalize_answer
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.tools import build_index, pricing
 from orchestra_jax.training import builders, experiment, grpo_loop, loop_steps, seeds
-from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
+from orchestra_jax.training.experiment_config import validate
 from tests.live_helpers import (
     RecordingProxy,
     free_port,

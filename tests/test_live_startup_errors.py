@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from experiments.configs import grpo_hle
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.config_section import ConfigError
+from orchestra_jax.training.experiment_config import validate
 
 
 def live_config(tmp_path, **catalogue_changes):

@@ -8,6 +8,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
 from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.rl.learner import Learner
@@ -118,5 +119,5 @@ def test_mesh_errors_name_the_fields_to_change():
 def test_start_up_exits_with_the_mesh_errors():
     config = tiny_variant("micro")
     config.mesh.update(data=3, fsdp=1, tensor=1)
-    with pytest.raises(builders.ConfigError, match="mesh.data=3 x mesh.fsdp=1 x mesh.tensor=1"):
+    with pytest.raises(ConfigError, match="mesh.data=3 x mesh.fsdp=1 x mesh.tensor=1"):
         builders.build_mesh(config)

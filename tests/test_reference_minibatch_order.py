@@ -15,7 +15,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.minibatch_order import release_order, reorder_samples
 from orchestra_jax.rl.samples import Sample
-from orchestra_jax.training import builders, loop_steps
+from orchestra_jax.training import experiment_config, loop_steps
 from orchestra_jax.training.rollouts import StepExperience
 from tests.trajectory_helpers import graded_episode
 
@@ -164,7 +164,7 @@ def test_samples_are_reordered_by_their_tokens_and_the_remainder_keeps_its_place
 def test_partitions_that_do_not_split_a_minibatch_are_a_config_error():
     config = grpo_hle.get_config("qwen3_8b")
     config.rl.balance_partitions = 12
-    assert any("rl.balance_partitions" in e for e in builders.check_rl(config))
+    assert any("rl.balance_partitions" in e for e in experiment_config.problems(config))
 
 
 class RecordingLearner:

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from experiments.configs import grpo_hle
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
@@ -23,7 +24,7 @@ from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.experts.client import ExpertReply
 from orchestra_jax.tools.sandbox.registry import SANDBOXES, sandbox_config_errors
 from orchestra_jax.training import builders
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 
 
 def test_registry_names_import_paths_and_errors():

@@ -10,6 +10,7 @@ from aiohttp import web
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rewards import judge as judge_lib
 from orchestra_jax.rollout.scripted import ScriptedEngine
@@ -17,7 +18,6 @@ from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.pricing import token_cost
 from orchestra_jax.training import builders, rollouts
-from orchestra_jax.training.config_checks import ConfigError
 
 TASK = Task("frames-1", "Who painted the ceiling?", "Michelangelo", "judge", "frames")
 

@@ -8,7 +8,7 @@ from orchestra_jax.agent.trajectory import Trajectory, Turn
 from orchestra_jax.rewards.preference import preference_rewards
 from orchestra_jax.rewards.registry import group_rewards, make_reward
 from orchestra_jax.rewards.toolorchestra_reference import toolorchestra_reference_rewards
-from orchestra_jax.training import builders
+from orchestra_jax.training import builders, experiment_config
 
 # Equal cost and latency across a group: both terms are skipped (max == min).
 FLAT = {"cost": 0.2, "latency": 5.0}
@@ -139,6 +139,6 @@ def test_config_checks_accept_the_reference_settings():
     config.rl.advantage_boost = 0.1
     config.rl.drop_no_answer = True
     assert builders.check_reward(config) == []
-    assert builders.check_rl(config) == []
+    assert experiment_config.problems(config) == []
     config.rl.advantage_boost = -0.1
-    assert builders.check_rl(config) == ["rl.advantage_boost must be >= 0, got -0.1"]
+    assert experiment_config.problems(config) == ["rl.advantage_boost must be >= 0, got -0.1"]

@@ -189,15 +189,16 @@ def test_pack_batch_refuses_a_sample_twice_or_missing():
 
 def test_config_refuses_packing_with_shared_prompts_or_a_padded_length_norm():
     from experiments.configs import grpo_hle
-    from orchestra_jax.training import builders
+    from orchestra_jax.training import builders, experiment_config
 
     config = grpo_hle.get_config("demo")  # shares prompts
     config.rl.pack = True
-    assert any("do not combine" in e for e in builders.check_rl(config))
+    assert any("do not combine" in e for e in experiment_config.problems(config))
     config.rl.share_prompts = False
-    assert not any("rl.pack" in e for e in builders.check_rl(config))
+    assert not any("rl.pack" in e for e in experiment_config.problems(config))
     config.rl.loss_agg = "seq-mean-token-sum-norm"
-    assert any("padded row length" in e for e in builders.check_rl(config))
+    assert any("padded row length" in e for e in experiment_config.problems(config))
+    config.rl.loss_agg = "token-mean"
     assert builders.build_batching(config, 4).pack
 
 

@@ -544,22 +544,22 @@ def test_two_servers_keep_each_episode_on_one_and_fail_over_from_a_dead_one():
 
 def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():
     from experiments.configs import grpo_hle
-    from orchestra_jax.training import builders
+    from orchestra_jax.training import builders, experiment_config
 
     c = grpo_hle.get_config("micro")
     c.rollout.engine = "vllm"
     c.rl.max_staleness, c.rl.partial_rollouts = 1, True
-    errors = builders.check_rollout(c) + builders.check_rl(c)
+    errors = experiment_config.problems(c)
     assert errors == [
         "rollout.urls: the 'vllm' engine needs it",
         "rollout.weights_dir: the 'vllm' engine needs it",
     ]
     c.rollout.urls, c.rollout.weights_dir = "http://a:8000,http://b:8000", "/w"
-    assert builders.check_rollout(c) + builders.check_rl(c) == []
+    assert experiment_config.problems(c) == []
     engine = builders.build_engine(c, None, CONFIG)
     assert isinstance(engine, VLLMClient) and engine.urls == ["http://a:8000", "http://b:8000"]
     c.rollout.engine = "sglang"
-    assert any("rl.partial_rollouts needs" in e for e in builders.check_rl(c))
+    assert any("rl.partial_rollouts needs" in e for e in experiment_config.problems(c))
     c.rollout.sync_tolerance = -1.0
     assert any("rollout.sync_tolerance" in e for e in builders.check_rollout(c))
 

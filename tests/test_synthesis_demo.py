@@ -19,7 +19,7 @@ import pytest
 from experiments.configs import grpo_hle
 from experiments.configs import synthesize as synthesize_configs
 from orchestra_jax.synthesis.pipeline import synthesize
-from orchestra_jax.training.config_checks import validate
+from orchestra_jax.training.experiment_config import validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASKS = ROOT / "experiments" / "data" / "toolscale_demo" / "tasks.json"

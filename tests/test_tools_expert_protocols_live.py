@@ -22,7 +22,7 @@ from orchestra_jax.tools import build_index, pricing
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
 from orchestra_jax.training import builders
-from orchestra_jax.training.config_checks import validate
+from orchestra_jax.training.experiment_config import validate
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 from tests.live_helpers import RecordingProxy
 

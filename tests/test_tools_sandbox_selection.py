@@ -6,6 +6,7 @@ import textwrap
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.tools.sandbox import registry as python_sandbox
 from orchestra_jax.tools.sandbox.registry import (
     SandboxRefused,
@@ -16,7 +17,7 @@ from orchestra_jax.tools.sandbox.registry import (
     run_python,
     sandbox_config_errors,
 )
-from orchestra_jax.training.config_checks import ConfigError, validate
+from orchestra_jax.training.experiment_config import validate
 
 
 @pytest.fixture

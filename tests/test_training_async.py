@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from orchestra_jax.agent.trajectory import Trajectory, Turn, read_jsonl
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.training import async_loop, grpo_loop, loop_steps
 from orchestra_jax.training.async_loop import (
@@ -18,7 +19,6 @@ from orchestra_jax.training.async_loop import (
     stale_groups,
     staleness_metrics,
 )
-from orchestra_jax.training.config_checks import ConfigError
 from tests.resume_worker import ranked_reward
 from tests.test_training_e2e import micro_config
 

@@ -11,10 +11,11 @@ from flax import nnx
 
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import read_jsonl
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.rl.learner import make_schedule
 from orchestra_jax.training import builders, grpo_loop, loop_steps
-from orchestra_jax.training.config_checks import ConfigError, validate
 from orchestra_jax.training.experiment import run_experiment
+from orchestra_jax.training.experiment_config import validate
 
 
 def micro_config(workdir, **overrides):

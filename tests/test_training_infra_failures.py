@@ -293,7 +293,7 @@ def test_one_lost_episode_of_200_leaves_every_other_tasks_pass_k(tmp_path, monke
 
 
 def test_bad_infrastructure_bounds_are_named_at_start_up(tmp_path):
-    from orchestra_jax.training.config_checks import ConfigError
+    from orchestra_jax.config_section import ConfigError
     from tests.test_training_e2e import micro_config
 
     with pytest.raises(ConfigError) as e:

@@ -187,7 +187,7 @@ def test_lora_config_errors_name_the_fields(tmp_path):
 
 def test_lora_demo_runs_grpo_steps(tmp_path):
     from experiments.configs import grpo_hle
-    from orchestra_jax.training.config_checks import validate
+    from orchestra_jax.training.experiment_config import validate
 
     config = grpo_hle.get_config("lora_demo")
     config.workdir, config.num_steps, config.rl.warmup_steps = str(tmp_path), 2, 1

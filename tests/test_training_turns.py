@@ -8,9 +8,9 @@ import pytest
 
 from orchestra_jax.agent.context import RebuildContext
 from orchestra_jax.agent.trajectory import read_jsonl
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.rl.samples import turn_samples
 from orchestra_jax.training import builders, grpo_loop, loop_steps
-from orchestra_jax.training.config_checks import ConfigError
 from tests.test_training_e2e import NoiseReward, micro_config
 
 REFERENCE = {

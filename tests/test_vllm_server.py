@@ -23,8 +23,8 @@ from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.http import sync_probe
 from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
-from orchestra_jax.training.config_checks import validate
 from orchestra_jax.training.experiment import run_experiment
+from orchestra_jax.training.experiment_config import validate
 from tests.live_helpers import RecordingProxy
 from tests.test_training_e2e import NoiseReward
 from tests.vllm_helpers import export_tiny_qwen3, vllm_server

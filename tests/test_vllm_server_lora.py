@@ -20,7 +20,7 @@ from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
 from orchestra_jax.rollout.http import sync_probe
 from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
-from orchestra_jax.training.config_checks import validate
+from orchestra_jax.training.experiment_config import validate
 from tests.test_rollout_lora_sync import randomise_adapters
 from tests.test_training_e2e import NoiseReward
 from tests.test_vllm_server import grpo_config, learner_logprobs

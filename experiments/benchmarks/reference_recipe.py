@@ -41,7 +41,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.tools import build_index
 from orchestra_jax.training import loop_steps
-from orchestra_jax.training.config_checks import validate
+from orchestra_jax.training.experiment_config import validate
 from orchestra_jax.training.run_sync import run_sync
 
 SETTINGS = {

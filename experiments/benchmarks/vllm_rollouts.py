@@ -79,7 +79,7 @@ from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.http.vllm_client import VLLMClient
 from orchestra_jax.training import grpo_loop, loop_steps
-from orchestra_jax.training.config_checks import validate
+from orchestra_jax.training.experiment_config import validate
 from orchestra_jax.training.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -39,7 +39,7 @@ Variants (`--config=experiments/configs/grpo_hle.py:<variant>`):
               growing sequence per episode, the preference reward, the project's
               experts, the held-out evaluation.
 
-Every field is validated at start-up by `orchestra_jax.training.config_checks`.
+Every field is validated at start-up by its section's class (`orchestra_jax.training.experiment_config`).
 Override any field on the command line: `--config.rl.lr=3e-6`.
 """
 

@@ -39,6 +39,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestra_jax.config_section import ConfigError, parse_sources
 from orchestra_jax.registry import is_import_path
 from orchestra_jax.tasks import Task
 
@@ -132,8 +133,6 @@ def source_path_key(source: str) -> str:
 
 def file_sources(config: Any) -> list[str]:
     """The `data.sources` names other than "synthetic" (an unparsable list gives [])."""
-    from orchestra_jax.training.config_checks import ConfigError, parse_sources
-
     try:
         return [name for name, _ in parse_sources(config.data.sources) if name != "synthetic"]
     except ConfigError:
@@ -190,7 +189,6 @@ def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]
     from orchestra_jax.data.pipeline import WeightedSource
     from orchestra_jax.data.readers import read_tasks
     from orchestra_jax.data.sources import load_sources
-    from orchestra_jax.training.config_checks import parse_sources
 
     data = config.data
     heldout = split != TRAIN

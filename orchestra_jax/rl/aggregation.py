@@ -19,7 +19,7 @@ each sample its own segment, so every aggregation, the per-sequence ones
 included, is that of the same samples one a row; only "seq-mean-token-sum-norm"
 with L left to the padded length T would differ (packing changes T), which is
 why the learner's config gives packing a fixed L or refuses it
-(training/config_checks.py).
+(`rl/config.py`).
 """
 
 from __future__ import annotations

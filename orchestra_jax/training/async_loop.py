@@ -91,10 +91,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from orchestra_jax.agent.trajectory import Trajectory
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.parallel import multihost
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.training import host_rollouts, loop_steps
-from orchestra_jax.training.config_checks import ConfigError
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import StepExperience, Timer
 

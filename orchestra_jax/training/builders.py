@@ -1,11 +1,12 @@
-"""From an experiment config to the parts a run needs: one builder per part,
-each beside the check of the config section it reads.
+"""From an experiment config to the parts a run needs: one builder per part, and
+the checks of the sections whose typed classes are not yet written.
 
-`build_*(config)` builds a part; `check_*(config) -> list[str]` names every
-problem of that part's config section, one message each (choices are read from
-the part's registry). `config_checks.validate` runs every check of
-`SECTION_CHECKS` and reports all problems at once. Drivers (`grpo_hle.py`,
-`sft.py`, `evaluate.py`) assemble exactly the parts they use.
+`build_*(config)` builds a part, reading the typed section of its package where
+there is one (`RLConfig`, `ModelConfig`, `LoRAConfig`); `check_*(config) -> list[str]`
+names every problem of an untyped section, one message each (choices are read from
+the part's registry). `experiment_config.problems` runs them with the typed sections'
+checks and the rules between sections. Drivers (`grpo_hle.py`, `sft.py`,
+`evaluate.py`) assemble exactly the parts they use.
 """
 
 from __future__ import annotations
@@ -18,91 +19,72 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from orchestra_jax.agent.context import CONTEXT_POLICIES, context_policy
 from orchestra_jax.agent.loop import LoopLimits
+from orchestra_jax.agent.reference_turns import ACCOUNTINGS, TOOL_CALL_READINGS
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
-from orchestra_jax.data.splits import file_sources, source_path_key, split_config_problems
+from orchestra_jax.config_section import (
+    ConfigError,
+    choice,
+    parse_sources,
+    parse_weighted,
+    positive,
+    split_list,
+)
+from orchestra_jax.data.pipeline import STRATIFY_FIELDS
+from orchestra_jax.data.readers import READERS
+from orchestra_jax.data.splits import (
+    file_sources,
+    load_split,
+    source_path_key,
+    split_config_problems,
+)
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
-from orchestra_jax.models.attention_kernels import ATTENTION
+from orchestra_jax.envs.routing import member_names
+from orchestra_jax.envs.tau2.env import config_problems
+from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
+from orchestra_jax.models.config import DTYPES, LoRAConfig, ModelConfig
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
-from orchestra_jax.models.lora import LORA_TARGETS, LoRAParam, LoRASpec
+from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3.config import Qwen3Config
 from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM, create_sharded_model
 from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
-from orchestra_jax.registry import Registry, is_import_path
 from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCache, LLMJudge
-from orchestra_jax.rewards.registry import GroupReward, make_reward
-from orchestra_jax.rl import grpo
-from orchestra_jax.rl.aggregation import AGGREGATIONS
+from orchestra_jax.rewards.registry import REWARDS, GroupReward, make_reward
 from orchestra_jax.rl.batching import BatchingConfig
+from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
-from orchestra_jax.rl.samples import SAMPLE_UNITS
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.rollout.http.client import DEFAULT_API_KEY_ENV
 from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
+from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
 from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts.client import ExpertError, OpenAIChatExpert, probe_endpoint
 from orchestra_jax.tools.live_backends import backend_config_problems
+from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
+from orchestra_jax.tools.retrieval.search_pricing import SEARCH_PRICINGS
 from orchestra_jax.tools.sandbox.registry import sandbox_config_errors
-from orchestra_jax.training.config_checks import (
-    ConfigError,
-    parse_sources,
-    split_list,
-    stratum_weights,
-)
+from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
+from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-def _field(config: Any, name: str) -> Any:
-    value = config
-    for part in name.split("."):
-        value = value[part]
-    return value
-
 
 def _positive(config: Any, *names: str, allow_zero: bool = False) -> list[str]:
-    """One message per field of `names` that is not > 0 (>= 0 with `allow_zero`)."""
-    errors = []
+    """One message per field of `names` (dotted paths in `config`) that is not > 0."""
+    values = {}
     for name in names:
-        value = _field(config, name)
-        if not (value >= 0 if allow_zero else value > 0):
-            errors.append(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return errors
+        value = config
+        for part in name.split("."):
+            value = value[part]
+        values[name] = value
+    return positive(values, allow_zero=allow_zero)
 
 
-def _choice(field: str, value: str, choices: Any) -> list[str]:
-    """A message when `value` is not among `choices` (a `Registry`, or a sequence)."""
-    if isinstance(choices, Registry):
-        problem = choices.problem(value)
-        if problem is None:
-            return []
-        if is_import_path(value):  # say why the import failed
-            return [f"{field}: {problem}"]
-        names = choices.names()
-        return [f"{field} must be one of {names} or 'package.module:attr', got {value!r}"]
-    return [] if value in choices else [f"{field} must be one of {tuple(choices)}, got {value!r}"]
-
-
-# --- the run -----------------------------------------------------------------------
-
-
-def check_run(config: Any) -> list[str]:
-    """num_steps, the seeds, checkpoint.*."""
-    return _positive(config, "num_steps", "checkpoint.keep") + _positive(
-        config,
-        "checkpoint.every_steps",
-        "seed",
-        "data.synthetic_seed",
-        "eval.seed",
-        allow_zero=True,
-    )
+_choice = choice
 
 
 # --- the policy: tokenizer, mesh, model --------------------------------------------
@@ -125,17 +107,18 @@ def build_model(
     config: Any, mesh: jax.sharding.Mesh, tokenizer: ChatTokenizer
 ) -> tuple[Qwen3ForCausalLM, Qwen3Config]:
     """The policy: a preset initialised on the mesh, or a Hugging Face checkpoint."""
+    m = ModelConfig.from_config(config.model)
     runtime = dict(
-        param_dtype=DTYPES[config.model.param_dtype],
-        dtype=DTYPES[config.model.dtype],
-        scan_layers=config.model.scan_layers,
-        remat=config.model.remat,
-        attention=config.model.attention,
+        param_dtype=DTYPES[m.param_dtype],
+        dtype=DTYPES[m.dtype],
+        scan_layers=m.scan_layers,
+        remat=m.remat,
+        attention=m.attention,
         lora=lora_spec(config),
     )
-    if config.model.hf_path:
+    if m.hf_path:
         model, model_config = load_hf_checkpoint(
-            config.model.hf_path,
+            m.hf_path,
             dtype=runtime.pop("param_dtype"),
             mesh=mesh,
             compute_dtype=runtime.pop("dtype"),
@@ -143,8 +126,7 @@ def build_model(
             **runtime,
         )
     else:
-        overrides = dict(config.model.get("overrides", {}))
-        model_config = Qwen3Config.preset(config.model.preset, **overrides, **runtime)
+        model_config = Qwen3Config.preset(m.preset, **m.overrides, **runtime)
         model = create_sharded_model(model_config, mesh, seed=config.seed)
     if model_config.vocab_size < tokenizer.vocab_size:
         raise ValueError(
@@ -154,7 +136,7 @@ def build_model(
     num_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     log.info(
         "policy: %s, %.2fM parameters",
-        config.model.preset or config.model.hf_path,
+        m.preset or m.hf_path,
         num_params / 1e6,
     )
     if model_config.lora is not None:
@@ -165,85 +147,7 @@ def build_model(
 
 def lora_spec(config: Any) -> LoRASpec | None:
     """The policy's LoRA adapters (`lora.*`), or None when `lora.rank` is 0."""
-    lora = config.lora
-    if not lora.rank:
-        return None
-    return LoRASpec(
-        rank=lora.rank,
-        alpha=float(lora.alpha),
-        targets=tuple(split_list(lora.targets)),
-        dropout=float(lora.dropout),
-    )
-
-
-# Rollout engines that sample with the policy's adapters: the JAX engine runs the
-# model itself, the SGLang and vLLM clients sync the adapters to their servers'
-# LoRA endpoints (`rollout/http/client.py`, weight sync by adapter).
-LORA_ENGINES = ("jax", "sglang", "vllm")
-
-
-def check_lora(config: Any) -> list[str]:
-    """lora.*: rank >= 0; with rank > 0 its alpha, targets and dropout, and an engine
-    that samples with the adapters."""
-    lora = config.lora
-    if lora.rank < 0:
-        return [f"lora.rank must be >= 0 (0: full fine-tuning), got {lora.rank}"]
-    if not lora.rank:
-        return []
-    errors = []
-    if lora.alpha <= 0:
-        errors.append(f"lora.alpha must be > 0, got {lora.alpha}")
-    targets = split_list(lora.targets)
-    unknown = [t for t in targets if t not in LORA_TARGETS]
-    if unknown or not targets or len(set(targets)) != len(targets):
-        errors.append(
-            f"lora.targets must be distinct names among {','.join(LORA_TARGETS)}, "
-            f"got {lora.targets!r}"
-        )
-    if lora.dropout != 0:
-        errors.append(
-            f"lora.dropout={lora.dropout}: adapters run without dropout here (GRPO's ratio "
-            "compares the learner's and the engine's log-probabilities of one network); "
-            "set lora.dropout=0"
-        )
-    if config.rollout.engine not in LORA_ENGINES:
-        errors.append(
-            f"rollout.engine={config.rollout.engine!r} with lora.rank > 0: that engine does "
-            "not sample with the policy's adapters; use one that does: "
-            + ", ".join(repr(e) for e in LORA_ENGINES)
-        )
-    return errors
-
-
-def check_model(config: Any) -> list[str]:
-    """model.*, tokenizer, mesh.*."""
-    errors = []
-    model = config.model
-    if bool(model.preset) == bool(model.hf_path):
-        errors.append(
-            "model: set exactly one of model.preset and model.hf_path "
-            f"(got preset={model.preset!r}, hf_path={model.hf_path!r})"
-        )
-    if model.preset:
-        try:
-            Qwen3Config.preset(model.preset)
-        except (KeyError, ValueError) as e:
-            errors.append(f"model.preset: {e}")
-    if model.hf_path and not os.path.isfile(os.path.join(model.hf_path, "config.json")):
-        errors.append(f"model.hf_path: no config.json in {model.hf_path!r}")
-    for name in ("param_dtype", "dtype"):
-        errors += _choice(f"model.{name}", model[name], DTYPES)
-    errors += _choice("model.attention", model.attention, ATTENTION)
-    if config.tokenizer != "demo" and not os.path.exists(
-        os.path.join(config.tokenizer, "tokenizer.json")
-    ):
-        errors.append(
-            f"tokenizer: 'demo' or a folder with tokenizer.json, got {config.tokenizer!r}"
-        )
-    for axis in ("data", "fsdp", "tensor"):
-        if config.mesh[axis] == 0 or config.mesh[axis] < -1:
-            errors.append(f"mesh.{axis} must be >= 1 or -1 (the rest), got {config.mesh[axis]}")
-    return errors
+    return LoRAConfig.from_config(config.lora).spec()
 
 
 # --- rollouts: engine, sampling, episode limits ------------------------------------
@@ -387,7 +291,6 @@ def check_rollout(config: Any) -> list[str]:
 def check_context(config: Any) -> list[str]:
     """agent.context, agent.rebuild.*, the sample unit a context needs, and how a
     turn's calls are read and charged (agent.tool_calls, agent.accounting)."""
-    from orchestra_jax.agent.reference_turns import ACCOUNTINGS, TOOL_CALL_READINGS
 
     errors = _choice("agent.tool_calls", config.agent.tool_calls, TOOL_CALL_READINGS)
     errors += _choice("agent.accounting", config.agent.accounting, ACCOUNTINGS)
@@ -413,7 +316,6 @@ def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[st
     """The `data.sources` tasks of `split` ("train" or the held-out split) as weighted
     sources for the pipeline, and a read report per source (`data/splits.load_split`:
     file sources are split by `data.eval_paths` or `data.eval_fraction`)."""
-    from orchestra_jax.data.splits import load_split
 
     return load_split(config, split)
 
@@ -429,8 +331,6 @@ JUDGED_SOURCES = ("frames", "generalthought", "hle")
 
 def check_data(config: Any) -> list[str]:
     """data.*."""
-    from orchestra_jax.data.pipeline import STRATIFY_FIELDS
-    from orchestra_jax.data.readers import READERS
 
     errors = []
     try:
@@ -453,7 +353,7 @@ def check_data(config: Any) -> list[str]:
     if config.data.stratify_by:
         errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
     try:
-        weights = stratum_weights(config)
+        weights = dict(parse_weighted(config.data.stratum_weights, "data.stratum_weights"))
         if weights and not config.data.stratify_by:
             errors.append(
                 "data.stratum_weights needs data.stratify_by (the field whose values it weighs)"
@@ -511,9 +411,6 @@ def sampler_ranges(config: Any) -> SamplerRanges:
 
 def check_env(config: Any) -> list[str]:
     """env.name, tools.*."""
-    from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
-    from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
-    from orchestra_jax.tools.retrieval.search_pricing import SEARCH_PRICINGS
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
@@ -561,7 +458,6 @@ def check_env(config: Any) -> list[str]:
 
 def _check_env_members(config: Any) -> list[str]:
     """env.members of a routed environment, and env.tau2 where τ² tasks are played."""
-    from orchestra_jax.envs.routing import member_names
 
     names = [config.env.name]
     errors = []
@@ -574,8 +470,6 @@ def _check_env_members(config: Any) -> list[str]:
         for name in names:
             errors += _choice("env.members", name, ENVIRONMENTS)
     if "tau2" in names:
-        from orchestra_jax.envs.tau2.env import config_problems
-
         errors += config_problems(config)
     return errors
 
@@ -633,7 +527,6 @@ def build_judge(
 
 def check_reward(config: Any) -> list[str]:
     """reward.*."""
-    from orchestra_jax.rewards.registry import REWARDS
 
     errors = _choice("reward.type", config.reward.type, REWARDS)
     if not errors:
@@ -682,169 +575,18 @@ def _check_judge(config: Any) -> list[str]:
 def build_learner_config(
     config: Any, *, total_steps: int | None = None, mesh: Any = None
 ) -> LearnerConfig:
-    """The GRPO learner's settings; a micro-batch holds `rl.micro_batch_size` rows on
-    each of the mesh's batch shards (one device's share when `mesh` is None).
-    `total_steps` and `rl.warmup_steps` count GRPO steps; the schedule counts
-    optimizer updates (`rl.num_minibatches` · `rl.num_epochs` a step)."""
-    rl = config.rl
-    updates = rl.num_minibatches * rl.num_epochs
-    return LearnerConfig(
-        learning_rate=rl.lr,
-        weight_decay=rl.weight_decay,
-        grad_clip=rl.grad_clip,
-        schedule=rl.schedule,
-        warmup_steps=rl.warmup_steps * updates,
-        total_steps=None if total_steps is None else total_steps * updates,
-        micro_batch_size=rl.micro_batch_size * (num_batch_shards(mesh) if mesh else 1),
-        num_minibatches=rl.num_minibatches,
-        num_epochs=rl.num_epochs,
-        minibatch_size=rl.minibatch_size or None,
-        loss=rl.loss,
-        clip_low=rl.clip_low,
-        clip_high=rl.clip_high,
-        dual_clip=rl.dual_clip or None,
-        agg=rl.loss_agg,
-        kl_coef=rl.kl_coef,
-        kl_type=rl.kl_type,
-        temperature=max(config.rollout.temperature, 1e-6),
-        tis_cap=rl.tis_cap or None,
-        lm_head_chunk=rl.lm_head_chunk or None,
-        reference_dtype=rl.reference_dtype or None,
+    """The GRPO learner's settings (`RLConfig.learner_config`); a micro-batch holds
+    `rl.micro_batch_size` rows on each of the mesh's batch shards (one device's share
+    when `mesh` is None)."""
+    return RLConfig.from_config(config.rl).learner_config(
+        temperature=config.rollout.temperature,
+        total_steps=total_steps,
+        batch_shards=num_batch_shards(mesh) if mesh else 1,
     )
 
 
 def build_batching(config: Any, row_multiple: int) -> BatchingConfig:
-    return BatchingConfig(
-        seq_buckets=tuple(config.rl.seq_buckets),
-        row_multiple=row_multiple,
-        pack=bool(config.rl.pack),
-    )
-
-
-def check_rl(config: Any) -> list[str]:
-    """rl.*."""
-    rl = config.rl
-    errors = _positive(
-        config,
-        "rl.group_size",
-        "rl.tasks_per_step",
-        "rl.lr",
-        "rl.grad_clip",
-        "rl.micro_batch_size",
-        "rl.num_minibatches",
-        "rl.num_epochs",
-        "rl.async_wait_timeout_s",
-    )
-    errors += _positive(
-        config,
-        "rl.kl_coef",
-        "rl.weight_decay",
-        "rl.warmup_steps",
-        "rl.filter_reward_std",
-        "rl.tis_cap",
-        "rl.lm_head_chunk",
-        "rl.max_staleness",
-        "rl.rollout_restarts",
-        "rl.advantage_boost",
-        allow_zero=True,
-    )
-    if not isinstance(rl.drop_no_answer, bool):
-        errors.append(f"rl.drop_no_answer must be True or False, got {rl.drop_no_answer!r}")
-    if rl.stale_groups not in ("regenerate", "drop"):
-        errors.append(f"rl.stale_groups must be 'regenerate' or 'drop', got {rl.stale_groups!r}")
-    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine not in ("jax", "vllm"):
-        errors.append(
-            "rl.partial_rollouts needs rollout.engine='jax' or 'vllm' (SGLang servers load "
-            "versioned folders between requests): set rl.partial_rollouts = False"
-        )
-    if rl.reference_dtype:
-        errors += _choice("rl.reference_dtype", rl.reference_dtype, DTYPES)
-    errors += _choice("rl.sample_unit", rl.sample_unit, SAMPLE_UNITS)
-    errors += _positive(config, "rl.minibatch_size", allow_zero=True)
-    errors += _positive(config, "rl.balance_partitions", allow_zero=True)
-    errors += _positive(config, "rl.balance_group_size")
-    if rl.balance_partitions:
-        size, group = rl.minibatch_size, max(rl.balance_group_size, 1)
-        if not size:
-            errors.append("rl.balance_partitions orders rl.minibatch_size's mini-batches: set it")
-        elif rl.balance_partitions % group or size % max(rl.balance_partitions // group, 1):
-            errors.append(
-                f"rl.balance_partitions={rl.balance_partitions} in groups of "
-                f"rl.balance_group_size={group} must split rl.minibatch_size={size} evenly"
-            )
-    if rl.minibatch_size:
-        if rl.num_minibatches != 1:
-            errors.append(
-                "rl.minibatch_size and rl.num_minibatches both set the mini-batches: "
-                "leave rl.num_minibatches at 1"
-            )
-        if rl.share_prompts:
-            errors.append(
-                "rl.minibatch_size counts samples, rl.share_prompts makes batch rows of "
-                "groups: set rl.share_prompts = False"
-            )
-        if rl.schedule != "constant" or rl.warmup_steps:
-            errors.append(
-                "rl.minibatch_size makes a varying number of updates a step, which "
-                "rl.schedule / rl.warmup_steps (counted in updates) cannot plan: use "
-                "rl.schedule='constant' and rl.warmup_steps=0"
-            )
-    if rl.pack and rl.share_prompts:
-        errors.append(
-            "rl.pack packs samples into rows, rl.share_prompts makes each row a group's "
-            "prompt and its episodes (rl/shared_prompts.py); they do not combine: set one"
-        )
-    if rl.pack and rl.loss_agg == "seq-mean-token-sum-norm":
-        errors.append(
-            "rl.pack with rl.loss_agg='seq-mean-token-sum-norm': its L is the padded row "
-            "length, which packing changes, so the loss would not be the unpacked one; "
-            "use another aggregation or rl.pack = False"
-        )
-    if rl.group_size < 2:
-        errors.append("rl.group_size must be >= 2: GRPO compares episodes of the same task")
-    if not 2 <= rl.min_group_size_after_infra <= max(rl.group_size, 2):
-        errors.append(
-            f"rl.min_group_size_after_infra must be in [2, rl.group_size={rl.group_size}] "
-            f"(a group's reward std needs 2 episodes), got {rl.min_group_size_after_infra}"
-        )
-    if not 0.0 <= rl.max_infra_failure_fraction <= 1.0:
-        errors.append(
-            f"rl.max_infra_failure_fraction must be in [0, 1], got {rl.max_infra_failure_fraction}"
-        )
-    errors += _choice("rl.loss", rl.loss, grpo.POLICY_LOSSES)
-    errors += _choice("rl.loss_agg", rl.loss_agg, AGGREGATIONS)
-    errors += _choice("rl.advantage", rl.advantage, grpo.ADVANTAGES)
-    errors += _choice("rl.kl_type", rl.kl_type, grpo.KL_PENALTIES)
-    format_errors = _choice("rl.format_filter", rl.format_filter, grpo.FORMAT_FILTERS)
-    errors += format_errors
-    if (
-        not format_errors
-        and rl.format_filter != "penalty"
-        and rl.format_penalty != grpo.DEFAULT_FORMAT_PENALTY
-    ):
-        errors.append(
-            f"rl.format_penalty={rl.format_penalty} has no effect unless rl.format_filter='penalty'"
-        )
-    if rl.clip_low <= 0 or rl.clip_high <= 0:
-        errors.append("rl.clip_low and rl.clip_high must be > 0")
-    if rl.dual_clip and rl.dual_clip <= 1:
-        errors.append(f"rl.dual_clip must be > 1 (or 0 to disable), got {rl.dual_clip}")
-    buckets = list(rl.seq_buckets)
-    if not buckets or buckets != sorted(set(buckets)):
-        errors.append(f"rl.seq_buckets must be ascending and distinct, got {buckets}")
-    elif buckets[-1] < config.agent.max_context_tokens:
-        errors.append(
-            f"rl.seq_buckets: the largest ({buckets[-1]}) must hold "
-            f"agent.max_context_tokens ({config.agent.max_context_tokens})"
-        )
-    schedule_errors = _choice("rl.schedule", rl.schedule, SCHEDULES)
-    errors += schedule_errors
-    if not schedule_errors and rl.schedule != "constant" and rl.warmup_steps >= config.num_steps:
-        errors.append(
-            f"rl.schedule={rl.schedule!r} decays after rl.warmup_steps "
-            f"({rl.warmup_steps}), which must be < num_steps ({config.num_steps})"
-        )
-    return errors
+    return RLConfig.from_config(config.rl).batching(row_multiple)
 
 
 # --- the warm start ----------------------------------------------------------------
@@ -868,8 +610,6 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
 
 def check_sft(config: Any) -> list[str]:
     """sft.*."""
-    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
-    from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
 
     sft = config.sft
     errors = _positive(config, "sft.steps", allow_zero=True)
@@ -908,8 +648,6 @@ def check_sft(config: Any) -> list[str]:
 
 def check_eval(config: Any) -> list[str]:
     """eval.*."""
-    from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
-    from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
 
     errors = _choice("eval.protocol", config.eval.protocol, EVAL_PROTOCOLS)
     if not errors:
@@ -948,18 +686,3 @@ def check_eval(config: Any) -> list[str]:
             "env.tau2.expert_mode='advise'"
         )
     return errors
-
-
-# Every section's check, in the order `config_checks.validate` reports them.
-SECTION_CHECKS = (
-    check_run,
-    check_model,
-    check_lora,
-    check_rollout,
-    check_data,
-    check_env,
-    check_reward,
-    check_rl,
-    check_sft,
-    check_eval,
-)

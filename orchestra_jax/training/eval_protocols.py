@@ -36,8 +36,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from orchestra_jax.config_section import ExperimentConfig
 from orchestra_jax.registry import Registry
-from orchestra_jax.training.config_checks import ExperimentConfig
 
 # The release's evaluation table as a catalogue file, shipped with the experiments
 # package beside this one (in a checkout and in an installed wheel alike).

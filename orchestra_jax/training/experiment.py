@@ -26,6 +26,7 @@ import jax
 
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.chat.tokenizer import ChatTokenizer
+from orchestra_jax.config_section import ExperimentConfig, split_list
 from orchestra_jax.data.pipeline import global_positions
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.eval.report import write_report
@@ -40,7 +41,6 @@ from orchestra_jax.tasks import Task
 from orchestra_jax.tools.config import ToolConfig
 from orchestra_jax.training import builders, grpo_loop, loop_steps, seeds, warm_start
 from orchestra_jax.training.checkpointing import restore_params, save_params
-from orchestra_jax.training.config_checks import ExperimentConfig, split_list
 from orchestra_jax.training.eval_protocols import eval_protocol
 from orchestra_jax.training.evaluation import TOOL_TABLES, Evaluator, heldout_rewards
 from orchestra_jax.training.host_rollouts import gather_step

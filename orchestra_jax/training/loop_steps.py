@@ -27,6 +27,7 @@ import numpy as np
 
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.chat.tokenizer import ChatTokenizer
+from orchestra_jax.config_section import ExperimentConfig, parse_weighted
 from orchestra_jax.data.pipeline import task_iterator
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.io import paths
@@ -48,9 +49,8 @@ from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine, ServedEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
-from orchestra_jax.training import builders, config_checks, host_rollouts, infra_failures, seeds
+from orchestra_jax.training import builders, host_rollouts, infra_failures, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
-from orchestra_jax.training.config_checks import ExperimentConfig
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import (
     Episodes,
@@ -171,7 +171,7 @@ def train_task_iterator(config: ExperimentConfig, *, whole_steps: bool = False):
         seed=config.seed,
         **shard,
         stratify_by=config.data.stratify_by or None,
-        stratum_weights=config_checks.stratum_weights(config),
+        stratum_weights=dict(parse_weighted(config.data.stratum_weights, "data.stratum_weights")),
     )
 
 

@@ -150,7 +150,7 @@ def use_adapter_settings(config: Any, adapter: str) -> None:
     """config.lora := the PEFT adapter folder's settings (rank, alpha, targets);
     `PolicyError` on an engine that serves no adapters."""
     from orchestra_jax.models.peft_adapter import read_spec
-    from orchestra_jax.training.builders import LORA_ENGINES
+    from orchestra_jax.training.experiment_config import LORA_ENGINES
 
     if config.rollout.engine not in LORA_ENGINES:
         raise PolicyError(

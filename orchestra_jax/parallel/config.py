@@ -1,0 +1,27 @@
+"""The `mesh` section of an experiment config as `MeshConfig`: the device mesh's axis
+sizes (parallel/axes.py), -1 for the devices left over."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestra_jax.config_section import Section
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig(Section):
+    """`mesh.data`, `mesh.fsdp`, `mesh.tensor`: each >= 1, or -1 (every remaining device)."""
+
+    SECTION = "mesh"
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+    def problems(self) -> list[str]:
+        errors = []
+        for axis in ("data", "fsdp", "tensor"):
+            size = getattr(self, axis)
+            if size == 0 or size < -1:
+                errors.append(f"mesh.{axis} must be >= 1 or -1 (the rest), got {size}")
+        return errors

@@ -1,0 +1,184 @@
+"""An experiment config, typed: every section built once from the ml-collections file
+by the class its package owns, and the rules that span sections.
+
+`sections(config)` builds the typed sections (`Sections`); each section's own check
+is its class's `problems()` (`config_section.Section`). `problems(config)` lists every
+mistake of a config, the sections' and the rules' below, one message each, and
+`validate(config)` raises them together as a `ConfigError`, which the drivers print
+and exit on. Sections still checked by `builders.check_*` (their typed classes not yet
+written) are run from here too, in the order the config file lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from orchestra_jax.config_section import (
+    ConfigError,
+    ExperimentConfig,
+    Section,
+    SectionError,
+    positive,
+)
+from orchestra_jax.models.config import LoRAConfig, ModelConfig
+from orchestra_jax.parallel.config import MeshConfig
+from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.rl.learner import SCHEDULES
+from orchestra_jax.training import builders
+
+
+@dataclasses.dataclass(frozen=True)
+class Sections:
+    """The typed sections of an experiment config, each its package's class."""
+
+    model: ModelConfig
+    lora: LoRAConfig
+    mesh: MeshConfig
+    rl: RLConfig
+
+
+# The typed sections: (config field, class), built in this order.
+SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
+    ("model", ModelConfig),
+    ("mesh", MeshConfig),
+    ("lora", LoRAConfig),
+    ("rl", RLConfig),
+)
+
+
+def _build(config: ExperimentConfig) -> tuple[dict[str, Any], list[str]]:
+    """Every typed section that builds, and every section's problems."""
+    built, errors = {}, []
+    for name, cls in SECTION_CLASSES:
+        try:
+            built[name] = cls.from_config(config[name])
+        except SectionError as e:
+            errors += e.problems
+            built[name] = cls.unchecked(config[name])
+    return built, errors
+
+
+def sections(config: ExperimentConfig) -> Sections:
+    """The config's typed sections; a `ConfigError` listing every problem when one
+    does not build or a rule between sections fails."""
+    built, errors = _build(config)
+    errors += _cross_section_problems(config, built)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return Sections(**built)
+
+
+# --- rules between sections -----------------------------------------------------
+
+# Rollout engines that sample with the policy's adapters: the JAX engine runs the
+# model itself, the SGLang and vLLM clients sync the adapters to their servers'
+# LoRA endpoints (`rollout/http/client.py`, weight sync by adapter).
+LORA_ENGINES = ("jax", "sglang", "vllm")
+
+
+def _run_problems(config: ExperimentConfig) -> list[str]:
+    """The run's own fields (num_steps, seed, tokenizer) and checkpoint.*."""
+    errors = positive({"num_steps": config.num_steps, "checkpoint.keep": config.checkpoint.keep})
+    errors += positive(
+        {
+            "checkpoint.every_steps": config.checkpoint.every_steps,
+            "seed": config.seed,
+            "data.synthetic_seed": config.data.synthetic_seed,
+            "eval.seed": config.eval.seed,
+        },
+        allow_zero=True,
+    )
+    if config.tokenizer != "demo" and not os.path.exists(
+        os.path.join(config.tokenizer, "tokenizer.json")
+    ):
+        errors.append(
+            f"tokenizer: 'demo' or a folder with tokenizer.json, got {config.tokenizer!r}"
+        )
+    return errors
+
+
+def _lora_engine(config: ExperimentConfig, lora: LoRAConfig) -> list[str]:
+    """LoRA × rollout engine: the engine must sample with the adapters."""
+    engine = config.rollout.engine
+    if lora.rank > 0 and engine not in LORA_ENGINES:
+        return [
+            f"rollout.engine={engine!r} with lora.rank > 0: that engine does not sample "
+            "with the policy's adapters; use one that does: "
+            + ", ".join(repr(e) for e in LORA_ENGINES)
+        ]
+    return []
+
+
+def _rl_rules(config: ExperimentConfig, rl: RLConfig) -> list[str]:
+    """Partial rollouts × engine, sequence buckets × context, schedule × num_steps."""
+    errors = []
+    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine not in ("jax", "vllm"):
+        errors.append(
+            "rl.partial_rollouts needs rollout.engine='jax' or 'vllm' (SGLang servers load "
+            "versioned folders between requests): set rl.partial_rollouts = False"
+        )
+    buckets = list(rl.seq_buckets)
+    if buckets and buckets == sorted(set(buckets)):
+        if buckets[-1] < config.agent.max_context_tokens:
+            errors.append(
+                f"rl.seq_buckets: the largest ({buckets[-1]}) must hold "
+                f"agent.max_context_tokens ({config.agent.max_context_tokens})"
+            )
+    if (
+        rl.schedule in SCHEDULES
+        and rl.schedule != "constant"
+        and rl.warmup_steps >= config.num_steps
+    ):
+        errors.append(
+            f"rl.schedule={rl.schedule!r} decays after rl.warmup_steps "
+            f"({rl.warmup_steps}), which must be < num_steps ({config.num_steps})"
+        )
+    return errors
+
+
+# Each rule: (the typed sections it reads, the rule). A section whose own check
+# failed is read unchecked (`Section.unchecked`), so every rule still runs.
+_RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
+    (("lora",), _lora_engine),
+    (("rl",), _rl_rules),
+)
+
+
+def _cross_section_problems(config: ExperimentConfig, built: dict[str, Any]) -> list[str]:
+    errors = []
+    for needs, rule in _RULES:
+        errors += rule(config, *(built[name] for name in needs))
+    return errors
+
+
+# --- every problem of a config ----------------------------------------------------
+
+# The sections `builders.check_*` still checks from the whole config.
+_UNTYPED_CHECKS = (
+    builders.check_rollout,
+    builders.check_data,
+    builders.check_env,
+    builders.check_reward,
+    builders.check_sft,
+    builders.check_eval,
+)
+
+
+def problems(config: ExperimentConfig) -> list[str]:
+    """Every mistake of `config`, one message each: the run's fields, every section's
+    check, and the rules between sections."""
+    built, errors = _build(config)
+    errors = _run_problems(config) + errors
+    for check in _UNTYPED_CHECKS:
+        errors += check(config)
+    return errors + _cross_section_problems(config, built)
+
+
+def validate(config: ExperimentConfig) -> None:
+    """Raises ConfigError listing every problem of `config` (see `problems`)."""
+    errors = problems(config)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))

@@ -1,0 +1,117 @@
+"""The configuration contract: each package's typed section is built from its part of
+the config file, refuses its bad values with the config field named, and the rules
+between sections are reported with every section's mistakes in one go."""
+
+import dataclasses
+
+import pytest
+
+from experiments.configs import grpo_hle
+from orchestra_jax.config_section import ConfigError, SectionError
+from orchestra_jax.models.config import LoRAConfig, ModelConfig
+from orchestra_jax.parallel.config import MeshConfig
+from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.training import builders, experiment_config
+
+
+def _problems(cls, **values):
+    with pytest.raises(SectionError) as e:
+        cls(**values)
+    return e.value.problems
+
+
+def test_every_variant_builds_its_typed_sections_from_the_file():
+    for variant in grpo_hle.VARIANTS:
+        config = grpo_hle.get_config(variant)
+        for name, cls in experiment_config.SECTION_CLASSES:
+            fields = {f.name for f in dataclasses.fields(cls)}
+            assert set(config[name].keys()) <= fields, (variant, name)
+            section = cls.unchecked(config[name])
+            for field in config[name].keys():  # the flag's name is the field's
+                if field not in cls.NESTED and field != "overrides":
+                    assert getattr(section, field) == config[name][field], (name, field)
+    sections = experiment_config.sections(grpo_hle.get_config("demo"))
+    demo = grpo_hle.get_config("demo")
+    assert sections.rl.lr == demo.rl.lr and sections.lora.rank == demo.lora.rank
+
+
+def test_a_section_refuses_its_bad_values_naming_the_config_field():
+    assert _problems(RLConfig, lr=-1.0) == ["rl.lr must be > 0, got -1.0"]
+    assert _problems(RLConfig, advantage_boost=-0.1) == [
+        "rl.advantage_boost must be >= 0, got -0.1"
+    ]
+    assert _problems(RLConfig, advantage="rloo")[0].startswith("rl.advantage must be one of")
+    assert _problems(RLConfig, minibatch_size=16, num_minibatches=2) == [
+        "rl.minibatch_size and rl.num_minibatches both set the mini-batches: "
+        "leave rl.num_minibatches at 1"
+    ]
+    assert _problems(LoRAConfig, rank=-1) == [
+        "lora.rank must be >= 0 (0: full fine-tuning), got -1"
+    ]
+    assert len(_problems(LoRAConfig, rank=4, alpha=0.0, dropout=0.1, targets="q,q")) == 3
+    assert _problems(MeshConfig, fsdp=0) == ["mesh.fsdp must be >= 1 or -1 (the rest), got 0"]
+    assert _problems(ModelConfig, preset="demo", hf_path="/x")[0].startswith(
+        "model: set exactly one of model.preset and model.hf_path"
+    )
+    assert _problems(ModelConfig, preset="demo", dtype="fp16") == [
+        "model.dtype must be one of ('float32', 'bfloat16'), got 'fp16'"
+    ]
+
+
+def test_every_mistake_of_a_section_is_listed_not_only_the_first():
+    problems = _problems(RLConfig, lr=-1.0, group_size=1, loss_agg="nope", clip_low=0.0)
+    assert len(problems) >= 4
+    assert any(p.startswith("rl.lr") for p in problems)
+    assert any(p.startswith("rl.group_size must be >= 2") for p in problems)
+
+
+def test_a_key_that_names_no_field_is_refused():
+    with pytest.raises(SectionError, match=r"rl\.learning_rate: no such field"):
+        RLConfig.from_config({"learning_rate": 1e-6})
+
+
+def test_rules_between_sections_are_reported_with_the_sections_mistakes():
+    config = grpo_hle.get_config("micro")
+    config.lora.rank, config.lora.dropout = 4, 0.1  # a lora mistake ...
+    config.rollout.engine = "scripted"  # ... and LoRA x engine
+    config.rl.max_staleness = 1
+    config.rl.schedule, config.rl.warmup_steps = "cosine", 5  # schedule x num_steps (2)
+    config.rl.seq_buckets = (128,)  # buckets x agent.max_context_tokens
+    config.rl.lr = -1.0  # an rl mistake: the rl rules still run
+    problems = experiment_config.problems(config)
+    for needle in (
+        "lora.dropout=0.1",
+        "rollout.engine='scripted' with lora.rank > 0",
+        "rl.lr must be > 0",
+        "rl.schedule='cosine' decays after rl.warmup_steps (5)",
+        "rl.seq_buckets: the largest (128) must hold agent.max_context_tokens",
+    ):
+        assert sum(needle in p for p in problems) == 1, needle
+    with pytest.raises(ConfigError) as e:
+        experiment_config.validate(config)
+    assert str(e.value).splitlines()[1:] == ["  " + p for p in problems]  # one line each
+    config = grpo_hle.get_config("micro")
+    config.rl.max_staleness = 1
+    config.rollout.engine = "sglang"
+    config.rollout.urls, config.rollout.weights_dir = "http://a:1", "/w"
+    assert experiment_config.problems(config) == [
+        "rl.partial_rollouts needs rollout.engine='jax' or 'vllm' (SGLang servers load "
+        "versioned folders between requests): set rl.partial_rollouts = False"
+    ]
+
+
+def test_a_component_is_built_from_its_section_alone():
+    rl = RLConfig(lr=3e-4, loss_agg="seq-mean-token-mean", num_minibatches=2, warmup_steps=1)
+    learner = rl.learner_config(temperature=0.7, total_steps=10, batch_shards=2)
+    assert learner.learning_rate == 3e-4 and learner.agg == "seq-mean-token-mean"
+    assert learner.warmup_steps == 2 and learner.total_steps == 20  # updates, not steps
+    assert learner.micro_batch_size == 16 and learner.temperature == 0.7
+    assert rl.batching(4).seq_buckets == rl.seq_buckets
+    assert LoRAConfig().spec() is None
+    spec = LoRAConfig(rank=8, targets="q,v").spec()
+    assert spec is not None and spec.targets == ("q", "v") and spec.alpha == 16.0
+    # The builders read the same section from the whole config.
+    config = grpo_hle.get_config("micro")
+    assert builders.build_learner_config(config, total_steps=2) == RLConfig.from_config(
+        config.rl
+    ).learner_config(temperature=config.rollout.temperature, total_steps=2)
