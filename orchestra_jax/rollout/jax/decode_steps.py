@@ -12,6 +12,10 @@ and their logprobs at every sampled position, and `penalties` (decode only)
 carries each row's generated-token counts [B, V] and applies
 `sampling.apply_penalties` before sampling. `prompt_logprobs` scores prompts
 (every position's next-token logprob) for requests that ask for them.
+
+`decode` with `rows` (int32 [R]) decodes only those cache rows, in a compiled
+batch of R rows: gathered from the cache, decoded, scattered back in the same
+call (the engine's row buckets); it compiles once per (cache length, R).
 """
 
 from __future__ import annotations
@@ -174,11 +178,20 @@ class DecodeSteps:
         seed_lo,
         penalties=None,
         stop_on_finish=False,
+        rows=None,
         *,
         num_steps,
         top_logprobs=0,
     ):
         """Up to `num_steps` decode steps for every row; rows in `done` are frozen.
+
+        With `rows` (int32 [R], R < the cache's batch) the call decodes only those
+        cache rows, a row bucket: the per-row arrays have R entries, row r being
+        cache row rows[r]; the call gathers those rows' keys/values (and token
+        counts) into an R-row cache, runs the loop on it and scatters them back.
+        An entry >= the batch is a padding row: give it `done`; it reads some
+        row's values and writes nothing back. Each row computes what it would in
+        the full batch (sampling keys are per request), so only the cost changes.
 
         With `stop_on_finish` (a traced bool: no recompile) the call also ends after
         the step in which a row not in `done` finishes, so a waiting request can
@@ -193,10 +206,19 @@ class DecodeSteps:
         updated token counts (or None). `penalties`: None or (token_counts [B, V],
         repetition [B], frequency [B], presence [B]), see `sampling.apply_penalties`.
         """
+        name_rows = "" if rows is None else f", rows={rows.shape[0]}"
         self.compile_counts[
-            f"decode(cache={cache.max_len}{self._suffix(top_logprobs, penalties)})"
+            f"decode(cache={cache.max_len}{name_rows}{self._suffix(top_logprobs, penalties)})"
         ] += 1
         model = nnx.merge(self.graphdef, state)
+        full_cache = full_counts = None
+        if rows is not None:
+            # Padding entries (>= batch) read the last row and are dropped on the way back.
+            read = jnp.minimum(rows, cache.batch_size - 1)
+            full_cache, cache = cache, cache.take_rows(read)
+            if penalties is not None:
+                full_counts = penalties[0]
+                penalties = (full_counts[read], *penalties[1:])
         b = tokens.shape[0]
         # Rotary cos/sin of every position, once per call rather than per element per step.
         rope = model.rope_table(self.max_seq_len)
@@ -249,6 +271,11 @@ class DecodeSteps:
         carry = (0, cache, tokens, positions, counts, done, out_tokens, out_logp, out_top)
         carry = jax.lax.while_loop(cond, body, carry + (token_counts,))
         cache, out_tokens, out_logp, out_top, token_counts = (carry[1], *carry[6:])
+        if rows is not None:
+            assert full_cache is not None
+            cache = full_cache.put_rows(rows, cache)
+            if full_counts is not None:
+                token_counts = full_counts.at[rows].set(token_counts, mode="drop")
         if penalties is not None:
             penalties = (token_counts, *penalties[1:])
         return cache, out_tokens, out_logp, out_top if top_logprobs else None, penalties

@@ -10,6 +10,8 @@ schedule:
   2. run `steps_per_call` decode steps for all slots in one jitted
      `lax.while_loop` (it exits early once every row is done, or, while
      requests wait for a slot, once any row finishes: `admit_mid_chunk`);
+     while the live rows fit a smaller row bucket (`decode_row_buckets`), the
+     call decodes only them, at that bucket's size (below);
   3. hand finished rows their Completion and free their slots; repeat.
 
 So requests of different lengths, arriving at different times, share the batch
@@ -39,9 +41,27 @@ one copy each time, and decode attends to all of it: attending to a prefix of a
 longer cache would cost a strided copy of every layer's keys and values on every
 step, a cache that fits its rows needs none.
 
+Row buckets: a decode step's cost grows with its rows (at Qwen3-0.6B's
+dimensions on a 2-core CPU, float32: about 200 ms at 16 rows, 140 at 8, 130 at 4,
+95 at 2, 70 at 1; `docs/notes/2026-11-28-decode-row-buckets.md`), and once the
+queue is empty the last requests decode with few rows live. So a decode call whose live rows fit one of
+`decode_row_buckets` (row counts below `max_batch_size`; 8, 4, 2, 1 by default)
+runs in the smallest such bucket: the call gathers those rows' keys/values
+(and penalty counts) into a cache of that many rows, decodes, and scatters them
+back (`DecodeSteps.decode`'s `rows`); positions, sampling settings, seeds and
+stop ids are packed per call as always. Nothing persists between calls, so
+parked rows, prefix-cache hits, admissions and cancellations see the same slots
+as before; each row computes what it would in a full-size call, and its
+sampling key depends only on its request's seed and token index, so the tokens
+are the same (tested against `decode_row_buckets=()` token for token). Live
+rows shrink into a bucket only when fewer are live than slots, which, since
+admission fills every free slot first, is once the queue is empty.
+
 Shapes are static per bucket (compiled functions in `rollout/jax/decode_steps.py`): prefill
-compiles once per (rows, prompt length) bucket, decode once per cache length, the
-small copy functions once per bucket pair; `compile_counts` counts traces.
+compiles once per (rows, prompt length) bucket, decode once per (cache length, row
+bucket) (at most 1 + len(decode_row_buckets) programs per cache length and static
+options), the small copy functions once per bucket pair; `compile_counts` counts
+traces.
 Prefill rows are padded to at least `min_prefill_rows` and prompts (or suffixes)
 to at least `min_prefill_len` tokens: agent turns admit a few rows with a short
 tool segment each, in ever new combinations, and every new shape is a compile
@@ -195,6 +215,10 @@ class JaxEngineConfig:
     # End a decode call at the step in which a row finishes while requests wait, so
     # the next admission refills that slot (else at the end of the call).
     admit_mid_chunk: bool = True
+    # Row counts below max_batch_size that a decode call may have: while the live rows
+    # fit one, the call decodes them alone in the smallest such bucket (`DecodeSteps.
+    # decode`'s `rows`), at that many rows' cost; () decodes every call at full size.
+    decode_row_buckets: tuple[int, ...] = (8, 4, 2, 1)
     min_prefill_len: int = 128  # prefill calls pad prompts to at least this many tokens
     min_prefill_rows: int = 8  # ... and to at least this many rows (fewer shapes, compiles)
     # ... but rows past those needed only while rows × padded length stays within this
@@ -217,6 +241,8 @@ class JaxEngineConfig:
                 "max_batch_size >= 1, max_seq_len >= 2 and steps_per_call >= 1 required, got "
                 f"{self.max_batch_size}, {self.max_seq_len}, {self.steps_per_call}"
             )
+        if any(r < 1 for r in self.decode_row_buckets):
+            raise ValueError(f"decode_row_buckets must be >= 1, got {self.decode_row_buckets}")
         if self.max_top_logprobs < 1 or self.max_stop_token_ids < 1:
             raise ValueError("max_top_logprobs and max_stop_token_ids must be >= 1")
         if not 0.0 <= self.min_cached_fraction <= 1.0:
@@ -339,6 +365,9 @@ class JaxEngine:
             else config.prefill_pad_tokens
         )
         self._min_cache_len = min(config.min_cache_len, config.max_seq_len)
+        self._row_buckets = sorted(
+            {r for r in config.decode_row_buckets if r < self.max_batch_size}
+        )
         self.weight_version = 0
         self.planner = PrefixCachePlanner(
             config.max_batch_size,
@@ -842,11 +871,24 @@ class JaxEngine:
 
     # -- decoding -------------------------------------------------------------------------
 
+    def _decode_rows(self, live: int) -> int:
+        """Rows of a decode call with `live` rows live: the smallest row bucket that
+        holds them, else the whole batch."""
+        return min((r for r in self._row_buckets if r >= live), default=self.max_batch_size)
+
     def _decode_round(self, state) -> None:
-        b = self.max_batch_size
         # Positions fed this call reach longest + steps_per_call - 1.
         self._fit_cache(self._longest_live_row() + self.config.steps_per_call - 1)
-        jobs = list(self._slots)
+        # Call row r decodes cache row slots[r]; a row bucket takes the live rows only
+        # (in slot order), padded with rows past the batch that write nothing.
+        live_slots = [i for i, j in enumerate(self._slots) if j is not None]
+        b = self._decode_rows(len(live_slots))
+        if b < self.max_batch_size:
+            slots = live_slots + [self.max_batch_size] * (b - len(live_slots))
+            rows = np.asarray(slots, np.int32)
+        else:
+            slots, rows = list(range(b)), None
+        jobs = [self._slots[i] if i < self.max_batch_size else None for i in slots]
         width = bucket(
             max((len(j.stop_ids) for j in jobs if j is not None), default=1),
             8,
@@ -904,6 +946,7 @@ class JaxEngine:
                 *self._sampling_arrays(jobs),
                 penalties,
                 stop_on_finish,
+                rows,
                 num_steps=self.config.steps_per_call,
                 top_logprobs=top_n,
             )
@@ -919,7 +962,7 @@ class JaxEngine:
                 continue
             valid = out_tokens[i] >= 0
             self._extend(
-                i,
+                slots[i],
                 job,
                 [int(t) for t in out_tokens[i][valid]],
                 [float(x) for x in out_logp[i][valid]],
