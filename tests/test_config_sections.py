@@ -12,6 +12,7 @@ from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.training import builders, experiment_config
+from orchestra_jax.training.sft_config import SFTConfig
 
 
 def _problems(cls, **values):
@@ -53,6 +54,13 @@ def test_a_section_refuses_its_bad_values_naming_the_config_field():
     assert _problems(ModelConfig, preset="demo", hf_path="/x")[0].startswith(
         "model: set exactly one of model.preset and model.hf_path"
     )
+    assert _problems(SFTConfig, ema_decay=1.0) == ["sft.ema_decay must be in [0, 1), got 1.0"]
+    assert _problems(SFTConfig, demo_best_of=7) == [
+        "sft.demo_best_of=7 has no effect unless sft.demo_filter='best'"
+    ]
+    assert _problems(SFTConfig, steps=4, demo_policy="nobody")[0].startswith(
+        "sft.demo_policy must be a router"
+    )
     assert _problems(ModelConfig, preset="demo", dtype="fp16") == [
         "model.dtype must be one of ('float32', 'bfloat16'), got 'fp16'"
     ]
@@ -90,6 +98,15 @@ def test_rules_between_sections_are_reported_with_the_sections_mistakes():
     with pytest.raises(ConfigError) as e:
         experiment_config.validate(config)
     assert str(e.value).splitlines()[1:] == ["  " + p for p in problems]  # one line each
+    config = grpo_hle.get_config("tau2_demo")
+    config.sft.steps, config.sft.demo_policy = 3, "expert_random"
+    config.env.tau2.expert_mode = "act"
+    assert experiment_config._sft_demo_policy(
+        config, SFTConfig(steps=3, demo_policy="expert_random")
+    ) == [
+        "sft.demo_policy='expert_random' relays ask_expert's advice; it needs "
+        "env.tau2.expert_mode='advise'"
+    ]
     config = grpo_hle.get_config("micro")
     config.rl.max_staleness = 1
     config.rollout.engine = "sglang"
@@ -107,6 +124,8 @@ def test_a_component_is_built_from_its_section_alone():
     assert learner.warmup_steps == 2 and learner.total_steps == 20  # updates, not steps
     assert learner.micro_batch_size == 16 and learner.temperature == 0.7
     assert rl.batching(4).seq_buckets == rl.seq_buckets
+    sft = SFTConfig(steps=5, lr=1e-3, warmup_steps=1).learner_config(learner)
+    assert (sft.learning_rate, sft.total_steps, sft.kl_coef, sft.temperature) == (1e-3, 5, 0.0, 1.0)
     assert LoRAConfig().spec() is None
     spec = LoRAConfig(rank=8, targets="q,v").spec()
     assert spec is not None and spec.targets == ("q", "v") and spec.alpha == 16.0

@@ -11,7 +11,6 @@ checks and the rules between sections. Drivers (`grpo_hle.py`, `sft.py`,
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import os
@@ -55,7 +54,7 @@ from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCach
 from orchestra_jax.rewards.registry import REWARDS, GroupReward, make_reward
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.config import RLConfig
-from orchestra_jax.rl.learner import SCHEDULES, LearnerConfig
+from orchestra_jax.rl.learner import LearnerConfig
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.rollout.http.client import DEFAULT_API_KEY_ENV
 from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, settings_problems
@@ -68,7 +67,7 @@ from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
 from orchestra_jax.tools.retrieval.search_pricing import SEARCH_PRICINGS
 from orchestra_jax.tools.sandbox.registry import sandbox_config_errors
 from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
-from orchestra_jax.training.warm_start import DEFAULT_DEMO_BEST_OF, DEMO_FILTERS
+from orchestra_jax.training.sft_config import SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -593,54 +592,9 @@ def build_batching(config: Any, row_multiple: int) -> BatchingConfig:
 
 
 def build_sft_learner_config(config: Any) -> LearnerConfig:
-    return dataclasses.replace(
-        build_learner_config(config, total_steps=config.num_steps),
-        learning_rate=config.sft.lr,
-        kl_coef=0.0,
-        schedule=config.sft.schedule,
-        warmup_steps=config.sft.warmup_steps,
-        total_steps=config.sft.steps,
-        micro_batch_size=None,
-        num_minibatches=1,
-        num_epochs=1,
-        minibatch_size=None,
-        temperature=1.0,
-    )
-
-
-def check_sft(config: Any) -> list[str]:
-    """sft.*."""
-
-    sft = config.sft
-    errors = _positive(config, "sft.steps", allow_zero=True)
-    errors += _choice("sft.schedule", sft.schedule, SCHEDULES)
-    if sft.warmup_steps < 0 or (sft.steps and sft.warmup_steps >= sft.steps):
-        errors.append(f"sft.warmup_steps must be in [0, sft.steps), got {sft.warmup_steps}")
-    if not 0 <= sft.ema_decay < 1:
-        errors.append(f"sft.ema_decay must be in [0, 1), got {sft.ema_decay}")
-    errors += _choice("sft.demo_filter", sft.demo_filter, DEMO_FILTERS)
-    if sft.demo_best_of < 1:
-        errors.append(f"sft.demo_best_of must be >= 1, got {sft.demo_best_of}")
-    elif sft.demo_filter != "best" and sft.demo_best_of != DEFAULT_DEMO_BEST_OF:
-        errors.append(
-            f"sft.demo_best_of={sft.demo_best_of} has no effect unless sft.demo_filter='best'"
-        )
-    if sft.steps and not is_router(sft.demo_policy):
-        errors.append(
-            f"sft.demo_policy must be a router {ROUTERS.names()} or a '+' mixture of them, "
-            f"got {sft.demo_policy!r}"
-        )
-    elif (
-        sft.steps
-        and config.env.name == "tau2"
-        and config.env.tau2.expert_mode != "advise"
-        and any(part in CONVERSATION_ROUTERS for part in sft.demo_policy.split("+"))
-    ):
-        errors.append(
-            f"sft.demo_policy={sft.demo_policy!r} relays ask_expert's advice; it needs "
-            "env.tau2.expert_mode='advise'"
-        )
-    return errors
+    """The warm start's learner settings (`SFTConfig.learner_config`)."""
+    grpo = build_learner_config(config, total_steps=config.num_steps)
+    return SFTConfig.from_config(config.sft).learner_config(grpo)
 
 
 # --- evaluation ----------------------------------------------------------------------

@@ -23,11 +23,13 @@ from orchestra_jax.config_section import (
     SectionError,
     positive,
 )
+from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
 from orchestra_jax.training import builders
+from orchestra_jax.training.sft_config import SFTConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Sections:
     lora: LoRAConfig
     mesh: MeshConfig
     rl: RLConfig
+    sft: SFTConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -46,6 +49,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("mesh", MeshConfig),
     ("lora", LoRAConfig),
     ("rl", RLConfig),
+    ("sft", SFTConfig),
 )
 
 
@@ -139,11 +143,29 @@ def _rl_rules(config: ExperimentConfig, rl: RLConfig) -> list[str]:
     return errors
 
 
+def _sft_demo_policy(config: ExperimentConfig, sft: SFTConfig) -> list[str]:
+    """The warm start's demonstrations × τ²'s expert mode: a router that relays
+    ask_expert's advice needs env.tau2.expert_mode='advise'."""
+    if (
+        sft.steps
+        and is_router(sft.demo_policy)
+        and config.env.name == "tau2"
+        and config.env.tau2.expert_mode != "advise"
+        and any(part in CONVERSATION_ROUTERS for part in sft.demo_policy.split("+"))
+    ):
+        return [
+            f"sft.demo_policy={sft.demo_policy!r} relays ask_expert's advice; it needs "
+            "env.tau2.expert_mode='advise'"
+        ]
+    return []
+
+
 # Each rule: (the typed sections it reads, the rule). A section whose own check
 # failed is read unchecked (`Section.unchecked`), so every rule still runs.
 _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("lora",), _lora_engine),
     (("rl",), _rl_rules),
+    (("sft",), _sft_demo_policy),
 )
 
 
@@ -162,7 +184,6 @@ _UNTYPED_CHECKS = (
     builders.check_data,
     builders.check_env,
     builders.check_reward,
-    builders.check_sft,
     builders.check_eval,
 )
 
