@@ -159,4 +159,5 @@ def use_adapter_settings(config: Any, adapter: str) -> None:
         )
     spec = read_spec(adapter)
     config.lora.rank, config.lora.alpha = spec.rank, spec.alpha
-    config.lora.targets, config.lora.dropout = ",".join(spec.targets), spec.dropout
+    # Dropout acts only in training; an adapter trained with it is evaluated without.
+    config.lora.targets, config.lora.dropout = ",".join(spec.targets), 0.0
