@@ -76,7 +76,12 @@ class Section:
                     values[name] = section.from_config(values[name])
                 except SectionError as e:
                     problems += e.problems
-        if problems:
+                    values[name] = section.unchecked(values[name])
+        if problems:  # this section's own problems too, so every mistake is listed
+            try:
+                cls(**values)
+            except SectionError as e:
+                problems += e.problems
             raise SectionError(problems)
         return cls(**values)
 

@@ -10,6 +10,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.config_section import ConfigError, SectionError
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
+from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.training import builders, experiment_config
 from orchestra_jax.training.sft_config import SFTConfig
@@ -134,3 +135,35 @@ def test_a_component_is_built_from_its_section_alone():
     assert builders.build_learner_config(config, total_steps=2) == RLConfig.from_config(
         config.rl
     ).learner_config(temperature=config.rollout.temperature, total_steps=2)
+
+
+def test_the_reward_section_and_its_judge():
+    assert _problems(RewardConfig, type="vibes")[0].startswith("reward.type must be one of")
+    assert RewardConfig(type="efficiency", efficiency_alpha=2.0).group_reward().keywords == {
+        "cost_weight": 2.0,
+        "latency_weight": 0.0,
+        "floor": 0.0,
+    }
+    assert JudgeConfig(prompt="nope").prompt == "nope"  # no base_url: no judge, unchecked
+    problems = _problems(JudgeConfig, base_url="ftp://j", max_tokens=0, retries=-1, prompt="x")
+    assert "reward.judge.base_url must start with http:// or https://, got 'ftp://j'" in problems
+    assert "reward.judge.model: the judge's model name is empty" in problems
+    assert "reward.judge.max_tokens must be > 0, got 0" in problems
+    assert "reward.judge.retries must be >= 0, got -1" in problems
+    assert any(p.startswith("reward.judge.prompt must be one of") for p in problems)
+    # A judge's mistakes and the reward's own are listed together.
+    with pytest.raises(SectionError) as e:
+        RewardConfig.from_config({"type": "vibes", "judge": {"base_url": "http://j", "model": ""}})
+    assert len(e.value.problems) == 2
+    judge = JudgeConfig.from_config(grpo_hle.get_config("live_tiny").reward.judge)
+    assert judge.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def test_judged_sources_need_a_judge_a_rule_between_reward_and_data():
+    config = grpo_hle.get_config("qwen3_8b")
+    config.reward.judge.base_url = ""
+    assert experiment_config._judge_for_sources(config, RewardConfig()) == [
+        "reward.judge.base_url: data.sources ['generalthought'] are graded by an LLM judge; "
+        "set reward.judge.base_url and reward.judge.model"
+    ]
+    assert experiment_config.sections(grpo_hle.get_config("micro")).reward == RewardConfig()

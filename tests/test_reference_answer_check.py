@@ -9,7 +9,7 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.rewards.judge import grade
 from orchestra_jax.tools.experts.client import ExpertReply
-from orchestra_jax.training import builders
+from orchestra_jax.training import builders, experiment_config
 
 
 def release_correctness(pred, answer, judge_says):
@@ -84,4 +84,4 @@ def test_the_project_settles_the_beatles_without_the_judge(monkeypatch):
 def test_an_unknown_answer_match_is_a_config_error():
     config = grpo_hle.get_config("qwen3_8b")
     config.reward.judge.answer_match = "fuzzy"
-    assert any("reward.judge.answer_match" in e for e in builders._check_judge(config))
+    assert any("reward.judge.answer_match" in e for e in experiment_config.problems(config))

@@ -5,10 +5,11 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory, Turn
+from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rewards.preference import preference_rewards
 from orchestra_jax.rewards.registry import group_rewards, make_reward
 from orchestra_jax.rewards.toolorchestra_reference import toolorchestra_reference_rewards
-from orchestra_jax.training import builders, experiment_config
+from orchestra_jax.training import experiment_config
 
 # Equal cost and latency across a group: both terms are skipped (max == min).
 FLAT = {"cost": 0.2, "latency": 5.0}
@@ -138,7 +139,7 @@ def test_config_checks_accept_the_reference_settings():
     config.reward.type = "toolorchestra_reference"
     config.rl.advantage_boost = 0.1
     config.rl.drop_no_answer = True
-    assert builders.check_reward(config) == []
+    assert RewardConfig.from_config(config.reward).problems() == []
     assert experiment_config.problems(config) == []
     config.rl.advantage_boost = -0.1
     assert experiment_config.problems(config) == ["rl.advantage_boost must be >= 0, got -0.1"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,8 +49,9 @@ from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3.config import Qwen3Config
 from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM, create_sharded_model
 from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
-from orchestra_jax.rewards.judge import ANSWER_MATCHES, JUDGE_PROMPTS, JudgeCache, LLMJudge
-from orchestra_jax.rewards.registry import REWARDS, GroupReward, make_reward
+from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
+from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
+from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import LearnerConfig
@@ -323,11 +323,6 @@ def _path_key(source: str) -> str:
     return source_path_key(source)
 
 
-# Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
-# the reference grades it: exact match, then the judge).
-JUDGED_SOURCES = ("frames", "generalthought", "hle")
-
-
 def check_data(config: Any) -> list[str]:
     """data.*."""
 
@@ -477,25 +472,20 @@ def _check_env_members(config: Any) -> list[str]:
 
 
 def build_reward(config: Any) -> GroupReward:
-    """The group reward `reward.type` names, its weights from the `reward` section."""
-    return make_reward(config.reward)
-
-
-def _plain(value: Any) -> dict[str, Any]:
-    """A config section (or a dict) as plain, JSON-ready dicts."""
-    to_dict = getattr(value, "to_dict", None)
-    return to_dict() if to_dict is not None else dict(value)
+    """The group reward `reward.type` names, its weights from the `reward` section
+    (`RewardConfig.group_reward`)."""
+    return RewardConfig.from_config(config.reward).group_reward()
 
 
 def build_judge(
     config: Any, cache_path: str | None = None, *, also_read: Sequence[str] = ()
 ) -> LLMJudge | None:
-    """The LLM judge of `reward.judge` (None when `reward.judge.base_url` is empty):
-    an `OpenAIChatExpert` on that endpoint, the prompt style `reward.judge.prompt`,
+    """The LLM judge of `reward.judge` (`JudgeConfig`; None when its `base_url` is
+    empty): an `OpenAIChatExpert` on that endpoint, the prompt style `prompt`,
     verdicts cached in `cache_path` (JSON lines, local or `gs://`; the files in
     `also_read`, other hosts' caches, are read too). Its endpoint must answer now
     (ConfigError naming it otherwise)."""
-    j = config.reward.judge
+    j = JudgeConfig.from_config(config.reward.judge)
     if not j.base_url:
         return None
     problem = probe_endpoint(j.base_url, api_key_env=j.api_key_env or None)
@@ -509,7 +499,7 @@ def build_judge(
         retries=j.retries,
         timeout=j.timeout_s,
         name=f"judge {j.model}",
-        extra_body=_plain(j.get("extra_body") or {}),
+        extra_body=dict(j.extra_body or {}),
         reasoning_model=j.reasoning_model,
     )
     return LLMJudge(
@@ -522,50 +512,6 @@ def build_judge(
         prompt=JUDGE_PROMPTS.get(j.prompt),
         answer_match=j.answer_match,
     )
-
-
-def check_reward(config: Any) -> list[str]:
-    """reward.*."""
-
-    errors = _choice("reward.type", config.reward.type, REWARDS)
-    if not errors:
-        try:
-            make_reward(config.reward)
-        except ValueError as e:
-            errors.append(f"reward: {e}")
-    return errors + _check_judge(config)
-
-
-def _check_judge(config: Any) -> list[str]:
-    """reward.judge.*: complete where set, and set where the data needs it."""
-    j = config.reward.judge
-    judged = [s for s in file_sources(config) if s in JUDGED_SOURCES]
-    if not j.base_url:
-        if judged:
-            return [
-                f"reward.judge.base_url: data.sources {judged} are graded by an LLM judge; "
-                "set reward.judge.base_url and reward.judge.model"
-            ]
-        return []
-    errors = _choice("reward.judge.prompt", j.prompt, JUDGE_PROMPTS)
-    errors += _choice("reward.judge.answer_match", j.answer_match, ANSWER_MATCHES)
-    if not j.base_url.startswith(("http://", "https://")):
-        errors.append(
-            f"reward.judge.base_url must start with http:// or https://, got {j.base_url!r}"
-        )
-    if not j.model:
-        errors.append("reward.judge.model: the judge's model name is empty")
-    if j.api_key_env and not os.environ.get(j.api_key_env):
-        errors.append(f"reward.judge.api_key_env: ${j.api_key_env} is not set")
-    errors += _positive(config, "reward.judge.max_tokens", "reward.judge.timeout_s")
-    errors += _positive(
-        config,
-        "reward.judge.retries",
-        "reward.judge.price_in",
-        "reward.judge.price_out",
-        allow_zero=True,
-    )
-    return errors
 
 
 # --- the learner ----------------------------------------------------------------------

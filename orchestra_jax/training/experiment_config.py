@@ -23,9 +23,11 @@ from orchestra_jax.config_section import (
     SectionError,
     positive,
 )
+from orchestra_jax.data.splits import file_sources
 from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
+from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
 from orchestra_jax.training import builders
@@ -41,6 +43,7 @@ class Sections:
     mesh: MeshConfig
     rl: RLConfig
     sft: SFTConfig
+    reward: RewardConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -50,6 +53,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("lora", LoRAConfig),
     ("rl", RLConfig),
     ("sft", SFTConfig),
+    ("reward", RewardConfig),
 )
 
 
@@ -160,12 +164,29 @@ def _sft_demo_policy(config: ExperimentConfig, sft: SFTConfig) -> list[str]:
     return []
 
 
+# Readers whose tasks an LLM judge grades (the paper's free-form answers; HLE as
+# the reference grades it: exact match, then the judge).
+JUDGED_SOURCES = ("frames", "generalthought", "hle")
+
+
+def _judge_for_sources(config: ExperimentConfig, reward: RewardConfig) -> list[str]:
+    """The judge × the data: sources whose answers a judge grades need one."""
+    judged = [s for s in file_sources(config) if s in JUDGED_SOURCES]
+    if judged and not reward.judge.base_url:
+        return [
+            f"reward.judge.base_url: data.sources {judged} are graded by an LLM judge; "
+            "set reward.judge.base_url and reward.judge.model"
+        ]
+    return []
+
+
 # Each rule: (the typed sections it reads, the rule). A section whose own check
 # failed is read unchecked (`Section.unchecked`), so every rule still runs.
 _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("lora",), _lora_engine),
     (("rl",), _rl_rules),
     (("sft",), _sft_demo_policy),
+    (("reward",), _judge_for_sources),
 )
 
 
@@ -183,7 +204,6 @@ _UNTYPED_CHECKS = (
     builders.check_rollout,
     builders.check_data,
     builders.check_env,
-    builders.check_reward,
     builders.check_eval,
 )
 
