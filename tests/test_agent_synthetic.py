@@ -73,3 +73,29 @@ def test_call_feature():
     assert call_feature("search", {"model": "search-1"}, features) == "tool:search-1"
     assert call_feature("python", {"code": "1"}, features) == "tool:python"
     assert call_feature("search", {"model": "search-9"}, features) == "tool:search"
+
+
+def test_constrained_enum_arguments_reach_every_request(env):
+    """`LoopLimits.constrain_enum_arguments`: each turn's request carries the automaton
+    of the task's tool schemas, which keeps a tool's call to its own model aliases."""
+    from orchestra_jax.agent.loop import LoopLimits
+
+    task = env.tasks("train", 1)[0]
+    config = env.default_tool_config()
+    engine = ScriptedEngine([TOK.encode(call("search", model="search-1"))] * 8)
+    specs = make_group_specs([task], [config], 2, seed=3, backends=env.build_backends(config))
+    limits = LoopLimits(max_turns=2, constrain_enum_arguments=True)
+    run_episodes_sync(specs, engine, TOK, sampling=SamplingParams(), limits=limits)
+    constraints = {id(r.constraint) for r in engine.requests}
+    assert (
+        len(engine.requests) >= 2
+        and len(constraints) == 1
+        and None not in {r.constraint for r in engine.requests}
+    )
+    constraint = engine.requests[0].constraint
+    assert constraint.allows(TOK.encode(call("search", model="search-2")))
+    assert not constraint.allows(TOK.encode(call("search", model="answer-2")))
+    assert not constraint.allows(TOK.encode(call("answer", model="search-1")))
+    engine = ScriptedEngine([TOK.encode(call("search", model="search-1"))] * 8)
+    run_episodes_sync(specs, engine, TOK, sampling=SamplingParams(), limits=LoopLimits(max_turns=2))
+    assert all(r.constraint is None for r in engine.requests)

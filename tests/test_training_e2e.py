@@ -155,6 +155,17 @@ def test_checkpoint_restores_the_same_parameters(two_steps):
     run.engine.close()
 
 
+def test_constrained_enum_arguments_need_the_jax_engine():
+    config = grpo_hle.get_config("micro")
+    config.agent.constrain_enum_arguments = True
+    validate(config)
+    config.rollout.engine = "vllm"
+    with pytest.raises(
+        ConfigError, match="agent.constrain_enum_arguments needs rollout.engine='jax'"
+    ):
+        validate(config)
+
+
 def test_config_errors_are_listed_together(tmp_path):
     config = grpo_hle.get_config("micro")
     config.rl.lr = -1.0

@@ -188,6 +188,10 @@ def _base() -> ml_collections.ConfigDict:
     # generation time as a turn's latency) or "reference" (the release's: calls summed
     # up to the answer call, which is not charged; no generation time).
     c.agent.accounting = "project"
+    # True: a call's enum arguments (its tool's model aliases) are sampled only among
+    # the values that tool allows, in training and evaluation (agent/enum_arguments.py;
+    # rollout.engine="jax" only). Router demonstrators write valid calls already.
+    c.agent.constrain_enum_arguments = False
     # The rebuilt prompt ("rebuild"; the reference's values).
     c.agent.rebuild = ml_collections.ConfigDict()
     c.agent.rebuild.system = "You are good at using tools. "  # The system message.

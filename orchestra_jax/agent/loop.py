@@ -91,6 +91,7 @@ from orchestra_jax.agent.conversation import (
     message_text,
     party_message,
 )
+from orchestra_jax.agent.enum_arguments import enum_argument_constraint
 from orchestra_jax.agent.episode import EpisodeSpec, derive_seed, make_group_specs, turn_seed
 from orchestra_jax.agent.reference_turns import (
     ACCOUNTINGS,
@@ -162,6 +163,9 @@ class LoopLimits:
     # project's ("project") or the reference release's ("reference").
     tool_calls: str = "project"
     accounting: str = "project"
+    # True: a call's enum arguments (the tools' model aliases) are sampled only among
+    # the values its tool allows (agent/enum_arguments.py); the JAX engine only.
+    constrain_enum_arguments: bool = False
 
     def __post_init__(self):
         if self.tool_calls not in TOOL_CALL_READINGS:
@@ -208,6 +212,11 @@ class _Episode:
         self.spec, self.tokenizer, self.limits = spec, tokenizer, limits
         self.config = spec.tool_config
         self.schemas = spec.tool_schemas()
+        self.constraint = (
+            enum_argument_constraint(self.schemas, tokenizer)
+            if limits.constrain_enum_arguments
+            else None
+        )
         self.party = spec.other_party
         self.party_usage: dict[str, float] = {}
         self.ctx = ToolContext(
@@ -256,6 +265,7 @@ class _Episode:
             ),
             request_id=f"{self.spec.task.id}/{self.spec.group_index}/{turn_index}",
             affinity_key=f"{self.spec.task.id}/{self.spec.group_index}/{self.spec.seed}",
+            constraint=self.constraint,
         )
 
     def _record_generation(self, completion: Completion, prompt_start: int) -> Turn:

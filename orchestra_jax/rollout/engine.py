@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestra_jax.registry import Registry
+from orchestra_jax.rollout.token_constraint import TokenConstraint
 
 FinishReason = Literal["stop", "length", "abort", "context"]
 FINISH_REASONS = ("stop", "length", "abort", "context")
@@ -124,6 +125,9 @@ class GenerateRequest:
     affinity_key: requests sharing it (the turns of one episode) go to the same
       server where there are several, the one holding their common prefix in its
       cache (`rollout/http/server_pool.py`); None: any server.
+    constraint: None, or the tokens the engine may sample, as an automaton over
+      token ids (`rollout/token_constraint.py`); only the JAX engine follows
+      one, the HTTP clients refuse such requests.
     """
 
     input_ids: list[int]
@@ -132,6 +136,7 @@ class GenerateRequest:
     top_logprobs_num: int = 0
     logprob_start_len: int = -1
     affinity_key: str | None = None
+    constraint: TokenConstraint | None = None
 
     def __post_init__(self):
         if len(self.input_ids) == 0:

@@ -239,6 +239,7 @@ def loop_limits(config: Any) -> LoopLimits:
         context=context_policy(a),
         tool_calls=a.tool_calls,
         accounting=a.accounting,
+        constrain_enum_arguments=a.constrain_enum_arguments,
     )
 
 
@@ -283,6 +284,11 @@ def check_rollout(config: Any) -> list[str]:
         errors.append(
             f"agent.max_context_tokens ({config.agent.max_context_tokens}) exceeds "
             f"rollout.max_seq_len ({rollout.max_seq_len}), the KV-cache length"
+        )
+    if config.agent.constrain_enum_arguments and rollout.engine != "jax":
+        errors.append(
+            f"agent.constrain_enum_arguments needs rollout.engine='jax' (got "
+            f"{rollout.engine!r}): the HTTP engines do not follow a token constraint"
         )
     return errors + check_context(config)
 

@@ -652,6 +652,12 @@ class HttpEngineClient:
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Completions in request order; raises RolloutServerError if a request still
         fails after the retries (on other servers where any is up)."""
+        if any(r.constraint is not None for r in requests):
+            raise ValueError(
+                "a request with a token constraint (GenerateRequest.constraint, e.g. "
+                "agent.constrain_enum_arguments) needs the JAX engine: the HTTP engines "
+                "do not follow one"
+            )
         await self._ready()
         results: list[Completion | None] = [None] * len(requests)
         failed_on: list[set[str]] = [set() for _ in requests]

@@ -179,6 +179,7 @@ class DecodeSteps:
         penalties=None,
         stop_on_finish=False,
         rows=None,
+        constraint=None,
         *,
         num_steps,
         top_logprobs=0,
@@ -205,10 +206,16 @@ class DecodeSteps:
         logprobs ([B, num_steps, k] values and ids, or None) and the penalties with
         updated token counts (or None). `penalties`: None or (token_counts [B, V],
         repetition [B], frequency [B], presence [B]), see `sampling.apply_penalties`.
+        `constraint`: None or (next_state int32 [S, V], state int32 [B]): row b may
+        sample only tokens v with next_state[state_b, v] >= 0 and moves to that
+        state (`rollout/token_constraint.py`; the engine's table of every live
+        request's automaton, state 0 allowing everything).
         """
         name_rows = "" if rows is None else f", rows={rows.shape[0]}"
+        name_constraint = "" if constraint is None else f", constraint={constraint[0].shape[0]}"
         self.compile_counts[
-            f"decode(cache={cache.max_len}{name_rows}{self._suffix(top_logprobs, penalties)})"
+            f"decode(cache={cache.max_len}{name_rows}{self._suffix(top_logprobs, penalties)}"
+            f"{name_constraint})"
         ] += 1
         model = nnx.merge(self.graphdef, state)
         full_cache = full_counts = None
@@ -230,6 +237,7 @@ class DecodeSteps:
             jnp.zeros((b, num_steps, k), jnp.int32),
         )
         token_counts = None if penalties is None else penalties[0]
+        table, states = (None, None) if constraint is None else constraint
 
         entry_done = done
 
@@ -239,7 +247,7 @@ class DecodeSteps:
             return (i < num_steps) & ~jnp.all(done) & ~finished
 
         def body(carry):
-            i, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts = carry
+            i, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts, states = carry
             live = ~done
             # Done rows are fed as padding (segment 0): their cache rows are left alone.
             logits, cache = model(
@@ -253,7 +261,13 @@ class DecodeSteps:
             if penalties is not None:
                 logits = sampling.apply_penalties(logits, token_counts, *penalties[1:])
             keys = sampling.row_keys(seed_hi, seed_lo, count)
-            new, logp = sampling.sample_tokens(logits, keys, temperature, top_p, top_k, min_p)
+            allowed = None if table is None else table[states] >= 0
+            new, logp = sampling.sample_tokens(
+                logits, keys, temperature, top_p, top_k, min_p, allowed=allowed
+            )
+            if table is not None:
+                moved = table[states, new]
+                states = jnp.where(live & (moved >= 0), moved, states)
             out_t = out_t.at[:, i].set(jnp.where(live, new, -1))
             out_l = out_l.at[:, i].set(jnp.where(live, logp, 0.0))
             if top_logprobs:
@@ -266,11 +280,11 @@ class DecodeSteps:
             stopped = jnp.any(new[:, None] == stop_ids, axis=-1)
             done = done | (live & (stopped | (count >= max_new) | (pos >= self.max_seq_len - 1)))
             tok = jnp.where(live, new, tok)
-            return i + 1, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts
+            return i + 1, cache, tok, pos, count, done, out_t, out_l, out_top, token_counts, states
 
         carry = (0, cache, tokens, positions, counts, done, out_tokens, out_logp, out_top)
-        carry = jax.lax.while_loop(cond, body, carry + (token_counts,))
-        cache, out_tokens, out_logp, out_top, token_counts = (carry[1], *carry[6:])
+        carry = jax.lax.while_loop(cond, body, carry + (token_counts, states))
+        cache, out_tokens, out_logp, out_top, token_counts, _ = (carry[1], *carry[6:])
         if rows is not None:
             assert full_cache is not None
             cache = full_cache.put_rows(rows, cache)

@@ -287,6 +287,9 @@ class _Job:
     first_weight_version: int | None = None  # set when a partial swap lands mid-request
     cached_tokens: int = 0
     checked: int = 0  # tokens already checked for stop strings
+    # The request's constraint's state after its first `constraint_seen` tokens.
+    constraint_state: int = 0
+    constraint_seen: int = 0
     compile_s_at_submit: float = 0.0  # the engine's compile seconds when submitted
 
     @property
@@ -386,6 +389,10 @@ class JaxEngine:
         )
         self._cache = self._new_cache(self._min_cache_len)
         self._token_counts = None  # [B, V] generated-token counts, made when penalties are used
+        # Live requests' token constraints as one table (state 0: no constraint), made
+        # when a decode call holds a constrained request; offset of each constraint.
+        self._constraint_table = None
+        self._constraint_offsets: dict[int, int] = {}
         self._seed_rng = np.random.default_rng(config.seed)
         self._slots: list[_Job | None] = [None] * config.max_batch_size
         self._queue: FairQueue[_Job] = FairQueue()
@@ -429,6 +436,12 @@ class JaxEngine:
             )
         if request.sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need an engine built with a tokenizer")
+        constraint = request.constraint
+        if constraint is not None and constraint.vocab_size > self.vocab_size:
+            raise ValueError(
+                f"the request's token constraint covers {constraint.vocab_size} token ids, "
+                f"more than the model's {self.vocab_size}"
+            )
 
     def _stop_ids(self, request: GenerateRequest) -> tuple[int, ...]:
         # An id outside the vocabulary is never sampled, so it can never stop anything.
@@ -926,6 +939,7 @@ class JaxEngine:
                 col("frequency_penalty", 0.0),
                 col("presence_penalty", 0.0),
             )
+        constraint = self._constraint_arrays(jobs)
         live_jobs = [j for j in jobs if j is not None]
         top_n = self._top_n(jobs)
         with self._cond:
@@ -947,6 +961,7 @@ class JaxEngine:
                 penalties,
                 stop_on_finish,
                 rows,
+                constraint,
                 num_steps=self.config.steps_per_call,
                 top_logprobs=top_n,
             )
@@ -969,6 +984,48 @@ class JaxEngine:
                 None if out_top is None else (out_top[0][i][valid], out_top[1][i][valid]),
                 None,
             )
+
+    def _constraint_arrays(self, jobs: Sequence[_Job | None]):
+        """None, or (table, states [len(jobs)]) for a decode call holding constrained
+        requests: each one's state after its tokens so far, in the engine's table of the
+        live requests' constraints (rebuilt when one is missing from it)."""
+        wanted = [j.request.constraint for j in jobs if j is not None]
+        wanted = [c for c in wanted if c is not None]
+        if not wanted:
+            return None
+        if any(id(c) not in self._constraint_offsets for c in wanted):
+            held = [j.request.constraint for j in self._live()] + wanted
+            live = {id(c): c for c in held if c is not None}
+            parts, offset = [np.zeros((1, self.vocab_size), np.int32)], 1
+            self._constraint_offsets = {}
+            for key, c in live.items():
+                self._constraint_offsets[key] = offset
+                table = np.where(c.next_state >= 0, c.next_state + offset, -1)
+                # Ids past the constraint's (a padded embedding's, which the tokenizer
+                # does not know) keep a state that allows every token, else are refused.
+                free = (c.next_state >= 0).all(axis=1)
+                states = np.arange(c.num_states) + offset
+                pad = np.where(free, states, -1)[:, None]
+                pad = np.broadcast_to(pad, (c.num_states, self.vocab_size - c.vocab_size))
+                parts.append(np.concatenate([table, pad], axis=1))
+                offset += c.num_states
+            # Padded to a bucket of states, so that a new constraint seldom recompiles.
+            rows = bucket(offset, 8, 1 << 30)
+            parts.append(np.zeros((rows - offset, self.vocab_size), np.int32))
+            self._constraint_table = jnp.asarray(np.concatenate(parts).astype(np.int32))
+        states = np.zeros(len(jobs), np.int32)
+        for i, job in enumerate(jobs):
+            if job is None or job.request.constraint is None:
+                continue
+            c = job.request.constraint
+            if job.constraint_seen == 0:
+                job.constraint_state = c.start
+            job.constraint_state = c.advance(
+                job.constraint_state, job.tokens[job.constraint_seen :]
+            )
+            job.constraint_seen = len(job.tokens)
+            states[i] = self._constraint_offsets[id(c)] + job.constraint_state
+        return self._constraint_table, states
 
     def _extend(self, slot: int, job: _Job, tokens, logprobs, top, row, *, first=False) -> None:
         """Append new tokens to a live row; finish it if it stopped or ran out of room."""

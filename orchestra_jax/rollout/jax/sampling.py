@@ -104,7 +104,8 @@ def _largest_threshold(logp: jax.Array, enough, iterations: int) -> jax.Array:
     Bisection keeps enough(lo) true and enough(hi) false; `enough` must be monotone
     (true for low thresholds). Replaces a vocabulary sort, which is slow on CPU.
     """
-    lo = jnp.min(logp, axis=-1)
+    # Tokens a constraint forbids are -inf: never kept, and left out of the range.
+    lo = jnp.min(jnp.where(jnp.isfinite(logp), logp, jnp.inf), axis=-1)
     hi = jnp.max(logp, axis=-1) + 1.0
 
     def step(_, bounds):
@@ -233,6 +234,7 @@ def sample_tokens(
     top_p: jax.Array,
     top_k: jax.Array,
     min_p: jax.Array | None = None,
+    allowed: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(tokens int32 [B], logprobs f32 [B]) for float logits [B, V]; see the module docstring.
 
@@ -240,10 +242,24 @@ def sample_tokens(
     CPU at V = 4096, so the passes are shared: one max, one exp (the draw's
     weights and log-softmax's normaliser), and greedy rows are drawn by the same
     search as sampled ones (see below) rather than by a separate argmax.
+
+    allowed: None, or bool [B, V], the tokens a constraint lets each row take
+    (`rollout/token_constraint.py`; a row must allow at least one). The draw is
+    then from the distribution restricted to them and renormalised, before
+    top-k/top-p/min-p (which apply to the restricted distribution), and a greedy
+    row takes its most likely allowed token; the reported log-probability stays
+    that of the unrestricted distribution, the quantity the learner recomputes
+    (as it does under truncation).
     """
     logits = logits.astype(jnp.float32)
     greedy = temperature <= 0.0
     scale = jnp.where(greedy, 1.0, temperature)
+    if allowed is not None:
+        tokens, _ = sample_tokens(
+            jnp.where(allowed, logits, -jnp.inf), keys, temperature, top_p, top_k, min_p
+        )
+        logp = jax.nn.log_softmax(logits / scale[:, None], axis=-1)
+        return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
     shifted = logits / scale[:, None]
     shifted = shifted - jnp.max(shifted, axis=-1, keepdims=True)
     weights = jnp.exp(shifted)  # unnormalised, at most 1
