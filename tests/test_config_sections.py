@@ -8,6 +8,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.config_section import ConfigError, SectionError
+from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
@@ -167,3 +168,32 @@ def test_judged_sources_need_a_judge_a_rule_between_reward_and_data():
         "set reward.judge.base_url and reward.judge.model"
     ]
     assert experiment_config.sections(grpo_hle.get_config("micro")).reward == RewardConfig()
+
+
+def test_the_eval_section_and_its_rules():
+    assert _problems(EvalConfig, num_trials=0, seed=-1) == [
+        "eval.num_trials must be > 0, got 0",
+        "eval.seed must be >= 0, got -1",
+    ]
+    assert _problems(EvalConfig, latency_scale_s=0.0) == [
+        "eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
+        "the held-out reward and reward.type='utility')"
+    ]
+    assert _problems(EvalConfig, baselines="random,nobody")[0].startswith(
+        "eval.baselines: unknown router 'nobody'"
+    )
+    assert EvalConfig(baselines=" random, ,always_cheapest").baseline_names() == [
+        "random",
+        "always_cheapest",
+    ]
+    # The protocol and the baselines against the environment are rules between sections.
+    config = grpo_hle.get_config("tau2_demo")
+    config.eval.baselines = "always_strongest"
+    problems = experiment_config.problems(config)
+    assert "eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert" in problems
+    assert any(p.startswith("eval.baselines: 'always_strongest' does not play") for p in problems)
+    config = grpo_hle.get_config("micro")
+    config.eval.protocol = "papr"
+    assert experiment_config._eval_protocol(config, EvalConfig(protocol="papr"))[0].startswith(
+        "eval.protocol must be one of ['heldout', 'paper']"
+    )

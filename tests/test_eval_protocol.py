@@ -13,6 +13,7 @@ import yaml
 
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.eval.routers import parse_request_id, tool_call_text
 from orchestra_jax.rewards import judge as judge_lib
 from orchestra_jax.rollout.scripted import ScriptedEngine
@@ -20,10 +21,21 @@ from orchestra_jax.rollout.server.app import serve_in_thread
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import build_index
 from orchestra_jax.tools.config import SYSTEM_PROMPT_HEAD
-from orchestra_jax.training import builders, experiment
+from orchestra_jax.training import builders, experiment, experiment_config
 from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS, EvalProtocol
 from orchestra_jax.training.evaluation import eval_tool_configs
 from tests.live_helpers import RecordingProxy
+
+
+def check_eval(config):
+    """The eval section's problems and the rules between it and the other sections."""
+    section = EvalConfig.unchecked(config.eval)
+    return (
+        section.problems()
+        + experiment_config._eval_protocol(config, section)
+        + experiment_config._eval_baselines(config, section)
+    )
+
 
 # question -> (gold answer, what the answering expert says). The first matches the gold
 # in lower case; the second only after normalisation (articles dropped), so the paper's
@@ -114,7 +126,7 @@ def live_config(stack, protocol, workdir):
     config.reward.judge.max_tokens = 32
     # Fifty turns of a scripted policy: room in the context (no model behind it).
     config.agent.max_context_tokens = config.rollout.max_seq_len = 65536
-    assert builders.check_eval(config) == []
+    assert check_eval(config) == []
     return config
 
 
@@ -284,22 +296,22 @@ MISNAMED = EvalProtocol(name="misnamed", tool_table="fixed", answer_match="lower
 def test_protocol_mistakes_are_one_line_naming_the_field():
     config = grpo_hle.get_config("micro")
     config.eval.protocol = "papr"
-    [error] = builders.check_eval(config)
+    [error] = check_eval(config)
     assert (
         error.startswith("eval.protocol must be one of ['heldout', 'paper']") and "\n" not in error
     )
     live = grpo_hle.get_config("live_tiny")  # models_local.yaml: not the paper's table
     live.eval.protocol = "paper"
-    [error] = builders.check_eval(live)
+    [error] = check_eval(live)
     assert error.startswith("eval.protocol='paper': tools.catalogue") and "\n" not in error
     assert "models_paper.yaml" in error
     config.eval.protocol = "tests.test_eval_protocol:MISNAMED"  # a protocol of one's own
-    [error] = builders.check_eval(config)
+    [error] = check_eval(config)
     assert error.startswith("eval.protocol='misnamed': unknown evaluation tool table 'fixed'")
     routed = grpo_hle.get_config("qwen3_8b")
     routed.eval.protocol = "paper"
     routed.env.name, routed.env.members = "routed", "qa,tau2"
-    assert any("env.name='tau2'" in e for e in builders.check_eval(routed))
+    assert any("env.name='tau2'" in e for e in check_eval(routed))
 
 
 def test_paper_protocol_on_tau2_is_200_steps_and_one_trial(tau2_data):
@@ -307,11 +319,11 @@ def test_paper_protocol_on_tau2_is_200_steps_and_one_trial(tau2_data):
     config.env.tau2.data_dir = str(tau2_data)
     config.data.paths.tau2 = str(tau2_data / "tau2" / "domains" / "mock")
     config.eval.protocol = "paper"
-    [error] = builders.check_eval(config)  # the release judges NL assertions: a judge is due
+    [error] = check_eval(config)  # the release judges NL assertions: a judge is due
     assert error.startswith("eval.protocol='paper' sets env.tau2.max_steps=200, ")
     assert error.endswith("env.tau2.nl_assertions='judge' needs env.tau2.judge_url and judge_model")
     config.env.tau2.judge_url, config.env.tau2.judge_model = "http://127.0.0.1:9/v1", "gpt-5"
-    assert builders.check_eval(config) == []
+    assert check_eval(config) == []
     evaluator = experiment.build_evaluator(config, None, load_tokenizer("demo"))
     assert evaluator.episodes.env.max_steps == 200 and evaluator.trials == 1
     assert evaluator.episodes.limits.max_turns == 200

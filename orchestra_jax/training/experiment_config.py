@@ -21,9 +21,11 @@ from orchestra_jax.config_section import (
     ExperimentConfig,
     Section,
     SectionError,
+    choice,
     positive,
 )
 from orchestra_jax.data.splits import file_sources
+from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
@@ -31,6 +33,7 @@ from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
 from orchestra_jax.training import builders
+from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
 from orchestra_jax.training.sft_config import SFTConfig
 
 
@@ -44,6 +47,7 @@ class Sections:
     rl: RLConfig
     sft: SFTConfig
     reward: RewardConfig
+    eval: EvalConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -54,6 +58,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("rl", RLConfig),
     ("sft", SFTConfig),
     ("reward", RewardConfig),
+    ("eval", EvalConfig),
 )
 
 
@@ -95,7 +100,6 @@ def _run_problems(config: ExperimentConfig) -> list[str]:
             "checkpoint.every_steps": config.checkpoint.every_steps,
             "seed": config.seed,
             "data.synthetic_seed": config.data.synthetic_seed,
-            "eval.seed": config.eval.seed,
         },
         allow_zero=True,
     )
@@ -180,6 +184,43 @@ def _judge_for_sources(config: ExperimentConfig, reward: RewardConfig) -> list[s
     return []
 
 
+def _eval_protocol(config: ExperimentConfig, eval_: EvalConfig) -> list[str]:
+    """The evaluation protocol (training/eval_protocols.py) × the sections it sets
+    or reads."""
+    errors = choice("eval.protocol", eval_.protocol, EVAL_PROTOCOLS)
+    if not errors:
+        errors += EVAL_PROTOCOLS.get(eval_.protocol).problems(config)
+    return errors
+
+
+def _eval_baselines(config: ExperimentConfig, eval_: EvalConfig) -> list[str]:
+    """The baseline routers × the environment: QA routers play QA episodes, τ²
+    routers conversations, and these ask τ²'s experts for advice."""
+    errors = []
+    env = config.env.name
+    conversations = env == "tau2"
+    baselines = eval_.baseline_names()
+    for name in baselines:
+        if (
+            is_router(name)
+            and env in ("tau2", "synthetic")
+            and conversations != all(part in CONVERSATION_ROUTERS for part in name.split("+"))
+        ):
+            errors.append(
+                f"eval.baselines: {name!r} does not play {env!r} episodes; "
+                + (f"τ² conversations take {CONVERSATION_ROUTERS}" if conversations else "")
+                + ("" if conversations else f"{CONVERSATION_ROUTERS} are for τ² conversations")
+            )
+    if conversations and baselines and not config.env.tau2.meta_tools:
+        errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
+    elif conversations and baselines and config.env.tau2.expert_mode != "advise":
+        errors.append(
+            "eval.baselines: τ² routers relay ask_expert's advice; they need "
+            "env.tau2.expert_mode='advise'"
+        )
+    return errors
+
+
 # Each rule: (the typed sections it reads, the rule). A section whose own check
 # failed is read unchecked (`Section.unchecked`), so every rule still runs.
 _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
@@ -187,6 +228,8 @@ _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("rl",), _rl_rules),
     (("sft",), _sft_demo_policy),
     (("reward",), _judge_for_sources),
+    (("eval",), _eval_protocol),
+    (("eval",), _eval_baselines),
 )
 
 
@@ -204,7 +247,6 @@ _UNTYPED_CHECKS = (
     builders.check_rollout,
     builders.check_data,
     builders.check_env,
-    builders.check_eval,
 )
 
 
