@@ -13,6 +13,7 @@ from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
 from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training import builders, experiment_config
 from orchestra_jax.training.sft_config import SFTConfig
 
@@ -197,3 +198,26 @@ def test_the_eval_section_and_its_rules():
     assert experiment_config._eval_protocol(config, EvalConfig(protocol="papr"))[0].startswith(
         "eval.protocol must be one of ['heldout', 'paper']"
     )
+
+
+def test_the_tools_section_and_its_rules():
+    problems = _problems(ToolsConfig, price_scale_min=3.0, keep_probability=2.0, search_top_k=0)
+    assert problems == [
+        "tools.price_scale_min/price_scale_max: need 0 < min <= max, got 3.0, 2.0",
+        "tools.keep_probability must be a probability, got 2.0",
+        "tools.search_top_k must be > 0, got 0",
+    ]
+    assert _problems(ToolsConfig, enabled="bogus")[0].startswith("tools.enabled: ")
+    assert _problems(ToolsConfig, sandbox="x")[0].startswith("tools.sandbox must be one of")
+    # The builders read the section: the task's tool fields and the sampler's ranges.
+    config = grpo_hle.get_config("micro")
+    tools = ToolsConfig.from_config(config.tools)
+    assert builders.tool_config_fields(config) == tools.tool_config_fields()
+    ranges = builders.sampler_ranges(config)
+    assert ranges == tools.sampler_ranges() and ranges.price_scale == (0.5, 2.0)
+    # The search's pricing against the environment is a rule between sections.
+    config.tools.search_pricing = "reference"
+    assert experiment_config.problems(config) == [
+        "tools.search_pricing='reference' prices the live search of env.name='qa'; "
+        "env.name='synthetic' has none"
+    ]

@@ -34,7 +34,6 @@ from orchestra_jax.config_section import (
 from orchestra_jax.data.pipeline import STRATIFY_FIELDS
 from orchestra_jax.data.readers import READERS
 from orchestra_jax.data.splits import (
-    file_sources,
     load_split,
     source_path_key,
     split_config_problems,
@@ -42,7 +41,6 @@ from orchestra_jax.data.splits import (
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.envs.routing import member_names
 from orchestra_jax.envs.tau2.env import config_problems
-from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, ROUTERS, is_router
 from orchestra_jax.models.config import DTYPES, LoRAConfig, ModelConfig
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
@@ -59,14 +57,8 @@ from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
 from orchestra_jax.rollout.http.client import DEFAULT_API_KEY_ENV
 from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
-from orchestra_jax.tools.descriptions import DESCRIPTION_STYLES
-from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts.client import ExpertError, OpenAIChatExpert, probe_endpoint
-from orchestra_jax.tools.live_backends import backend_config_problems
-from orchestra_jax.tools.retrieval.retrievers import DOCUMENT_TEXTS
-from orchestra_jax.tools.retrieval.search_pricing import SEARCH_PRICINGS
-from orchestra_jax.tools.sandbox.registry import sandbox_config_errors
-from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
+from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training.sft_config import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -380,80 +372,22 @@ def build_env(config: Any) -> Environment:
 
 
 def tool_config_fields(config: Any) -> dict[str, Any]:
-    """`ToolConfig` fields every task's configuration gets: the enabled tools
-    (`tools.enabled`), the description style, the documents per search and the
-    search's prices."""
-    t = config.tools
-    return dict(
-        tools=enabled_tools(t.enabled),
-        description_style=t.description_style,
-        search_top_k=t.search_top_k,
-        search_price_per_query=t.search_price_per_query,
-        search_price_per_document=t.search_price_per_document,
-        document_text=t.document_text,
-    )
+    """`ToolConfig` fields every task's configuration gets
+    (`ToolsConfig.tool_config_fields`)."""
+    return ToolsConfig.from_config(config.tools).tool_config_fields()
 
 
 def sampler_ranges(config: Any) -> SamplerRanges:
-    t = config.tools
-    return SamplerRanges(
-        price_scale=(t.price_scale_min, t.price_scale_max),
-        latency_scale=(t.latency_scale_min, t.latency_scale_max),
-        keep_probability=t.keep_probability,
-        shuffle_aliases=t.shuffle_aliases,
-        cost_weight=(0.0, t.cost_weight_max),
-        latency_weight=(0.0, t.latency_weight_max),
-        efficiency_off_probability=t.efficiency_off_prob,
-        tool_preference_probability=t.preference_prob,
-        randomize=t.randomize,
-    )
+    """The ranges of each training task's tool configuration (`ToolsConfig.sampler_ranges`)."""
+    return ToolsConfig.from_config(config.tools).sampler_ranges()
 
 
 def check_env(config: Any) -> list[str]:
-    """env.name, tools.*."""
+    """env.name, env.members and env.tau2."""
 
     errors = _choice("env.name", config.env.name, ENVIRONMENTS)
     errors += _check_env_members(config)
-    errors += sandbox_config_errors(config.tools.sandbox, config.tools.code_is_trusted)
-    try:
-        enabled_tools(config.tools.enabled)
-    except ValueError as e:
-        errors.append(f"tools.enabled: {e}")
-    errors += _choice("tools.description_style", config.tools.description_style, DESCRIPTION_STYLES)
-    errors += _choice("tools.document_text", config.tools.document_text, DOCUMENT_TEXTS)
-    errors += _choice("tools.search_pricing", config.tools.search_pricing, SEARCH_PRICINGS)
-    if config.tools.search_pricing == "reference" and config.env.name not in ("qa", "routed"):
-        errors.append(
-            "tools.search_pricing='reference' prices the live search of env.name='qa'; "
-            f"env.name={config.env.name!r} has none"
-        )
-    for lo, hi in (
-        ("price_scale_min", "price_scale_max"),
-        ("latency_scale_min", "latency_scale_max"),
-    ):
-        if not 0 < config.tools[lo] <= config.tools[hi]:
-            errors.append(
-                f"tools.{lo}/{hi}: need 0 < min <= max, got {config.tools[lo]}, {config.tools[hi]}"
-            )
-    for name in ("keep_probability", "preference_prob", "efficiency_off_prob"):
-        if not 0 <= config.tools[name] <= 1:
-            errors.append(f"tools.{name} must be a probability, got {config.tools[name]}")
-    errors += _positive(
-        config,
-        "tools.search_top_k",
-        "tools.search_min_docs",
-        "tools.expert_max_tokens",
-        "tools.expert_timeout_s",
-    )
-    errors += _positive(
-        config,
-        "tools.expert_retries",
-        "tools.expert_temperature",
-        "tools.search_price_per_query",
-        "tools.search_price_per_document",
-        allow_zero=True,
-    )
-    return errors + backend_config_problems(config, file_sources(config))
+    return errors
 
 
 def _check_env_members(config: Any) -> list[str]:
@@ -547,48 +481,3 @@ def build_sft_learner_config(config: Any) -> LearnerConfig:
     """The warm start's learner settings (`SFTConfig.learner_config`)."""
     grpo = build_learner_config(config, total_steps=config.num_steps)
     return SFTConfig.from_config(config.sft).learner_config(grpo)
-
-
-# --- evaluation ----------------------------------------------------------------------
-
-
-def check_eval(config: Any) -> list[str]:
-    """eval.*."""
-
-    errors = _choice("eval.protocol", config.eval.protocol, EVAL_PROTOCOLS)
-    if not errors:
-        errors += EVAL_PROTOCOLS.get(config.eval.protocol).problems(config)
-    errors += _positive(config, "eval.every_steps", "eval.num_tasks", allow_zero=True)
-    errors += _positive(config, "eval.num_trials")
-    if config.eval.cost_scale_usd <= 0 or config.eval.latency_scale_s <= 0:
-        errors.append(
-            "eval.cost_scale_usd and eval.latency_scale_s must be > 0 (they scale "
-            "the held-out reward and reward.type='utility')"
-        )
-    conversations = config.env.name == "tau2"
-    for name in split_list(config.eval.baselines):
-        if not is_router(name):
-            errors.append(
-                f"eval.baselines: unknown router {name!r}; known: {ROUTERS.names()} "
-                "or a '+' mixture of them"
-            )
-        elif config.env.name in ("tau2", "synthetic") and conversations != all(
-            part in CONVERSATION_ROUTERS for part in name.split("+")
-        ):
-            errors.append(
-                f"eval.baselines: {name!r} does not play {config.env.name!r} episodes; "
-                + (f"τ² conversations take {CONVERSATION_ROUTERS}" if conversations else "")
-                + ("" if conversations else f"{CONVERSATION_ROUTERS} are for τ² conversations")
-            )
-    if conversations and split_list(config.eval.baselines) and not config.env.tau2.meta_tools:
-        errors.append("eval.baselines: τ² routers ask experts: set env.tau2.meta_tools=ask_expert")
-    elif (
-        conversations
-        and split_list(config.eval.baselines)
-        and (config.env.tau2.expert_mode != "advise")
-    ):
-        errors.append(
-            "eval.baselines: τ² routers relay ask_expert's advice; they need "
-            "env.tau2.expert_mode='advise'"
-        )
-    return errors

@@ -32,6 +32,8 @@ from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
+from orchestra_jax.tools.live_backends import backend_config_problems
+from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training import builders
 from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
 from orchestra_jax.training.sft_config import SFTConfig
@@ -48,6 +50,7 @@ class Sections:
     sft: SFTConfig
     reward: RewardConfig
     eval: EvalConfig
+    tools: ToolsConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -59,6 +62,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("sft", SFTConfig),
     ("reward", RewardConfig),
     ("eval", EvalConfig),
+    ("tools", ToolsConfig),
 )
 
 
@@ -221,6 +225,18 @@ def _eval_baselines(config: ExperimentConfig, eval_: EvalConfig) -> list[str]:
     return errors
 
 
+def _tools_rules(config: ExperimentConfig, tools: ToolsConfig) -> list[str]:
+    """The tools × the environment and the data: what serves each tool
+    (`tools/live_backends.backend_config_problems`), and the search's pricing."""
+    errors = []
+    if tools.search_pricing == "reference" and config.env.name not in ("qa", "routed"):
+        errors.append(
+            "tools.search_pricing='reference' prices the live search of env.name='qa'; "
+            f"env.name={config.env.name!r} has none"
+        )
+    return errors + backend_config_problems(config, file_sources(config))
+
+
 # Each rule: (the typed sections it reads, the rule). A section whose own check
 # failed is read unchecked (`Section.unchecked`), so every rule still runs.
 _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
@@ -230,6 +246,7 @@ _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("reward",), _judge_for_sources),
     (("eval",), _eval_protocol),
     (("eval",), _eval_baselines),
+    (("tools",), _tools_rules),
 )
 
 
