@@ -13,6 +13,10 @@ carries each row's generated-token counts [B, V] and applies
 `sampling.apply_penalties` before sampling. `prompt_logprobs` scores prompts
 (every position's next-token logprob) for requests that ask for them.
 
+`decode` with `constraint` (a table of token automata and each row's state)
+samples each row among the tokens its state allows (`sampling.sample_tokens`'s
+`allowed`) and moves the state with the token drawn.
+
 `decode` with `rows` (int32 [R]) decodes only those cache rows, in a compiled
 batch of R rows: gathered from the cache, decoded, scattered back in the same
 call (the engine's row buckets); it compiles once per (cache length, R).

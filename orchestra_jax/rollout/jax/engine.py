@@ -76,6 +76,18 @@ whatever shares the batch. Top logprobs and repetition/frequency/presence
 penalties are static options of the compiled calls, used only by batches that
 have a request asking for them.
 
+Token constraints (`GenerateRequest.constraint`, `rollout/token_constraint.py`):
+a constrained request samples each token among those its automaton allows in
+its current state (`sampling.sample_tokens(allowed=)`), its logprobs those of the
+unrestricted distribution. The engine keeps one table of the live requests'
+automata (state 0: unconstrained; the table's rows padded to a power of two, so
+a new automaton seldom recompiles), packs each row's state per decode call as it
+packs sampling settings, and folds a request's tokens through its automaton on
+the host between calls, so prefix hits, row buckets, retries and swaps need
+nothing more. A decode call with no constrained request compiles and runs as
+before. The first token, sampled at prefill, is never restricted: an
+automaton's start state allows every token.
+
 Isolation: `generate` checks every request against the model (vocabulary,
 context, stop ids, top logprobs) before it queues anything, and the values it
 packs into int32 arrays are clamped to what they can mean (a budget beyond the
