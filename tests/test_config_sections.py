@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from experiments.configs import grpo_hle
-from orchestra_jax.config_section import ConfigError, SectionError
+from orchestra_jax.config_section import ConfigError, SectionError, plain
+from orchestra_jax.data.config import DataConfig
 from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
@@ -33,7 +34,7 @@ def test_every_variant_builds_its_typed_sections_from_the_file():
             section = cls.unchecked(config[name])
             for field in config[name].keys():  # the flag's name is the field's
                 if field not in cls.NESTED and field != "overrides":
-                    assert getattr(section, field) == config[name][field], (name, field)
+                    assert getattr(section, field) == plain(config[name][field]), (name, field)
     sections = experiment_config.sections(grpo_hle.get_config("demo"))
     demo = grpo_hle.get_config("demo")
     assert sections.rl.lr == demo.rl.lr and sections.lora.rank == demo.lora.rank
@@ -164,7 +165,9 @@ def test_the_reward_section_and_its_judge():
 def test_judged_sources_need_a_judge_a_rule_between_reward_and_data():
     config = grpo_hle.get_config("qwen3_8b")
     config.reward.judge.base_url = ""
-    assert experiment_config._judge_for_sources(config, RewardConfig()) == [
+    assert experiment_config._judge_for_sources(
+        config, RewardConfig(), DataConfig.unchecked(config.data)
+    ) == [
         "reward.judge.base_url: data.sources ['generalthought'] are graded by an LLM judge; "
         "set reward.judge.base_url and reward.judge.model"
     ]
@@ -221,3 +224,42 @@ def test_the_tools_section_and_its_rules():
         "tools.search_pricing='reference' prices the live search of env.name='qa'; "
         "env.name='synthetic' has none"
     ]
+
+
+def test_the_data_section_and_its_rules(tmp_path):
+    assert _problems(DataConfig, sources="") == ["data.sources is empty"]
+    assert _problems(DataConfig, sources="synthetic:0,frames") == [
+        "data.sources: weight of 'synthetic' must be > 0",
+        "data.sources: 'frames' needs a file in data.paths.frames",
+    ]
+    assert _problems(DataConfig, stratum_weights="logic:2") == [
+        "data.stratum_weights needs data.stratify_by (the field whose values it weighs)"
+    ]
+    assert _problems(DataConfig, eval_fraction=1.5, synthetic_seed=-1) == [
+        "data.eval_fraction must be in [0, 1], got 1.5",
+        "data.synthetic_seed must be >= 0, got -1",
+    ]
+    train, held_out = tmp_path / "train.jsonl", tmp_path / "held_out.jsonl"
+    train.write_text(""), held_out.write_text("")
+    assert _problems(
+        DataConfig,
+        sources="frames",
+        paths={"frames": str(train)},
+        eval_paths={"frames": str(train)},
+    ) == [
+        "data.eval_paths.frames is data.paths.frames: the held-out split would overlap "
+        "training (give another file, or data.eval_fraction)"
+    ]
+    data = DataConfig(
+        sources="synthetic:3,frames:1",
+        paths={"frames": str(train)},
+        eval_paths={"frames": str(held_out), "hle": ""},
+    )
+    assert data.file_sources() == ["frames"] and data.held_out_paths() == {"frames": str(held_out)}
+    # A file source without a held-out split, in an evaluated run: a rule with eval.
+    bare = DataConfig(sources="frames", paths={"frames": str(train)})
+    assert experiment_config._data_held_out(None, bare, EvalConfig()) == [
+        "data.sources: 'frames' has no held-out split for evaluation: set "
+        "data.eval_paths.frames or data.eval_fraction > 0"
+    ]
+    assert experiment_config._data_held_out(None, bare, EvalConfig(num_tasks=0)) == []

@@ -139,35 +139,6 @@ def file_sources(config: Any) -> list[str]:
         return []
 
 
-def split_config_problems(config: Any) -> list[str]:
-    """data.eval_paths, data.eval_fraction, data.search_whitelist: every file source has
-    a held-out split disjoint from training (when there is an evaluation)."""
-    data, errors = config.data, []
-    if not 0 <= data.eval_fraction <= 1:
-        errors.append(f"data.eval_fraction must be in [0, 1], got {data.eval_fraction}")
-    keys = {source_path_key(name) for name in file_sources(config)}
-    eval_paths = {key: path for key, path in data.eval_paths.items() if path}
-    for key, path in eval_paths.items():
-        if key not in keys:
-            errors.append(f"data.eval_paths.{key}: no such file source in data.sources")
-        elif not os.path.isfile(path):
-            errors.append(f"data.eval_paths.{key}: no file {path!r}")
-        elif data.paths.get(key) and os.path.abspath(path) == os.path.abspath(data.paths[key]):
-            errors.append(
-                f"data.eval_paths.{key} is data.paths.{key}: the held-out split would "
-                "overlap training (give another file, or data.eval_fraction)"
-            )
-    if config.eval.num_tasks and data.eval_fraction == 0:
-        for key in sorted(keys - set(eval_paths)):
-            errors.append(
-                f"data.sources: {key!r} has no held-out split for evaluation: set "
-                f"data.eval_paths.{key} or data.eval_fraction > 0"
-            )
-    if data.search_whitelist and not os.path.isfile(data.search_whitelist):
-        errors.append(f"data.search_whitelist: no file {data.search_whitelist!r}")
-    return errors
-
-
 def _report(name: str, report: Any, split_tasks: int) -> dict[str, Any]:
     """A `ReadReport` as a JSON-ready dict, with the source's name and its split's size."""
     fields = dataclasses.asdict(report)

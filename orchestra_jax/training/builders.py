@@ -26,17 +26,11 @@ from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.config_section import (
     ConfigError,
     choice,
-    parse_sources,
-    parse_weighted,
     positive,
     split_list,
 )
-from orchestra_jax.data.pipeline import STRATIFY_FIELDS
-from orchestra_jax.data.readers import READERS
 from orchestra_jax.data.splits import (
     load_split,
-    source_path_key,
-    split_config_problems,
 )
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
 from orchestra_jax.envs.routing import member_names
@@ -315,47 +309,6 @@ def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[st
     file sources are split by `data.eval_paths` or `data.eval_fraction`)."""
 
     return load_split(config, split)
-
-
-def _path_key(source: str) -> str:
-    return source_path_key(source)
-
-
-def check_data(config: Any) -> list[str]:
-    """data.*."""
-
-    errors = []
-    try:
-        sources = parse_sources(config.data.sources)
-        if not sources:
-            errors.append("data.sources is empty")
-        for name, weight in sources:
-            problem = READERS.problem(name)
-            if problem is not None:
-                errors.append(f"data.sources: {problem}")
-            elif name != "synthetic" and not config.data.paths.get(_path_key(name)):
-                errors.append(
-                    f"data.sources: {name!r} needs a file in data.paths.{_path_key(name)}"
-                )
-            if weight <= 0:
-                errors.append(f"data.sources: weight of {name!r} must be > 0")
-    except ConfigError as e:
-        errors.append(str(e))
-    errors += split_config_problems(config)
-    if config.data.stratify_by:
-        errors += _choice("data.stratify_by", config.data.stratify_by, STRATIFY_FIELDS)
-    try:
-        weights = dict(parse_weighted(config.data.stratum_weights, "data.stratum_weights"))
-        if weights and not config.data.stratify_by:
-            errors.append(
-                "data.stratum_weights needs data.stratify_by (the field whose values it weighs)"
-            )
-        for value, weight in weights.items():
-            if weight <= 0:
-                errors.append(f"data.stratum_weights: weight of {value!r} must be > 0")
-    except ConfigError as e:
-        errors.append(str(e))
-    return errors
 
 
 # --- the environment and its tools ------------------------------------------------

@@ -24,7 +24,7 @@ from orchestra_jax.config_section import (
     choice,
     positive,
 )
-from orchestra_jax.data.splits import file_sources
+from orchestra_jax.data.config import DataConfig
 from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
@@ -51,6 +51,7 @@ class Sections:
     reward: RewardConfig
     eval: EvalConfig
     tools: ToolsConfig
+    data: DataConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -63,6 +64,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("reward", RewardConfig),
     ("eval", EvalConfig),
     ("tools", ToolsConfig),
+    ("data", DataConfig),
 )
 
 
@@ -103,7 +105,6 @@ def _run_problems(config: ExperimentConfig) -> list[str]:
         {
             "checkpoint.every_steps": config.checkpoint.every_steps,
             "seed": config.seed,
-            "data.synthetic_seed": config.data.synthetic_seed,
         },
         allow_zero=True,
     )
@@ -177,9 +178,12 @@ def _sft_demo_policy(config: ExperimentConfig, sft: SFTConfig) -> list[str]:
 JUDGED_SOURCES = ("frames", "generalthought", "hle")
 
 
-def _judge_for_sources(config: ExperimentConfig, reward: RewardConfig) -> list[str]:
+def _judge_for_sources(
+    config: ExperimentConfig, reward: RewardConfig, data: DataConfig
+) -> list[str]:
     """The judge × the data: sources whose answers a judge grades need one."""
-    judged = [s for s in file_sources(config) if s in JUDGED_SOURCES]
+    del config
+    judged = [s for s in data.file_sources() if s in JUDGED_SOURCES]
     if judged and not reward.judge.base_url:
         return [
             f"reward.judge.base_url: data.sources {judged} are graded by an LLM judge; "
@@ -225,7 +229,7 @@ def _eval_baselines(config: ExperimentConfig, eval_: EvalConfig) -> list[str]:
     return errors
 
 
-def _tools_rules(config: ExperimentConfig, tools: ToolsConfig) -> list[str]:
+def _tools_rules(config: ExperimentConfig, tools: ToolsConfig, data: DataConfig) -> list[str]:
     """The tools × the environment and the data: what serves each tool
     (`tools/live_backends.backend_config_problems`), and the search's pricing."""
     errors = []
@@ -234,7 +238,21 @@ def _tools_rules(config: ExperimentConfig, tools: ToolsConfig) -> list[str]:
             "tools.search_pricing='reference' prices the live search of env.name='qa'; "
             f"env.name={config.env.name!r} has none"
         )
-    return errors + backend_config_problems(config, file_sources(config))
+    return errors + backend_config_problems(config, data.file_sources())
+
+
+def _data_held_out(config: ExperimentConfig, data: DataConfig, eval_: EvalConfig) -> list[str]:
+    """The data × the evaluation: every file source has a held-out split when the
+    run is evaluated (`data.eval_paths` or `data.eval_fraction`)."""
+    del config
+    errors = []
+    if eval_.num_tasks and data.eval_fraction == 0:
+        for key in sorted(data.file_source_keys() - set(data.held_out_paths())):
+            errors.append(
+                f"data.sources: {key!r} has no held-out split for evaluation: set "
+                f"data.eval_paths.{key} or data.eval_fraction > 0"
+            )
+    return errors
 
 
 # Each rule: (the typed sections it reads, the rule). A section whose own check
@@ -243,10 +261,11 @@ _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("lora",), _lora_engine),
     (("rl",), _rl_rules),
     (("sft",), _sft_demo_policy),
-    (("reward",), _judge_for_sources),
+    (("reward", "data"), _judge_for_sources),
     (("eval",), _eval_protocol),
     (("eval",), _eval_baselines),
-    (("tools",), _tools_rules),
+    (("tools", "data"), _tools_rules),
+    (("data", "eval"), _data_held_out),
 )
 
 
@@ -262,7 +281,6 @@ def _cross_section_problems(config: ExperimentConfig, built: dict[str, Any]) -> 
 # The sections `builders.check_*` still checks from the whole config.
 _UNTYPED_CHECKS = (
     builders.check_rollout,
-    builders.check_data,
     builders.check_env,
 )
 
