@@ -9,6 +9,8 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.config_section import ConfigError, SectionError, plain
 from orchestra_jax.data.config import DataConfig
+from orchestra_jax.envs.config import EnvConfig
+from orchestra_jax.envs.tau2.config import Tau2Config
 from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
@@ -263,3 +265,22 @@ def test_the_data_section_and_its_rules(tmp_path):
         "data.eval_paths.frames or data.eval_fraction > 0"
     ]
     assert experiment_config._data_held_out(None, bare, EvalConfig(num_tasks=0)) == []
+
+
+def test_the_env_section_checks_tau2_where_tau2_is_played():
+    assert _problems(EnvConfig, name="nowhere")[0].startswith("env.name must be one of")
+    assert _problems(EnvConfig, name="routed") == [
+        "env.members: env.name='routed' needs environments, e.g. 'synthetic,tau2'"
+    ]
+    assert _problems(EnvConfig, name="routed", members="synthetic,x")[0].startswith(
+        "env.members must be one of"
+    )
+    # τ²'s settings are read, not checked, where τ² is not played (no data folder).
+    bad_tau2 = Tau2Config(user="x", max_steps=0)
+    assert EnvConfig(name="synthetic", tau2=bad_tau2).played() == ["synthetic"]
+    for env in (dict(name="tau2"), dict(name="routed", members="synthetic,tau2")):
+        problems = _problems(EnvConfig, tau2=bad_tau2, **env)
+        assert "env.tau2.user must be one of ('simulator', 'scripted'), got 'x'" in problems
+        assert "env.tau2: max_steps and max_errors must be >= 1, user_retries >= 0" in problems
+    config = grpo_hle.get_config("tau2_demo")
+    assert EnvConfig.unchecked(config.env).tau2 == Tau2Config.from_config(config.env.tau2)

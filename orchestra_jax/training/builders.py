@@ -1,12 +1,14 @@
 """From an experiment config to the parts a run needs: one builder per part, and
-the checks of the sections whose typed classes are not yet written.
+the checks of the sections whose typed classes are not yet written (`rollout`,
+`agent`).
 
 `build_*(config)` builds a part, reading the typed section of its package where
-there is one (`RLConfig`, `ModelConfig`, `LoRAConfig`); `check_*(config) -> list[str]`
-names every problem of an untyped section, one message each (choices are read from
-the part's registry). `experiment_config.problems` runs them with the typed sections'
-checks and the rules between sections. Drivers (`grpo_hle.py`, `sft.py`,
-`evaluate.py`) assemble exactly the parts they use.
+there is one (`RLConfig`, `ModelConfig`, `LoRAConfig`, `RewardConfig`, `JudgeConfig`,
+`ToolsConfig`); `check_*(config) -> list[str]` names every problem of an untyped
+section, one message each (choices are read from the part's registry).
+`experiment_config.problems` runs them with the typed sections' checks and the rules
+between sections. Drivers (`grpo_hle.py`, `sft.py`, `evaluate.py`) assemble exactly
+the parts they use.
 """
 
 from __future__ import annotations
@@ -32,9 +34,7 @@ from orchestra_jax.config_section import (
 from orchestra_jax.data.splits import (
     load_split,
 )
-from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
-from orchestra_jax.envs.routing import member_names
-from orchestra_jax.envs.tau2.env import config_problems
+from orchestra_jax.envs.environment import Environment, make_env
 from orchestra_jax.models.config import DTYPES, LoRAConfig, ModelConfig
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
@@ -333,32 +333,6 @@ def tool_config_fields(config: Any) -> dict[str, Any]:
 def sampler_ranges(config: Any) -> SamplerRanges:
     """The ranges of each training task's tool configuration (`ToolsConfig.sampler_ranges`)."""
     return ToolsConfig.from_config(config.tools).sampler_ranges()
-
-
-def check_env(config: Any) -> list[str]:
-    """env.name, env.members and env.tau2."""
-
-    errors = _choice("env.name", config.env.name, ENVIRONMENTS)
-    errors += _check_env_members(config)
-    return errors
-
-
-def _check_env_members(config: Any) -> list[str]:
-    """env.members of a routed environment, and env.tau2 where τ² tasks are played."""
-
-    names = [config.env.name]
-    errors = []
-    if config.env.name == "routed":
-        names = member_names(config)
-        if not names:
-            errors.append(
-                "env.members: env.name='routed' needs environments, e.g. 'synthetic,tau2'"
-            )
-        for name in names:
-            errors += _choice("env.members", name, ENVIRONMENTS)
-    if "tau2" in names:
-        errors += config_problems(config)
-    return errors
 
 
 # --- reward ------------------------------------------------------------------------

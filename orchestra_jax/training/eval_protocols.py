@@ -105,7 +105,7 @@ class EvalProtocol:
         if self.tau2_settings and plays_tau2(config):
             from orchestra_jax.envs.tau2.env import config_problems
 
-            known = set(config_problems(config))  # check_env reports those
+            known = set(config_problems(config))  # the env section reports those
             errors += [
                 f"eval.protocol={self.name!r} sets {_fields(self.tau2_settings)}: {problem}"
                 for problem in config_problems(self.apply(config))
@@ -159,7 +159,7 @@ def _catalogue_problems(protocol: EvalProtocol, config: ExperimentConfig) -> lis
         ours = _table(load_catalogue(config.tools.catalogue), live)
         theirs = _table(load_catalogue(protocol.catalogue), live)
     except (ValueError, CatalogueError):
-        return []  # check_env names the tools.* mistake
+        return []  # the tools section names the tools.* mistake
     if ours == theirs:
         return []
     differ = next(

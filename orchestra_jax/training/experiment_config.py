@@ -5,8 +5,8 @@ by the class its package owns, and the rules that span sections.
 is its class's `problems()` (`config_section.Section`). `problems(config)` lists every
 mistake of a config, the sections' and the rules' below, one message each, and
 `validate(config)` raises them together as a `ConfigError`, which the drivers print
-and exit on. Sections still checked by `builders.check_*` (their typed classes not yet
-written) are run from here too, in the order the config file lists them.
+and exit on. The sections still checked by `builders.check_rollout` (`rollout`,
+`agent`: their typed classes not yet written) are run from here too.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from orchestra_jax.config_section import (
     positive,
 )
 from orchestra_jax.data.config import DataConfig
+from orchestra_jax.envs.config import EnvConfig
 from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
@@ -52,6 +53,7 @@ class Sections:
     eval: EvalConfig
     tools: ToolsConfig
     data: DataConfig
+    env: EnvConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -65,6 +67,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("eval", EvalConfig),
     ("tools", ToolsConfig),
     ("data", DataConfig),
+    ("env", EnvConfig),
 )
 
 
@@ -278,11 +281,8 @@ def _cross_section_problems(config: ExperimentConfig, built: dict[str, Any]) -> 
 
 # --- every problem of a config ----------------------------------------------------
 
-# The sections `builders.check_*` still checks from the whole config.
-_UNTYPED_CHECKS = (
-    builders.check_rollout,
-    builders.check_env,
-)
+# The sections (rollout, agent) `builders.check_rollout` still checks from the whole config.
+_UNTYPED_CHECKS = (builders.check_rollout,)
 
 
 def problems(config: ExperimentConfig) -> list[str]:

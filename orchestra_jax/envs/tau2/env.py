@@ -478,10 +478,16 @@ def _key(variable: str) -> str:
 
 
 def config_problems(config: Any) -> list[str]:
-    """One message per mistake in `env.tau2` (checked at start-up, before tau2 loads)."""
+    """One message per mistake in an experiment config's `env.tau2` (`tau2_problems`)."""
+    return tau2_problems(config.env.tau2)
+
+
+def tau2_problems(t: Any) -> list[str]:
+    """One message per mistake in an `env.tau2` section, `t` (its ConfigDict or
+    `envs/tau2/config.Tau2Config`), checked at start-up, before tau2 loads."""
     from orchestra_jax.envs.tau2.setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
 
-    t, errors = config.env.tau2, []
+    errors = []
     if not tau2_installed():
         errors.append(f"env: the tau2 environment needs tau2. {INSTALL_HINT}")
     data_dir = t.data_dir or os.environ.get(DATA_DIR_VARIABLE, "")
