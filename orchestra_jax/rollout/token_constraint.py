@@ -21,6 +21,7 @@ nothing to draw).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,6 +59,20 @@ class TokenConstraint:
     def vocab_size(self) -> int:
         return self.next_state.shape[1]
 
+    @functools.cached_property
+    def allows_everything(self) -> np.ndarray:
+        """bool [S]: the states where every token is allowed."""
+        return np.all(self.next_state >= 0, axis=1)
+
+    def widened(self, vocab_size: int) -> np.ndarray:
+        """next_state over `vocab_size` >= its own ids: an id past the table keeps a
+        state that allows every token and is refused elsewhere (see above)."""
+        if vocab_size < self.vocab_size:
+            raise ValueError(f"cannot narrow {self.vocab_size} ids to {vocab_size}")
+        keep = np.where(self.allows_everything, np.arange(self.num_states), -1)
+        pad = np.broadcast_to(keep[:, None], (self.num_states, vocab_size - self.vocab_size))
+        return np.concatenate([self.next_state, pad.astype(np.int32)], axis=1)
+
     def reachable(self) -> np.ndarray:
         """The states reachable from `start`, sorted."""
         seen = np.zeros(self.num_states, bool)
@@ -76,7 +91,7 @@ class TokenConstraint:
         An id past the table keeps a state that allows every token (see above)."""
         for t in tokens:
             if t >= self.vocab_size:
-                nxt = state if (self.next_state[state] >= 0).all() else -1
+                nxt = state if self.allows_everything[state] else -1
             else:
                 nxt = int(self.next_state[state, t])
             if nxt < 0:

@@ -1012,14 +1012,8 @@ class JaxEngine:
             self._constraint_offsets = {}
             for key, c in live.items():
                 self._constraint_offsets[key] = offset
-                table = np.where(c.next_state >= 0, c.next_state + offset, -1)
-                # Ids past the constraint's (a padded embedding's, which the tokenizer
-                # does not know) keep a state that allows every token, else are refused.
-                free = (c.next_state >= 0).all(axis=1)
-                states = np.arange(c.num_states) + offset
-                pad = np.where(free, states, -1)[:, None]
-                pad = np.broadcast_to(pad, (c.num_states, self.vocab_size - c.vocab_size))
-                parts.append(np.concatenate([table, pad], axis=1))
+                table = c.widened(self.vocab_size)
+                parts.append(np.where(table >= 0, table + offset, -1))
                 offset += c.num_states
             # Padded to a bucket of states, so that a new constraint seldom recompiles.
             rows = bucket(offset, 8, 1 << 30)
