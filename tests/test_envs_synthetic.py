@@ -7,7 +7,8 @@ import io
 import numpy as np
 import pytest
 
-from orchestra_jax.envs.synthetic import DOMAINS, SyntheticOrchestrationEnv
+from orchestra_jax.data.synthetic_tasks import DOMAINS
+from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rewards.outcome import is_correct
 from orchestra_jax.tasks import Task, TaskSource
 from orchestra_jax.tools.base import ToolContext

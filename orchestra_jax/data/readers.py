@@ -17,7 +17,7 @@ Kinds:
   `answer_type="exact"` compares strings only).
 - `"frames"`: FRAMES (`id`, `question`, `answer`), domain `"frames"`.
 - `"jsonl"`: any jsonl/json/parquet file with a `FieldMap`.
-- `"synthetic"`: `envs.synthetic.SyntheticOrchestrationEnv(seed=...).tasks(split, n)`.
+- `"synthetic"`: `data.synthetic_tasks.SyntheticTasks(seed=...).tasks(split, n)`.
 
 A row that cannot become a Task is counted in the report as malformed, with the
 first few reasons kept; it never stops the read.
@@ -32,8 +32,8 @@ import os
 from collections.abc import Callable
 
 from orchestra_jax.data.rows import MalformedRow, ReadReport, read_file, text_field
+from orchestra_jax.data.synthetic_tasks import SyntheticTasks
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
-from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.registry import Registry
 from orchestra_jax.tasks import ANSWER_TYPES, Task
 
@@ -170,7 +170,7 @@ def mapped_task(row: dict, where: str, *, fields: FieldMap = FieldMap()) -> Task
 def _synthetic(
     *, seed: int = 0, split: str = "train", n: int = 256, num_entities: int = 400
 ) -> tuple[list[Task], ReadReport]:
-    tasks = list(SyntheticOrchestrationEnv(seed=seed, num_entities=num_entities).tasks(split, n))
+    tasks = SyntheticTasks(seed=seed, num_entities=num_entities).tasks(split, n)
     return tasks, ReadReport(source=f"synthetic:{split}", rows=len(tasks), tasks=len(tasks))
 
 

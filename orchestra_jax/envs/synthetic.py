@@ -1,16 +1,13 @@
 """The offline orchestration environment: seeded tasks, a corpus, simulated models.
 
 `SyntheticOrchestrationEnv(seed)` generates tasks in three domains where a
-different tool is the right one (see `synthetic_world` and `synthetic_models`):
+different tool is the right one (the tasks and corpus are
+`data/synthetic_tasks.SyntheticTasks`; the models `synthetic_models`):
 
   domain       answer_type  right plan (cheapest that is reliable)
   arithmetic   numeric      enhance_reasoning(cheap coder) -> answer(cheap)
   entity_fact  exact        search(cheap) -> answer(cheap)
   logic        exact        answer(frontier)
-
-Task i of a split is a function of (seed, split, i) only, so `tasks(split, n)`
-is a prefix of `tasks(split, n + 1)`. Entity facts of the train and held-out
-splits concern disjoint sets of organisations; the corpus holds all of them.
 
 It is the first `envs.environment.Environment` (registered as "synthetic";
 `from_config` builds it from an experiment config). One call gives the agent
@@ -27,9 +24,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from orchestra_jax.envs import synthetic_models, synthetic_world
+from orchestra_jax.data.synthetic_tasks import SyntheticTasks
+from orchestra_jax.envs import synthetic_models
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
@@ -43,12 +39,10 @@ from orchestra_jax.tools.registry import Backends, make_tools
 from orchestra_jax.tools.retrieval.retrievers import BM25Retriever, Document
 from orchestra_jax.tools.sandbox.registry import make_sandbox, run_python
 
-DOMAINS = ("arithmetic", "entity_fact", "logic")
-SPLITS = {"train": 0, "heldout": 1}
 
-
-class SyntheticOrchestrationEnv:
-    """Seeded task generator plus corpus and simulated backends.
+class SyntheticOrchestrationEnv(SyntheticTasks):
+    """The seeded tasks and corpus (`data/synthetic_tasks.SyntheticTasks`) with
+    simulated backends and rule-based grading.
 
     Args:
       seed: everything (entities, tasks) is a function of it.
@@ -70,114 +64,20 @@ class SyntheticOrchestrationEnv:
         run_code: Callable[..., Any] = run_python,
         charge_measured_time: bool = True,
     ):
-        if (
-            len(domain_weights) != len(DOMAINS)
-            or min(domain_weights) < 0
-            or sum(domain_weights) <= 0
-        ):
-            raise ValueError(
-                f"domain_weights: {len(DOMAINS)} non-negative numbers "
-                f"with a positive sum, got {domain_weights}"
-            )
-        if num_entities < 2 or not 0 < heldout_fraction < 1:
-            raise ValueError("need num_entities >= 2 and 0 < heldout_fraction < 1")
-        self.seed = seed
+        super().__init__(
+            seed,
+            num_entities=num_entities,
+            heldout_fraction=heldout_fraction,
+            domain_weights=domain_weights,
+        )
         self.run_code = run_code  # the sandbox of `build_backends` by default
         self.charge_measured_time = charge_measured_time
-        weights = np.asarray(domain_weights, dtype=np.float64)
-        self.domain_probs = weights / weights.sum()
-        self.entities = synthetic_world.make_entities(
-            np.random.default_rng([seed, 7]), num_entities
-        )
-        n_heldout = max(1, int(round(num_entities * heldout_fraction)))
-        self._split_entities = {
-            "train": self.entities[:-n_heldout],
-            "heldout": self.entities[-n_heldout:],
-        }
-
-    # --- tasks -----------------------------------------------------------------
-
-    def tasks(self, split: str, n: int) -> list[Task]:
-        """The first `n` tasks of `split` ("train" or "heldout")."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-        return [self.task(split, i) for i in range(n)]
-
-    def task(self, split: str, index: int) -> Task:
-        """Task `index` of `split`, generated from (seed, split, index)."""
-        rng = np.random.default_rng([self.seed, SPLITS[split], index])
-        domain = DOMAINS[int(rng.choice(len(DOMAINS), p=self.domain_probs))]
-        task_id = f"synthetic-{self.seed}-{split}-{index}"
-        make = {
-            "arithmetic": self._arithmetic,
-            "entity_fact": self._entity_fact,
-            "logic": self._logic,
-        }[domain]
-        return make(task_id, split, rng)
-
-    def _arithmetic(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
-        question, expr, wrong = synthetic_world.arithmetic_problem(rng)
-        answer = str(eval(expr, {"__builtins__": {"sum": sum, "range": range}}))  # noqa: S307 (our own expression)
-        distractors = [str(int(answer) + d) for d in (-1, 1, 10)]
-        return Task(
-            task_id,
-            question,
-            answer,
-            "numeric",
-            "arithmetic",
-            {
-                "expression": expr,
-                "wrong_expressions": wrong,
-                "evidence": f"result = {answer}",
-                "distractors": distractors,
-                "split": split,
-            },
-        )
-
-    def _entity_fact(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
-        pool = self._split_entities[split]
-        entity = pool[int(rng.integers(len(pool)))]
-        attribute = list(synthetic_world.ATTRIBUTES)[
-            int(rng.integers(len(synthetic_world.ATTRIBUTES)))
-        ]
-        others = [
-            pool[int(i)] for i in rng.choice(len(pool), size=min(4, len(pool)), replace=False)
-        ]
-        others = [e for e in others if e.id != entity.id][:3]
-        question = synthetic_world.ATTRIBUTES[attribute][0].format(name=entity.name)
-        return Task(
-            task_id,
-            question,
-            entity.facts[attribute],
-            "exact",
-            "entity_fact",
-            {
-                "entity_id": entity.id,
-                "attribute": attribute,
-                "evidence": entity.sentence(attribute),
-                "search_query": f"{entity.name} {attribute}",
-                "distractor_queries": [f"{e.name} {attribute}" for e in others],
-                "distractors": [e.facts[attribute] for e in others],
-                "split": split,
-            },
-        )
-
-    def _logic(self, task_id: str, split: str, rng: np.random.Generator) -> Task:
-        question, answer, names = synthetic_world.logic_puzzle(rng)
-        return Task(
-            task_id,
-            question,
-            answer,
-            "exact",
-            "logic",
-            {"distractors": [n for n in names if n != answer], "split": split},
-        )
 
     # --- corpus and backends -----------------------------------------------------
 
     def corpus(self) -> list[Document]:
         """One document per organisation (all splits), id = entity id."""
-        return [Document(id=e.id, title=e.name, text=e.document_text()) for e in self.entities]
+        return [Document(**row) for row in self.corpus_rows()]
 
     @functools.cached_property
     def retriever(self) -> BM25Retriever:

@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
+from orchestra_jax.data.synthetic_tasks import SyntheticTasks
 from orchestra_jax.tools.retrieval import retrievers as retrieval
 from orchestra_jax.tools.retrieval.index_folder import build
 
@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--corpus", help="JSONL corpus (id, text[, title])")
     source.add_argument(
-        "--synthetic-seed", type=int, help="index SyntheticOrchestrationEnv(seed).corpus()"
+        "--synthetic-seed",
+        type=int,
+        help="index the synthetic world's corpus (data/synthetic_tasks.py)",
     )
     parser.add_argument(
         "--num-entities",
@@ -44,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.corpus:
         documents = retrieval.read_documents(args.corpus)
     else:
-        documents = SyntheticOrchestrationEnv(
-            args.synthetic_seed, num_entities=args.num_entities
-        ).corpus()
+        rows = SyntheticTasks(args.synthetic_seed, num_entities=args.num_entities).corpus_rows()
+        documents = [retrieval.Document(**row) for row in rows]
     start = time.monotonic()
     index = build(documents, args.kind, args.embedder)
     index.save(args.out)
