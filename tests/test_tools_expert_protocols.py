@@ -5,13 +5,15 @@ import pytest
 import yaml
 
 from experiments.configs import grpo_hle
+from orchestra_jax.envs.config import EnvConfig
 from orchestra_jax.tasks import Task
+from orchestra_jax.tools import live_backends
 from orchestra_jax.tools.base import ToolContext
 from orchestra_jax.tools.experts import prompts
 from orchestra_jax.tools.experts import protocols as ep
 from orchestra_jax.tools.experts.catalogue import CatalogueError, load_catalogue, parse_model
-from orchestra_jax.tools.live_backends import backend_config_problems
 from orchestra_jax.tools.sandbox.registry import SandboxResult
+from orchestra_jax.tools.tools_config import ToolsConfig
 
 QUESTION = "Which river carved the valley?"
 REFERENCE = ep.EXPERT_PROTOCOLS.get("reference")
@@ -227,3 +229,12 @@ def test_start_up_checks_of_tools_experts(tmp_path):
 
 def offline_errors(config):
     return backend_config_problems(config, [])
+
+
+def backend_config_problems(config, file_sources):
+    """`live_backends.backend_config_problems` on a whole config's sections."""
+    return live_backends.backend_config_problems(
+        ToolsConfig.unchecked(config.tools),
+        EnvConfig.unchecked(config.env).played(),
+        file_sources,
+    )

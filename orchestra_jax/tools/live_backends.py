@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from orchestra_jax.envs.routing import member_names
 from orchestra_jax.tools.enabled import enabled_tools
 from orchestra_jax.tools.experts.catalogue import (
     CatalogueError,
@@ -45,6 +43,7 @@ from orchestra_jax.tools.experts.protocols import EXPERT_PROTOCOLS
 from orchestra_jax.tools.meta_tool_table import is_meta_tool
 from orchestra_jax.tools.retrieval.index_folder import load_retriever
 from orchestra_jax.tools.retrieval.retrievers import FallbackRetriever, Retriever
+from orchestra_jax.tools.tools_config import ToolsConfig
 
 BACKEND_KINDS = ("offline", "live")
 SEARCH_BACKENDS = ("index", "tavily", "index+tavily")
@@ -158,14 +157,16 @@ SELF_ROUTED_SOURCES = ("tau2", "toolscale")
 KNOWN_ENVS = ("synthetic", "qa", "tau2")
 
 
-def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[str]:
-    """One message per problem of tools.backends, tools.catalogue, tools.search* in an
-    experiment config: what serves each tool, and that no simulated expert (which
-    reads the gold answer) meets the tasks of `file_sources` (non-synthetic data):
-    neither the simulated experts of "offline" tools nor the synthetic world, where
-    it is the environment that plays those tasks (`env.name`, or a routed run's
-    default, first member)."""
-    t = config.tools
+def backend_config_problems(
+    t: ToolsConfig, played: Sequence[str], file_sources: Sequence[str]
+) -> list[str]:
+    """One message per problem of tools.backends, tools.catalogue, tools.search* (the
+    `tools` section `t`) against the run's environments and data: what serves each
+    tool, and that no simulated expert (which reads the gold answer) meets the tasks
+    of `file_sources` (non-synthetic data): neither the simulated experts of
+    "offline" tools nor the synthetic world, where it is the environment that plays
+    those tasks. `played`: the environments that play the run's tasks
+    (`envs/config.EnvConfig.played`), the first of them the default."""
     try:
         tools = enabled_tools(t.enabled)
         kinds = parse_backends(t.backends, tools)
@@ -183,8 +184,7 @@ def backend_config_problems(config: Any, file_sources: Sequence[str]) -> list[st
             f"tools.experts={t.experts!r} asks each expert by its catalogue family; the "
             f"simulated experts of {offline} have none: set tools.backends='live'"
         )
-    played = member_names(config) if config.env.name == "routed" else [config.env.name]
-    default = played[0] if played else config.env.name
+    default = played[0] if played else None
     real_data = [s for s in file_sources if s not in SELF_ROUTED_SOURCES]
     if real_data and (offline or default == "synthetic"):
         experts = (

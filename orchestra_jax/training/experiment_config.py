@@ -232,16 +232,19 @@ def _eval_baselines(config: ExperimentConfig, eval_: EvalConfig) -> list[str]:
     return errors
 
 
-def _tools_rules(config: ExperimentConfig, tools: ToolsConfig, data: DataConfig) -> list[str]:
+def _tools_rules(
+    config: ExperimentConfig, tools: ToolsConfig, data: DataConfig, env: EnvConfig
+) -> list[str]:
     """The tools × the environment and the data: what serves each tool
     (`tools/live_backends.backend_config_problems`), and the search's pricing."""
     errors = []
-    if tools.search_pricing == "reference" and config.env.name not in ("qa", "routed"):
+    del config
+    if tools.search_pricing == "reference" and env.name not in ("qa", "routed"):
         errors.append(
             "tools.search_pricing='reference' prices the live search of env.name='qa'; "
-            f"env.name={config.env.name!r} has none"
+            f"env.name={env.name!r} has none"
         )
-    return errors + backend_config_problems(config, data.file_sources())
+    return errors + backend_config_problems(tools, env.played(), data.file_sources())
 
 
 def _data_held_out(config: ExperimentConfig, data: DataConfig, eval_: EvalConfig) -> list[str]:
@@ -267,7 +270,7 @@ _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
     (("reward", "data"), _judge_for_sources),
     (("eval",), _eval_protocol),
     (("eval",), _eval_baselines),
-    (("tools", "data"), _tools_rules),
+    (("tools", "data", "env"), _tools_rules),
     (("data", "eval"), _data_held_out),
 )
 
