@@ -40,7 +40,7 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
@@ -97,11 +97,11 @@ def evaluate_policies(config, policies):
 
 def main(argv):
     del argv
-    flags_util.init_distributed(_CONFIG.value)
+    cli.init_distributed(_CONFIG.value)
     from orchestra_jax.config_section import split_list
 
-    evaluate_policies(flags_util.validated(_CONFIG.value), split_list(_POLICIES.value))
+    evaluate_policies(cli.validated(_CONFIG.value), split_list(_POLICIES.value))
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

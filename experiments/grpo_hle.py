@@ -11,7 +11,7 @@ held-out evaluation against baseline routers (orchestra_jax/training/experiment.
 
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
@@ -20,11 +20,11 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 def main(argv):
     del argv
-    flags_util.init_distributed(_CONFIG.value)
+    cli.init_distributed(_CONFIG.value)
     from orchestra_jax.training.experiment import run_experiment
 
-    run_experiment(flags_util.validated(_CONFIG.value))
+    run_experiment(cli.validated(_CONFIG.value))
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

@@ -25,7 +25,7 @@ from typing import Any
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "The run's config: path/to/config.py:variant.", lock_config=True
@@ -111,9 +111,9 @@ def main(argv):
     from orchestra_jax.config_section import split_list
     from orchestra_jax.eval.preference_axis import to_markdown
 
-    config = flags_util.validated(_CONFIG.value)
+    config = cli.validated(_CONFIG.value)
     print(to_markdown(run(config, split_list(_POLICIES.value))))
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

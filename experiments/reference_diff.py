@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from absl import app
 from ml_collections import config_flags
 
-from experiments.flags_util import parse_flags_or_exit
+from orchestra_jax.training.cli import parse_flags_or_exit
 from orchestra_jax.training.reference_recipe import report
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An experiment config file:variant.")

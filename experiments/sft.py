@@ -21,7 +21,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
@@ -82,13 +82,13 @@ def no_steps_error(config, demos_path: str) -> str | None:
 
 def main(argv):
     del argv
-    flags_util.init_distributed(_CONFIG.value)
+    cli.init_distributed(_CONFIG.value)
     from orchestra_jax.io import paths
     from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
     from orchestra_jax.rl.learner import Learner
     from orchestra_jax.training import builders, experiment, loop_steps, warm_start
 
-    config = flags_util.validated(_CONFIG.value)
+    config = cli.validated(_CONFIG.value)
     error = no_steps_error(config, _DEMOS.value)
     if error:
         sys.exit(error)
@@ -120,4 +120,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

@@ -15,7 +15,7 @@ import sys
 
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Synthesis config: path/to/synthesize.py:variant.", lock_config=True
@@ -44,4 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

@@ -40,6 +40,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.config_section import ConfigError, parse_sources
+from orchestra_jax.data.pipeline import WeightedSource
+from orchestra_jax.data.readers import read_tasks
+from orchestra_jax.data.sources import load_sources
 from orchestra_jax.registry import is_import_path
 from orchestra_jax.tasks import Task
 
@@ -157,9 +160,6 @@ def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]
     its file, rows read, tasks, rows skipped on purpose (e.g. HLE image
     questions) and malformed, and the tasks that fell in this split).
     """
-    from orchestra_jax.data.pipeline import WeightedSource
-    from orchestra_jax.data.readers import read_tasks
-    from orchestra_jax.data.sources import load_sources
 
     data = config.data
     heldout = split != TRAIN

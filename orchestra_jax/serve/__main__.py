@@ -16,7 +16,7 @@ import signal
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import flags_util
+from orchestra_jax.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: path/to/config.py:variant.", lock_config=True
@@ -71,11 +71,11 @@ def main(argv):
         max_body_bytes=_MAX_BODY.value, max_concurrent=_MAX_CONCURRENT.value, api_key=api_key
     )
     try:
-        orchestrator = build_orchestrator(flags_util.validated(_CONFIG.value), policy)
+        orchestrator = build_orchestrator(cli.validated(_CONFIG.value), policy)
     except (PolicyError, PolicyNotServed, ValueError) as e:
         raise SystemExit(f"error: {e}") from e
     asyncio.run(_serve(OrchestratorServer(orchestrator, config), _HOST.value, _PORT.value))
 
 
 if __name__ == "__main__":
-    flags_util.run(main)
+    cli.run(main)

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestra_jax.io import paths
 from orchestra_jax.serve.service import Orchestrator
 from orchestra_jax.tasks import Task
+from orchestra_jax.training import builders
+from orchestra_jax.training.eval_protocols import eval_protocol
+from orchestra_jax.training.evaluation import TOOL_TABLES
+from orchestra_jax.training.policy_engines import PolicyError, policy_engine
 
 # Worlds whose episodes are between the orchestrator and its tools: one question in,
 # one answer out. τ² conversations need their other party (a simulated user).
@@ -26,10 +31,6 @@ def default_tool_config(config: Any, env: Any) -> Any:
     """The evaluation protocol's tool configuration for a request (its table's first
     entry: under "heldout" the first held-out configuration with the first stated
     preference; under "paper" the catalogue as listed)."""
-    from orchestra_jax.training import builders
-    from orchestra_jax.training.eval_protocols import eval_protocol
-    from orchestra_jax.training.evaluation import TOOL_TABLES
-
     table = TOOL_TABLES.get(eval_protocol(config).tool_table)
     fields = builders.tool_config_fields(config)
     return table(env, [_PROBE], seed=config.eval.seed, **fields)[_PROBE.id]
@@ -38,14 +39,7 @@ def default_tool_config(config: Any, env: Any) -> Any:
 def build_orchestrator(config: Any, policy: str) -> Orchestrator:
     """The orchestrator `policy` (`training.policy_engines.POLICY_FORMS`) under
     `config`'s evaluation; ValueError for a world that is not served."""
-    from orchestra_jax.training import builders
-    from orchestra_jax.training.eval_protocols import eval_protocol
-    from orchestra_jax.training.policy_engines import policy_engine
-
     if policy.startswith("hf:"):  # a missing folder says so before anything is built
-        from orchestra_jax.io import paths
-        from orchestra_jax.training.policy_engines import PolicyError
-
         for folder in policy[3:].split("+"):
             if folder and not paths.as_path(folder).is_dir():
                 raise PolicyError(f"--policy={policy}: no folder {folder}")

@@ -37,7 +37,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestra_jax.config_section import ExperimentConfig
+from orchestra_jax.envs.tau2.env import config_problems
 from orchestra_jax.registry import Registry
+from orchestra_jax.rewards.judge import ANSWER_MATCHES
+from orchestra_jax.tools import live_backends
+from orchestra_jax.tools.config import aliases_from_profiles
+from orchestra_jax.tools.enabled import enabled_tools
+from orchestra_jax.tools.experts.catalogue import CatalogueError, load_catalogue
+from orchestra_jax.training.evaluation import TOOL_TABLES
 
 # The release's evaluation table as a catalogue file, shipped with the experiments
 # package beside this one (in a checkout and in an installed wheel alike).
@@ -83,8 +90,6 @@ class EvalProtocol:
 
     def problems(self, config: ExperimentConfig) -> list[str]:
         """One line per reason this protocol cannot evaluate `config`'s runs."""
-        from orchestra_jax.rewards.judge import ANSWER_MATCHES
-        from orchestra_jax.training.evaluation import TOOL_TABLES
 
         errors = [
             f"eval.protocol={self.name!r}: {problem}"
@@ -103,8 +108,6 @@ class EvalProtocol:
         if self.catalogue and "qa" in _env_names(config):
             errors += _catalogue_problems(self, config)
         if self.tau2_settings and plays_tau2(config):
-            from orchestra_jax.envs.tau2.env import config_problems
-
             known = set(config_problems(config))  # the env section reports those
             errors += [
                 f"eval.protocol={self.name!r} sets {_fields(self.tau2_settings)}: {problem}"
@@ -133,7 +136,6 @@ def plays_tau2(config: ExperimentConfig) -> bool:
 
 def _table(catalogue: Any, tools: list[str]) -> list[tuple[str, str, float, float, float]]:
     """(alias, model name, price in, price out, latency) in listed order."""
-    from orchestra_jax.tools.config import aliases_from_profiles
 
     profiles = catalogue.profiles(tools)
     ones = [1.0] * len(profiles)
@@ -145,9 +147,6 @@ def _table(catalogue: Any, tools: list[str]) -> list[tuple[str, str, float, floa
 
 def _catalogue_problems(protocol: EvalProtocol, config: ExperimentConfig) -> list[str]:
     """`tools.catalogue` against `protocol.catalogue`, over the live meta-tools."""
-    from orchestra_jax.tools import live_backends
-    from orchestra_jax.tools.enabled import enabled_tools
-    from orchestra_jax.tools.experts.catalogue import CatalogueError, load_catalogue
 
     try:
         kinds = live_backends.parse_backends(

@@ -1,4 +1,8 @@
-"""Shared absl plumbing of the experiment drivers: one-line errors, logging, multi-host."""
+"""Command-line plumbing of the drivers (`experiments/*.py`, `orchestra_jax.serve`):
+one-line errors, logging, multi-host.
+
+The project's imports here sit inside the functions that need them: a bad flag or
+override is reported before jax and the model code load (seconds)."""
 
 import logging
 import sys
