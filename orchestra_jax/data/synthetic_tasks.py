@@ -13,6 +13,7 @@ tools is `envs/synthetic.SyntheticOrchestrationEnv`; the reader "synthetic"
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -21,6 +22,14 @@ from orchestra_jax.tasks import Task
 
 DOMAINS = ("arithmetic", "entity_fact", "logic")
 SPLITS = {"train": 0, "heldout": 1}
+
+
+class CorpusRow(TypedDict):
+    """One document of the corpus, as a corpus file's row holds it."""
+
+    id: str
+    title: str
+    text: str
 
 
 class SyntheticTasks:
@@ -144,6 +153,6 @@ class SyntheticTasks:
 
     # --- corpus ------------------------------------------------------------------------
 
-    def corpus_rows(self) -> list[dict[str, str]]:
+    def corpus_rows(self) -> list[CorpusRow]:
         """One row per organisation (all splits): `id` (the entity id), `title`, `text`."""
-        return [{"id": e.id, "title": e.name, "text": e.document_text()} for e in self.entities]
+        return [CorpusRow(id=e.id, title=e.name, text=e.document_text()) for e in self.entities]
