@@ -9,7 +9,7 @@ from flax import nnx
 from orchestra_jax.models import attention_kernels
 from orchestra_jax.models.attention_kernels import grouped_attention
 from orchestra_jax.models.attention_mask import AttentionMask
-from orchestra_jax.models.flash_attention import flash_attention
+from orchestra_jax.models.flash_attention import _Blocks, flash_attention
 from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 
@@ -117,6 +117,52 @@ def test_flash_skips_key_blocks_after_the_queries():
     poisoned = v.at[:, :, 48:].set(jnp.nan)
     out = flash_attention(q, k, poisoned, mask, block_q=16, block_k=16)
     assert np.all(np.isfinite(np.asarray(out[:, :48])))
+
+
+def _uneven_packed_segments():
+    """Three rows of very uneven packed sequences (lengths 5 to 150) and padding."""
+    seg = np.zeros((3, 256), np.int32)
+    for row, lengths in enumerate([(150, 60, 30), (5, 7, 200, 40), (90, 90, 60)]):
+        start = 0
+        for i, n in enumerate(lengths, start=1):
+            seg[row, start : start + n] = i
+            start += n
+    return jnp.asarray(seg)
+
+
+def test_flash_packed_rows_read_only_their_own_key_blocks():
+    """Query blocks skip the key blocks of earlier packed sequences in every row: NaN
+    values there change nothing, and the output and gradients equal the direct
+    computation's on very uneven packed rows."""
+    seg = jnp.asarray(np.tile(np.repeat(np.arange(1, 5), 64), (2, 1)).astype(np.int32))
+    mask = AttentionMask.causal(seg)  # both rows: sequences at 0, 64, 128, 192
+    q, k, v = _qkv(2, 256, 256, 2, 2, 8)
+    blocks = _Blocks(q, k, mask, 32, 32)
+    np.testing.assert_array_equal(blocks.first_kv, [0, 0, 2, 2, 4, 4, 6, 6])
+    np.testing.assert_array_equal(blocks.num_kv, np.arange(1, 9))
+    poisoned = v.at[:, :, :192].set(jnp.nan)  # the first three sequences' values
+    out = flash_attention(q, k, poisoned, mask, block_q=32, block_k=32)
+    assert np.all(np.isfinite(np.asarray(out[:, 192:])))
+
+    seg = _uneven_packed_segments()
+    mask = AttentionMask.causal(seg)
+    rows = np.asarray(seg) != 0
+    q, k, v = _qkv(3, 256, 256, 4, 2, 8, seed=5)
+    weights = jax.random.normal(jax.random.key(6), q.shape) * rows[:, :, None, None]
+    want = _value_and_grads(
+        lambda q, k, v: grouped_attention(q, k, v, mask.dense()), q, k, v, weights
+    )
+    for block_q, block_k in ((32, 32), (16, 64), (64, 16)):
+        got = _value_and_grads(
+            lambda q, k, v, bq=block_q, bk=block_k: flash_attention(
+                q, k, v, mask, block_q=bq, block_k=bk
+            ),
+            q,
+            k,
+            v,
+            weights,
+        )
+        _assert_same(got, want, rows, 2e-5)
 
 
 def test_cudnn_path_with_xla_equals_direct():

@@ -13,7 +13,9 @@ blocks of `block_k` keys, keeping per row the running maximum m, the running
 sum l of exp(scores − m) and the running weighted sum of values; the output is
 that sum / l, and the pass keeps only the output and lse = m + log l per row.
 Key blocks whose smallest coordinate exceeds every coordinate of the query
-block are skipped (a causal mask's upper triangle).
+block are skipped (a causal mask's upper triangle), and so are key blocks whose
+segments the query block does not hold (earlier sequences of a packed row): each
+query block reads one range of key blocks, the union over the batch's rows.
 
 Backward (FlashAttention-2, Dao 2023): each block's probabilities are
 recomputed as P = exp(S − lse), then with dO the output's cotangent and
@@ -64,13 +66,36 @@ class _Blocks:
         self.q_seg = _pad_to(mask.q_segment, 1, tp, 0).reshape(b, self.nq, self.bq)
         self.kv_coord = _pad_to(mask.kv_coord, 1, sp, 0)
         self.kv_seg = _pad_to(mask.kv_segment, 1, sp, -1)
-        # Key block j can matter to query block i only if its smallest coordinate
-        # is <= the block's largest; blocks after the last such one are skipped.
-        block_min = self.kv_coord.reshape(b, self.nk, self.bk).min(axis=(0, 2))  # [nk]
-        q_max = self.q_coord.max(axis=(0, 2))  # [nq]
-        needed = block_min[None, :] <= q_max[:, None]  # [nq, nk]
-        last = jnp.max(jnp.where(needed, jnp.arange(self.nk)[None, :], -1), axis=1)
-        self.num_kv = (last + 1).astype(jnp.int32)  # [nq]
+        self.first_kv, self.num_kv = self._key_block_range(b)
+
+    def _key_block_range(self, b: int) -> tuple[jax.Array, jax.Array]:
+        """int32 [nq] each: the first key block a query block reads and one past the
+        last. Key block j can matter to query block i in a row only if its smallest
+        coordinate is <= the query block's largest (causal) and its segment ids
+        (those > 0) overlap the query block's (those != 0): packed sequences never
+        read each other's blocks. Blocks outside [first, last] in every row are
+        skipped; the blocks between are read and masked as usual."""
+        big = jnp.iinfo(jnp.int32).max
+        q_live = self.q_seg != 0  # [B, nq, bq]
+        q_max = jnp.where(q_live, self.q_coord, -1).max(axis=2)  # [B, nq]
+        q_seg_min = jnp.where(q_live, self.q_seg, big).min(axis=2)
+        q_seg_max = jnp.where(q_live, self.q_seg, -1).max(axis=2)
+        kv_coord = self.kv_coord.reshape(b, self.nk, self.bk)
+        kv_seg = self.kv_seg.reshape(b, self.nk, self.bk)
+        k_live = kv_seg > 0
+        k_min = jnp.where(k_live, kv_coord, big).min(axis=2)  # [B, nk]
+        k_seg_min = jnp.where(k_live, kv_seg, big).min(axis=2)
+        k_seg_max = jnp.where(k_live, kv_seg, -1).max(axis=2)
+        needed = (
+            (k_min[:, None, :] <= q_max[:, :, None])
+            & (k_seg_min[:, None, :] <= q_seg_max[:, :, None])
+            & (q_seg_min[:, :, None] <= k_seg_max[:, None, :])
+        ).any(axis=0)  # [nq, nk]
+        j = jnp.arange(self.nk)[None, :]
+        first = jnp.min(jnp.where(needed, j, self.nk), axis=1)
+        last = jnp.max(jnp.where(needed, j, -1), axis=1)
+        first = jnp.minimum(first, last + 1)  # a query block that needs nothing reads nothing
+        return first.astype(jnp.int32), (last + 1).astype(jnp.int32)
 
     def query_blocks(self, x: jax.Array) -> jax.Array:
         """[B, T, H, D] -> [nq, B, K, G, bq, D] (padded with zeros)."""
@@ -109,7 +134,7 @@ def _forward(q, k, v, mask, block_q, block_k):
     qb = blocks.query_blocks(q)
 
     def query_block(_, xs):
-        qi, q_coord, q_seg, num_kv = xs
+        qi, q_coord, q_seg, first_kv, num_kv = xs
         shape = qi.shape[:-1]  # [B, K, G, bq]
 
         def key_block(j, carry):
@@ -133,7 +158,7 @@ def _forward(q, k, v, mask, block_q, block_k):
             jnp.zeros(shape, _F32),
             jnp.zeros(qi.shape, _F32),
         )
-        m, total, acc = jax.lax.fori_loop(0, num_kv, key_block, init)
+        m, total, acc = jax.lax.fori_loop(first_kv, num_kv, key_block, init)
         seen = total > 0
         total = jnp.where(seen, total, 1.0)
         out = jnp.where(seen[..., None], acc / total[..., None], 0.0)
@@ -144,6 +169,7 @@ def _forward(q, k, v, mask, block_q, block_k):
         qb,
         blocks.q_coord.transpose(1, 0, 2),
         blocks.q_seg.transpose(1, 0, 2),
+        blocks.first_kv,
         blocks.num_kv,
     )
     _, (out_b, lse) = jax.lax.scan(query_block, None, xs)
@@ -175,7 +201,7 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
 
     def query_block(carry, xs):
         dk, dv = carry
-        qi, doi, lse_i, delta_i, q_coord, q_seg, num_kv = xs
+        qi, doi, lse_i, delta_i, q_coord, q_seg, first_kv, num_kv = xs
 
         def key_block(j, inner):
             dq, dk, dv = inner
@@ -200,7 +226,7 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
             return dq, dk, dv
 
         dq = jnp.zeros(qi.shape, _F32)
-        dq, dk, dv = jax.lax.fori_loop(0, num_kv, key_block, (dq, dk, dv))
+        dq, dk, dv = jax.lax.fori_loop(first_kv, num_kv, key_block, (dq, dk, dv))
         return (dk, dv), dq * blocks.scale
 
     xs = (
@@ -210,6 +236,7 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
         delta,
         blocks.q_coord.transpose(1, 0, 2),
         blocks.q_seg.transpose(1, 0, 2),
+        blocks.first_kv,
         blocks.num_kv,
     )
     zeros = jnp.zeros(kp.shape, _F32)
