@@ -49,7 +49,8 @@ Token-exact either way: the ids a policy returns are exactly what the engine is
 given, and the loop records them in the trajectory (`Turn.prompt_start`).
 
 `CONTEXT_POLICIES` maps `agent.context` to a factory `(agent config section) ->
-ContextPolicy`; "package.module:attr" names one's own.
+ContextPolicy` (the section: `agent/config.AgentConfig`); "package.module:attr" names
+one's own.
 """
 
 from __future__ import annotations
@@ -360,8 +361,12 @@ def history_context(agent: Any = None) -> HistoryContext:
 def rebuild_context(agent: Any = None) -> RebuildContext:
     """The reference's rebuilt prompt, budgets from `agent.rebuild` when given."""
     fields = {f.name for f in dataclasses.fields(RebuildBudgets)}
-    section = getattr(agent, "rebuild", None) or {}
-    return RebuildContext(RebuildBudgets(**{k: v for k, v in dict(section).items() if k in fields}))
+    section: Any = getattr(agent, "rebuild", None) or {}
+    if hasattr(section, "keys"):  # a mapping (a ConfigDict)
+        values = {k: v for k, v in dict(section).items() if k in fields}
+    else:  # the typed section, `agent/config.RebuildConfig`
+        values = {k: getattr(section, k) for k in fields if hasattr(section, k)}
+    return RebuildContext(RebuildBudgets(**values))
 
 
 def context_policy(agent: Any) -> ContextPolicy:

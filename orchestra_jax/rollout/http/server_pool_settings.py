@@ -2,7 +2,7 @@
 
 One `ServerPoolSettings` is what `HttpEngineClient` (SGLangClient, VLLMClient)
 and its `ServerPool` take; a config sets it as `rollout.server_pool.*`, one
-field each (`training/builders.py`). The meaning of each value is in
+field each (`rollout/config.ServerPoolConfig`). The meaning of each value is in
 `rollout/http/client.py`'s and `rollout/http/server_pool.py`'s docstrings; in short:
 
 - `timeout_s`: the longest one HTTP call may take (a generate call holds a whole
