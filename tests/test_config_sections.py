@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 from experiments.configs import grpo_hle
+from orchestra_jax.agent.config import AgentConfig, RebuildConfig
+from orchestra_jax.agent.context import RebuildBudgets, RebuildContext
 from orchestra_jax.config_section import ConfigError, SectionError, plain
 from orchestra_jax.data.config import DataConfig
 from orchestra_jax.envs.config import EnvConfig
@@ -16,6 +18,9 @@ from orchestra_jax.models.config import LoRAConfig, ModelConfig
 from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
 from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.rollout.config import RolloutConfig, ServerPoolConfig
+from orchestra_jax.rollout.engine import SamplingParams
+from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
 from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training import builders, experiment_config
 from orchestra_jax.training.sft_config import SFTConfig
@@ -284,3 +289,104 @@ def test_the_env_section_checks_tau2_where_tau2_is_played():
         assert "env.tau2: max_steps and max_errors must be >= 1, user_retries >= 0" in problems
     config = grpo_hle.get_config("tau2_demo")
     assert EnvConfig.unchecked(config.env).tau2 == Tau2Config.from_config(config.env.tau2)
+
+
+def test_the_rollout_section_checks_its_engine_sampling_and_server_pool():
+    assert _problems(RolloutConfig, engine="nonesuch")[0].startswith(
+        "rollout.engine must be one of"
+    )
+    assert _problems(RolloutConfig, engine="vllm") == [  # what its constructor needs
+        "rollout.urls: the 'vllm' engine needs it",
+        "rollout.weights_dir: the 'vllm' engine needs it",
+    ]
+    assert _problems(RolloutConfig, max_batch_size=0, temperature=-1.0, top_p=1.5) == [
+        "rollout.max_batch_size must be > 0, got 0",
+        "rollout.temperature must be >= 0, got -1.0",
+        "rollout.top_p must be in (0, 1], got 1.5",
+    ]
+    # The server pool: a name that is no setting is named with the known ones.
+    with pytest.raises(SectionError) as e:
+        RolloutConfig.from_config({"server_pool": {"timeout_s": 0.0, "retries": 1}, "top_p": 0})
+    assert e.value.problems[0].startswith(
+        "rollout.server_pool.retries: no such setting (known: timeout_s, max_retries,"
+    )
+    assert e.value.problems[1:] == [
+        "rollout.server_pool.timeout_s must be > 0.0, got 0.0",
+        "rollout.top_p must be in (0, 1], got 0",  # the section's own, listed too
+    ]
+    assert ServerPoolConfig().settings() == ServerPoolSettings()  # the same defaults
+    config = grpo_hle.get_config("qwen3_8b")
+    rollout = RolloutConfig.from_config(config.rollout)
+    arguments = rollout.engine_arguments(max_context_tokens=config.agent.max_context_tokens)
+    assert arguments["urls"] == [config.rollout.urls] and arguments["api_key_env"]
+    assert arguments["settings"] == ServerPoolSettings(**config.rollout.server_pool)
+    bad_pool = RolloutConfig.unchecked({"server_pool": {"max_retries": -1}})
+    assert bad_pool.engine_arguments()["settings"] is None  # the check names it
+    assert builders.sampling_params(config) == SamplingParams(
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
+        top_k=config.rollout.top_k,
+        max_new_tokens=config.agent.max_new_tokens_per_turn,
+    )
+
+
+def test_the_agent_section_checks_its_limits_readings_and_context():
+    assert _problems(AgentConfig, max_turns=0, max_concurrent_episodes=-1) == [
+        "agent.max_turns must be > 0, got 0",
+        "agent.max_concurrent_episodes must be >= 0, got -1",
+    ]
+    assert _problems(AgentConfig, tool_calls="lenient")[0].startswith(
+        "agent.tool_calls must be one of"
+    )
+    # agent.rebuild is read, and checked, only by a context that rebuilds the prompt.
+    sloppy = RebuildConfig(cut="sloppy")
+    assert AgentConfig(rebuild=sloppy).rebuild.cut == "sloppy"
+    assert _problems(AgentConfig, context="rebuild", rebuild=sloppy) == [
+        "agent.context='rebuild': cut must be one of ('project', 'reference'), got 'sloppy'"
+    ]
+    assert dataclasses.asdict(RebuildConfig()) == dataclasses.asdict(RebuildBudgets())
+    agent = AgentConfig.from_config({"context": "rebuild", "rebuild": {"prompt_tokens": 1536}})
+    assert agent.context_policy() == RebuildContext(RebuildBudgets(prompt_tokens=1536))
+    config = grpo_hle.get_config("qwen3_8b")  # agent.context="rebuild"
+    limits = builders.loop_limits(config)
+    assert limits.context == RebuildContext(RebuildBudgets(**config.agent.rebuild))
+    assert limits.max_batch_size == config.rollout.max_batch_size
+
+
+def test_rules_between_the_agent_the_rollout_and_rl():
+    jax_engine, sglang = (
+        RolloutConfig(max_seq_len=2048),
+        RolloutConfig.unchecked({"engine": "sglang", "max_seq_len": 2048}),
+    )
+    long_context = AgentConfig(max_context_tokens=4096)
+    assert experiment_config._context_kv_cache(None, long_context, jax_engine) == [
+        "agent.max_context_tokens (4096) exceeds rollout.max_seq_len (2048), the KV-cache length"
+    ]
+    assert experiment_config._context_kv_cache(None, long_context, sglang) == []  # no KV cache
+    constrained = AgentConfig(constrain_enum_arguments=True)
+    assert experiment_config._enum_constraint_engine(None, constrained, jax_engine) == []
+    assert experiment_config._enum_constraint_engine(None, constrained, sglang) == [
+        "agent.constrain_enum_arguments needs rollout.engine='jax' (got 'sglang'): the HTTP "
+        "engines do not follow a token constraint"
+    ]
+    rebuild = AgentConfig(context="rebuild")
+    assert experiment_config._context_sample_unit(None, rebuild, RLConfig()) == [
+        "agent.context='rebuild' gives every turn its own prompt, so its episodes train "
+        "turn by turn: set rl.sample_unit='turn'"
+    ]
+    assert experiment_config._context_sample_unit(None, rebuild, RLConfig(sample_unit="turn")) == []
+    unread = AgentConfig.unchecked({"context": "rebuild", "tool_calls": "lenient"})
+    assert experiment_config._context_sample_unit(None, unread, RLConfig()) == []  # named once
+    # Through the whole config: the sections' mistakes, then the rules'.
+    config = grpo_hle.get_config("micro")
+    config.agent.context, config.agent.max_turns = "rebuild", 0
+    config.rollout.max_seq_len = config.agent.max_context_tokens - 1
+    config.rollout.temperature = -1.0
+    assert experiment_config.problems(config) == [
+        "rollout.temperature must be >= 0, got -1.0",
+        "agent.max_turns must be > 0, got 0",
+        f"agent.max_context_tokens ({config.agent.max_context_tokens}) exceeds "
+        f"rollout.max_seq_len ({config.rollout.max_seq_len}), the KV-cache length",
+        "agent.context='rebuild' gives every turn its own prompt, so its episodes train "
+        "turn by turn: set rl.sample_unit='turn'",
+    ]

@@ -22,7 +22,7 @@ from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import ToolResult, function_schema
 from orchestra_jax.tools.config import ModelAlias, ToolConfig
-from orchestra_jax.training import builders
+from orchestra_jax.training import builders, experiment_config
 
 TOK = load_tokenizer("demo")
 
@@ -236,6 +236,6 @@ def test_the_project_charges_the_answer_and_the_generation():
 def test_an_unknown_reading_is_a_config_error():
     config = grpo_hle.get_config("qwen3_8b")
     config.agent.tool_calls = "lenient"
-    assert any("agent.tool_calls" in e for e in builders.check_context(config))
+    assert any("agent.tool_calls" in e for e in experiment_config.problems(config))
     with pytest.raises(ValueError, match="accounting"):
         LoopLimits(accounting="cheap")

@@ -561,19 +561,19 @@ def test_a_config_names_the_vllm_engine_with_partial_rollouts_and_its_servers():
     c.rollout.engine = "sglang"
     assert any("rl.partial_rollouts needs" in e for e in experiment_config.problems(c))
     c.rollout.sync_tolerance = -1.0
-    assert any("rollout.sync_tolerance" in e for e in builders.check_rollout(c))
+    assert any("rollout.sync_tolerance" in e for e in experiment_config.problems(c))
 
 
 def test_rollout_server_pool_settings_are_checked_and_reach_each_client_and_its_pool():
     from experiments.configs import grpo_hle
     from orchestra_jax.rollout.http.sglang_client import SGLangClient
-    from orchestra_jax.training import builders
+    from orchestra_jax.training import builders, experiment_config
 
     c = grpo_hle.get_config("micro")
     c.rollout.engine, c.rollout.urls, c.rollout.weights_dir = "vllm", "http://a:8000", "/w"
     pool = c.rollout.server_pool
     pool.timeout_s, pool.max_retries, pool.max_consecutive_errors = 0.0, -1, 0
-    assert builders.check_rollout(c) == [
+    assert experiment_config.problems(c) == [
         "rollout.server_pool.timeout_s must be > 0.0, got 0.0",
         "rollout.server_pool.max_retries must be >= 0, got -1",
         "rollout.server_pool.max_consecutive_errors must be >= 1, got 0",
@@ -583,7 +583,7 @@ def test_rollout_server_pool_settings_are_checked_and_reach_each_client_and_its_
     pool.timeout_s, pool.max_retries, pool.backoff_s = 5.0, 1, 0.25
     pool.max_consecutive_errors, pool.recheck_s, pool.health_interval_s = 2, 3.0, 0.0
     pool.health_timeout_s, pool.max_in_flight = 2.0, 8
-    assert builders.check_rollout(c) == []
+    assert experiment_config.problems(c) == []
     for engine, engine_class in (("vllm", VLLMClient), ("sglang", SGLangClient)):
         c.rollout.engine = engine
         built = builders.build_engine(c, None, CONFIG)

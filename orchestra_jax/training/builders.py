@@ -1,19 +1,15 @@
-"""From an experiment config to the parts a run needs: one builder per part, and
-the checks of the sections whose typed classes are not yet written (`rollout`,
-`agent`).
+"""From an experiment config to the parts a run needs: one builder per part.
 
-`build_*(config)` builds a part, reading the typed section of its package where
-there is one (`RLConfig`, `ModelConfig`, `LoRAConfig`, `RewardConfig`, `JudgeConfig`,
-`ToolsConfig`); `check_*(config) -> list[str]` names every problem of an untyped
-section, one message each (choices are read from the part's registry).
-`experiment_config.problems` runs them with the typed sections' checks and the rules
-between sections. Drivers (`grpo_hle.py`, `sft.py`, `evaluate.py`) assemble exactly
-the parts they use.
+`build_*(config)` builds a part, reading the typed section of its package
+(`RLConfig`, `ModelConfig`, `LoRAConfig`, `RewardConfig`, `JudgeConfig`,
+`ToolsConfig`, `RolloutConfig`, `AgentConfig`, ...). The config is checked before,
+by `experiment_config.validate` (every section's check and the rules between
+sections). Drivers (`grpo_hle.py`, `sft.py`, `evaluate.py`) assemble exactly the
+parts they use.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -21,16 +17,10 @@ from typing import Any
 import jax
 from flax import nnx
 
-from orchestra_jax.agent.context import CONTEXT_POLICIES, context_policy
+from orchestra_jax.agent.config import AgentConfig
 from orchestra_jax.agent.loop import LoopLimits
-from orchestra_jax.agent.reference_turns import ACCOUNTINGS, TOOL_CALL_READINGS
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
-from orchestra_jax.config_section import (
-    ConfigError,
-    choice,
-    positive,
-    split_list,
-)
+from orchestra_jax.config_section import ConfigError
 from orchestra_jax.data.splits import (
     load_split,
 )
@@ -47,29 +37,14 @@ from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import BatchingConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import LearnerConfig
+from orchestra_jax.rollout.config import RolloutConfig, engine_parameters
 from orchestra_jax.rollout.engine import ENGINES, RolloutEngine, SamplingParams
-from orchestra_jax.rollout.http.client import DEFAULT_API_KEY_ENV
-from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, settings_problems
 from orchestra_jax.tools.config_sampler import SamplerRanges
 from orchestra_jax.tools.experts.client import ExpertError, OpenAIChatExpert, probe_endpoint
 from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training.sft_config import SFTConfig
 
 log = logging.getLogger(__name__)
-
-
-def _positive(config: Any, *names: str, allow_zero: bool = False) -> list[str]:
-    """One message per field of `names` (dotted paths in `config`) that is not > 0."""
-    values = {}
-    for name in names:
-        value = config
-        for part in name.split("."):
-            value = value[part]
-        values[name] = value
-    return positive(values, allow_zero=allow_zero)
-
-
-_choice = choice
 
 
 # --- the policy: tokenizer, mesh, model --------------------------------------------
@@ -139,42 +114,14 @@ def lora_spec(config: Any) -> LoRASpec | None:
 
 
 def _engine_arguments(config: Any, model: Any = None, model_config: Any = None) -> dict:
-    """Everything a rollout engine may take from the config; each engine takes the
-    arguments its constructor names (`build_engine`)."""
-    r = config.rollout
-    return dict(
-        model=model,
-        model_config=model_config,
-        max_batch_size=r.max_batch_size,
-        max_seq_len=r.max_seq_len,
-        prefix_cache=r.prefix_cache,
-        urls=split_list(r.urls),
-        weights_dir=r.weights_dir,
-        sync_tolerance=r.sync_tolerance or None,
-        settings=server_pool_settings(config),
-        api_key_env=r.get("api_key_env", DEFAULT_API_KEY_ENV) or None,
-        max_context_tokens=config.agent.max_context_tokens,
+    """Everything a rollout engine may take from the config
+    (`RolloutConfig.engine_arguments`); each engine takes the arguments its
+    constructor names (`build_engine`)."""
+    return RolloutConfig.from_config(config.rollout).engine_arguments(
+        model,
+        model_config,
+        max_context_tokens=AgentConfig.from_config(config.agent).max_context_tokens,
     )
-
-
-def _server_pool_values(config: Any) -> dict:
-    return dict(config.rollout.get("server_pool", None) or {})
-
-
-def server_pool_settings(config: Any) -> ServerPoolSettings | None:
-    """`rollout.server_pool.*` as the HTTP clients' settings; None when a value is out of
-    range (`check_rollout` names it)."""
-    values = _server_pool_values(config)
-    return None if settings_problems(values) else ServerPoolSettings(**values)
-
-
-# The config field behind each engine argument that a config must set when the
-# engine takes it (the others have working defaults).
-_ENGINE_FIELDS = {"urls": "rollout.urls", "weights_dir": "rollout.weights_dir"}
-
-
-def _engine_parameters(engine_class: Any) -> dict[str, inspect.Parameter]:
-    return dict(inspect.signature(engine_class).parameters)
 
 
 def build_engine(config: Any, model: Any, model_config: Any) -> RolloutEngine:
@@ -182,19 +129,15 @@ def build_engine(config: Any, model: Any, model_config: Any) -> RolloutEngine:
     servers),
     given the config's arguments its constructor takes."""
     engine_class = ENGINES.get(config.rollout.engine)
-    parameters = _engine_parameters(engine_class)
+    parameters = engine_parameters(config.rollout.engine)
     arguments = _engine_arguments(config, model, model_config)
     return engine_class(**{k: v for k, v in arguments.items() if k in parameters})
 
 
 def sampling_params(config: Any) -> SamplingParams:
-    """Training rollouts' sampling (`rollout.*`)."""
-    r = config.rollout
-    return SamplingParams(
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        max_new_tokens=config.agent.max_new_tokens_per_turn,
+    """Training rollouts' sampling (`rollout.*`, `RolloutConfig.sampling_params`)."""
+    return RolloutConfig.from_config(config.rollout).sampling_params(
+        AgentConfig.from_config(config.agent).max_new_tokens_per_turn
     )
 
 
@@ -204,14 +147,14 @@ def eval_sampling_params(config: Any) -> SamplingParams:
         temperature=config.eval.temperature,
         top_p=1.0,
         top_k=-1,
-        max_new_tokens=config.agent.max_new_tokens_per_turn,
+        max_new_tokens=AgentConfig.from_config(config.agent).max_new_tokens_per_turn,
     )
 
 
 def loop_limits(config: Any) -> LoopLimits:
     """The agent loop's limits from `agent.*`, `tools.charge_measured_time` and
     `rollout.max_batch_size`."""
-    a = config.agent
+    a = AgentConfig.from_config(config.agent)
     return LoopLimits(
         max_turns=a.max_turns,
         max_context_tokens=a.max_context_tokens,
@@ -221,83 +164,12 @@ def loop_limits(config: Any) -> LoopLimits:
         seconds_per_generated_token=a.seconds_per_generated_token or None,
         charge_tool_failure_time=config.tools.charge_measured_time,
         max_concurrent_episodes=a.max_concurrent_episodes or None,
-        max_batch_size=config.rollout.max_batch_size,
-        context=context_policy(a),
+        max_batch_size=RolloutConfig.from_config(config.rollout).max_batch_size,
+        context=a.context_policy(),
         tool_calls=a.tool_calls,
         accounting=a.accounting,
         constrain_enum_arguments=a.constrain_enum_arguments,
     )
-
-
-def check_rollout(config: Any) -> list[str]:
-    """rollout.*, agent.*."""
-    rollout = config.rollout
-    errors = _choice("rollout.engine", rollout.engine, ENGINES)
-    if not errors:
-        parameters = _engine_parameters(ENGINES.get(rollout.engine))
-        arguments = _engine_arguments(config)
-        for name, param in parameters.items():
-            if name in _ENGINE_FIELDS and not arguments[name]:
-                errors.append(f"{_ENGINE_FIELDS[name]}: the {rollout.engine!r} engine needs it")
-            elif name not in arguments and param.default is inspect.Parameter.empty:
-                if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                    errors.append(
-                        f"rollout.engine={rollout.engine!r} cannot be built from a config "
-                        f"(its constructor needs {name!r})"
-                    )
-    errors += _positive(
-        config,
-        "rollout.max_batch_size",
-        "rollout.max_seq_len",
-        "agent.max_turns",
-        "agent.max_context_tokens",
-        "agent.max_new_tokens_per_turn",
-        "agent.tool_timeout_s",
-    )
-    errors += _positive(
-        config,
-        "rollout.temperature",
-        "rollout.sync_tolerance",
-        "agent.seconds_per_generated_token",
-        "agent.max_concurrent_episodes",
-        "rollout.infra_retries",
-        allow_zero=True,
-    )
-    errors += settings_problems(_server_pool_values(config), "rollout.server_pool.")
-    if not 0 < rollout.top_p <= 1:
-        errors.append(f"rollout.top_p must be in (0, 1], got {rollout.top_p}")
-    if config.agent.max_context_tokens > rollout.max_seq_len and rollout.engine == "jax":
-        errors.append(
-            f"agent.max_context_tokens ({config.agent.max_context_tokens}) exceeds "
-            f"rollout.max_seq_len ({rollout.max_seq_len}), the KV-cache length"
-        )
-    if config.agent.constrain_enum_arguments and rollout.engine != "jax":
-        errors.append(
-            f"agent.constrain_enum_arguments needs rollout.engine='jax' (got "
-            f"{rollout.engine!r}): the HTTP engines do not follow a token constraint"
-        )
-    return errors + check_context(config)
-
-
-def check_context(config: Any) -> list[str]:
-    """agent.context, agent.rebuild.*, the sample unit a context needs, and how a
-    turn's calls are read and charged (agent.tool_calls, agent.accounting)."""
-
-    errors = _choice("agent.tool_calls", config.agent.tool_calls, TOOL_CALL_READINGS)
-    errors += _choice("agent.accounting", config.agent.accounting, ACCOUNTINGS)
-    errors += _choice("agent.context", config.agent.context, CONTEXT_POLICIES)
-    if errors:
-        return errors
-    try:
-        policy = context_policy(config.agent)
-    except (TypeError, ValueError) as e:
-        return [f"agent.context={config.agent.context!r}: {e}"]
-    if policy.fresh_prompts and config.rl.sample_unit == "episode":
-        errors.append(
-            f"agent.context={config.agent.context!r} gives every turn its own prompt, so "
-            "its episodes train turn by turn: set rl.sample_unit='turn'"
-        )
-    return errors
 
 
 # --- tasks ----------------------------------------------------------------------

@@ -5,8 +5,7 @@ by the class its package owns, and the rules that span sections.
 is its class's `problems()` (`config_section.Section`). `problems(config)` lists every
 mistake of a config, the sections' and the rules' below, one message each, and
 `validate(config)` raises them together as a `ConfigError`, which the drivers print
-and exit on. The sections still checked by `builders.check_rollout` (`rollout`,
-`agent`: their typed classes not yet written) are run from here too.
+and exit on.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from orchestra_jax.agent.config import AgentConfig
 from orchestra_jax.config_section import (
     ConfigError,
     ExperimentConfig,
@@ -33,9 +33,9 @@ from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
+from orchestra_jax.rollout.config import RolloutConfig
 from orchestra_jax.tools.live_backends import backend_config_problems
 from orchestra_jax.tools.tools_config import ToolsConfig
-from orchestra_jax.training import builders
 from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
 from orchestra_jax.training.sft_config import SFTConfig
 
@@ -54,6 +54,8 @@ class Sections:
     tools: ToolsConfig
     data: DataConfig
     env: EnvConfig
+    rollout: RolloutConfig
+    agent: AgentConfig
 
 
 # The typed sections: (config field, class), built in this order.
@@ -68,6 +70,8 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("tools", ToolsConfig),
     ("data", DataConfig),
     ("env", EnvConfig),
+    ("rollout", RolloutConfig),
+    ("agent", AgentConfig),
 )
 
 
@@ -120,9 +124,50 @@ def _run_problems(config: ExperimentConfig) -> list[str]:
     return errors
 
 
-def _lora_engine(config: ExperimentConfig, lora: LoRAConfig) -> list[str]:
+def _context_kv_cache(
+    config: ExperimentConfig, agent: AgentConfig, rollout: RolloutConfig
+) -> list[str]:
+    """The agent's context × the JAX engine's KV cache: an episode's context fits."""
+    del config
+    if agent.max_context_tokens > rollout.max_seq_len and rollout.engine == "jax":
+        return [
+            f"agent.max_context_tokens ({agent.max_context_tokens}) exceeds "
+            f"rollout.max_seq_len ({rollout.max_seq_len}), the KV-cache length"
+        ]
+    return []
+
+
+def _enum_constraint_engine(
+    config: ExperimentConfig, agent: AgentConfig, rollout: RolloutConfig
+) -> list[str]:
+    """The enum arguments' token constraint × the engine: only the JAX engine follows it."""
+    del config
+    if agent.constrain_enum_arguments and rollout.engine != "jax":
+        return [
+            f"agent.constrain_enum_arguments needs rollout.engine='jax' (got "
+            f"{rollout.engine!r}): the HTTP engines do not follow a token constraint"
+        ]
+    return []
+
+
+def _context_sample_unit(config: ExperimentConfig, agent: AgentConfig, rl: RLConfig) -> list[str]:
+    """The agent's context × rl.sample_unit: a context that gives every turn its own
+    prompt trains turn by turn."""
+    del config
+    if agent.context_problems():  # the agent's check names them
+        return []
+    if agent.context_policy().fresh_prompts and rl.sample_unit == "episode":
+        return [
+            f"agent.context={agent.context!r} gives every turn its own prompt, so "
+            "its episodes train turn by turn: set rl.sample_unit='turn'"
+        ]
+    return []
+
+
+def _lora_engine(config: ExperimentConfig, lora: LoRAConfig, rollout: RolloutConfig) -> list[str]:
     """LoRA × rollout engine: the engine must sample with the adapters."""
-    engine = config.rollout.engine
+    del config
+    engine = rollout.engine
     if lora.rank > 0 and engine not in LORA_ENGINES:
         return [
             f"rollout.engine={engine!r} with lora.rank > 0: that engine does not sample "
@@ -132,20 +177,22 @@ def _lora_engine(config: ExperimentConfig, lora: LoRAConfig) -> list[str]:
     return []
 
 
-def _rl_rules(config: ExperimentConfig, rl: RLConfig) -> list[str]:
+def _rl_rules(
+    config: ExperimentConfig, rl: RLConfig, rollout: RolloutConfig, agent: AgentConfig
+) -> list[str]:
     """Partial rollouts × engine, sequence buckets × context, schedule × num_steps."""
     errors = []
-    if rl.max_staleness and rl.partial_rollouts and config.rollout.engine not in ("jax", "vllm"):
+    if rl.max_staleness and rl.partial_rollouts and rollout.engine not in ("jax", "vllm"):
         errors.append(
             "rl.partial_rollouts needs rollout.engine='jax' or 'vllm' (SGLang servers load "
             "versioned folders between requests): set rl.partial_rollouts = False"
         )
     buckets = list(rl.seq_buckets)
     if buckets and buckets == sorted(set(buckets)):
-        if buckets[-1] < config.agent.max_context_tokens:
+        if buckets[-1] < agent.max_context_tokens:
             errors.append(
                 f"rl.seq_buckets: the largest ({buckets[-1]}) must hold "
-                f"agent.max_context_tokens ({config.agent.max_context_tokens})"
+                f"agent.max_context_tokens ({agent.max_context_tokens})"
             )
     if (
         rl.schedule in SCHEDULES
@@ -264,8 +311,11 @@ def _data_held_out(config: ExperimentConfig, data: DataConfig, eval_: EvalConfig
 # Each rule: (the typed sections it reads, the rule). A section whose own check
 # failed is read unchecked (`Section.unchecked`), so every rule still runs.
 _RULES: tuple[tuple[tuple[str, ...], Callable[..., list[str]]], ...] = (
-    (("lora",), _lora_engine),
-    (("rl",), _rl_rules),
+    (("agent", "rollout"), _context_kv_cache),
+    (("agent", "rollout"), _enum_constraint_engine),
+    (("agent", "rl"), _context_sample_unit),
+    (("lora", "rollout"), _lora_engine),
+    (("rl", "rollout", "agent"), _rl_rules),
     (("sft",), _sft_demo_policy),
     (("reward", "data"), _judge_for_sources),
     (("eval",), _eval_protocol),
@@ -284,18 +334,12 @@ def _cross_section_problems(config: ExperimentConfig, built: dict[str, Any]) -> 
 
 # --- every problem of a config ----------------------------------------------------
 
-# The sections (rollout, agent) `builders.check_rollout` still checks from the whole config.
-_UNTYPED_CHECKS = (builders.check_rollout,)
-
 
 def problems(config: ExperimentConfig) -> list[str]:
     """Every mistake of `config`, one message each: the run's fields, every section's
     check, and the rules between sections."""
     built, errors = _build(config)
-    errors = _run_problems(config) + errors
-    for check in _UNTYPED_CHECKS:
-        errors += check(config)
-    return errors + _cross_section_problems(config, built)
+    return _run_problems(config) + errors + _cross_section_problems(config, built)
 
 
 def validate(config: ExperimentConfig) -> None:
