@@ -38,7 +38,7 @@ class Server:
     """The environments of one domain folder (module docstring)."""
 
     def __init__(self, folder: pathlib.Path):
-        from orchestra_jax.envs.tau2.domain_folder import environment_constructor, load_domain_code
+        from orchestra_jax.envs.tau2.domain_code import environment_constructor, load_domain_code
 
         db_class, toolkit_class = load_domain_code(folder)
         self.make = environment_constructor(folder, db_class, toolkit_class)

@@ -73,7 +73,7 @@ def _error_text(e: BaseException) -> str:
 def _code(folder: pathlib.Path) -> tuple[type, type | None]:
     """The folder's DB class and toolkit class (None without tools.py), freshly
     imported: an earlier candidate of the same domain name is forgotten first."""
-    from orchestra_jax.envs.tau2.domain_folder import load_domain_code, unload_domain_code
+    from orchestra_jax.envs.tau2.domain_code import load_domain_code, unload_domain_code
 
     unload_domain_code(folder.name)
     return load_domain_code(folder, with_tools=(folder / "tools.py").exists())
@@ -136,7 +136,7 @@ def probe_tools(folder: pathlib.Path, request: dict) -> dict[str, Any]:
 def probe_replay(folder: pathlib.Path, request: dict) -> dict[str, Any]:
     from tau2.data_model.tasks import Task
 
-    from orchestra_jax.envs.tau2.domain_folder import environment_constructor
+    from orchestra_jax.envs.tau2.domain_code import environment_constructor
 
     try:
         Task.model_validate(request["task"])
