@@ -39,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from experiments.benchmarks import common
+from experiments.benchmarks.peer_process import hf_python, torch_importable
 from orchestra_jax.models.hf_checkpoint import save_hf_checkpoint
 from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 from orchestra_jax.rollout.engine import GenerateRequest, SamplingParams
@@ -81,7 +82,7 @@ def ours_generate(engine, requests) -> int:
 
 class HFPeer:
     """HF `generate` on the checkpoint at `path`: in this process when torch imports here,
-    else one `hf_peer` worker per thread setting in `hf_peer.hf_python()` (Python 3.11's
+    else one `hf_peer` worker per thread setting in `peer_process.hf_python()` (Python 3.11's
     CPU torch), alternating with ours through `peer_process` like an in-process peer.
 
     `runner(batches, threads)` is a zero-argument callable that generates each
@@ -90,7 +91,6 @@ class HFPeer:
     """
 
     def __init__(self, path: str):
-        from experiments.benchmarks.hf_peer import hf_python, torch_importable
 
         self.path, self.workers, self.info = path, [], {}
         self.local = torch_importable()

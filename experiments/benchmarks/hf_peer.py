@@ -5,7 +5,7 @@
 
 For a benchmark run under a Python without PyTorch's CPU wheel (on Python 3.13
 PyPI's `torch` is the CUDA build, and the 3.13 venv has none): the benchmark
-starts this worker in an interpreter that has torch (`hf_python()`:
+starts this worker in an interpreter that has torch (`peer_process.hf_python()`:
 $HF_PYTHON, else pyenv's 3.11.7) through `peer_process.PeerProcess` and
 alternates its own calls with the worker's, as it would with an in-process peer.
 
@@ -21,29 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 import time
 
 from experiments.benchmarks.peer_process import refuse
-
-PYENV_311 = pathlib.Path.home() / ".pyenv/versions/3.11.7/bin/python"
-
-
-def hf_python() -> str:
-    """The interpreter that runs the HF peer: $HF_PYTHON, else pyenv's 3.11.7 if present,
-    else this one."""
-    if os.environ.get("HF_PYTHON"):
-        return os.environ["HF_PYTHON"]
-    return str(PYENV_311) if PYENV_311.exists() else sys.executable
-
-
-def torch_importable() -> bool:
-    """Whether this interpreter has torch (else the HF peer runs in `hf_python()`)."""
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
 
 
 def _serve(run) -> None:

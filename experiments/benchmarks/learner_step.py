@@ -45,6 +45,7 @@ import optax
 from flax import nnx
 
 from experiments.benchmarks import common
+from experiments.benchmarks.peer_process import hf_python, torch_importable
 from orchestra_jax.models.qwen3.model import Qwen3Config, Qwen3ForCausalLM
 
 BATCH, SEQ = 16, 256
@@ -197,10 +198,9 @@ PRECISIONS = {
 
 
 def remote_hf_step(name: str, cpu_sink: list, peers: list):
-    """The HF step in `hf_peer.hf_python()` (for an interpreter without torch): a callable
+    """The HF step in `peer_process.hf_python()` (for an interpreter without torch): a callable
     running one step there, appending the worker's CPU seconds to `cpu_sink`; the worker
     joins `peers` (closed by the caller)."""
-    from experiments.benchmarks.hf_peer import hf_python
     from experiments.benchmarks.peer_process import PeerProcess
 
     python = hf_python()
@@ -236,7 +236,6 @@ def serve_train_step(precision: str) -> None:
 
 
 def main(repeats: int, precisions: list[str], also_python: str = "") -> None:
-    from experiments.benchmarks.hf_peer import torch_importable
     from experiments.benchmarks.peer_process import PeerProcess, tunix_python
 
     tokens = None

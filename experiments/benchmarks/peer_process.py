@@ -23,6 +23,24 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+PYENV_311 = pathlib.Path.home() / ".pyenv/versions/3.11.7/bin/python"
+
+
+def hf_python() -> str:
+    """The interpreter that runs the HF peer: $HF_PYTHON, else pyenv's 3.11.7 if present,
+    else this one."""
+    if os.environ.get("HF_PYTHON"):
+        return os.environ["HF_PYTHON"]
+    return str(PYENV_311) if PYENV_311.exists() else sys.executable
+
+
+def torch_importable() -> bool:
+    """Whether this interpreter has torch (else the HF peer, `hf_peer.py`, runs in `hf_python()`)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def tunix_python() -> str:
     """The interpreter that has Tunix: $TUNIX_PYTHON, else this one."""
     return os.environ.get("TUNIX_PYTHON") or sys.executable
