@@ -125,13 +125,12 @@ def step_shape(config, mesh_sizes, device_kind):
 
 def plan(config, mesh_sizes, device_kind, preset: str = ""):
     """(mesh errors, MemoryPlan or None, header lines) for `config` on the mesh."""
-    from orchestra_jax.parallel.mesh import mesh_errors
     from orchestra_jax.rl.memory_plan import plan_memory
     from orchestra_jax.training import builders
 
     num_devices = math.prod(mesh_sizes.values())
     hosts = max(num_devices // device_kind.devices_per_host, 1)
-    errors = mesh_errors(config, num_devices=num_devices, num_processes=hosts)
+    errors = builders.device_errors(config, num_devices, hosts)
     shape = step_shape(config, mesh_sizes, device_kind)
     mc = model_config(config, preset)
     learner = builders.build_learner_config(config, total_steps=config.num_steps)

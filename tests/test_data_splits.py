@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from experiments.configs import grpo_hle
 from orchestra_jax.config_section import ConfigError
 from orchestra_jax.data import splits
+from orchestra_jax.data.config import DataConfig
 from orchestra_jax.tasks import Task
 from orchestra_jax.training import builders
 from orchestra_jax.training.experiment_config import validate
@@ -99,6 +100,12 @@ def write_rows(path, rows):
     return str(path)
 
 
+def load_split(config, split):
+    """`splits.load_split` on a whole config's data section (unchecked, so that its own
+    errors are what the tests see)."""
+    return splits.load_split(DataConfig.unchecked(config.data), split, config.eval.num_tasks)
+
+
 def frames_config(tmp_path, rows, **data):
     config = grpo_hle.get_config("micro")
     config.data.sources = "frames"
@@ -114,8 +121,8 @@ ROWS = [{"id": f"wiki____{i}", "question": f"Q{i}?", "answer": f"A{i}"} for i in
 def test_load_split_by_fraction_never_shares_a_question(tmp_path):
     config = frames_config(tmp_path, ROWS + [{"id": "dup", "question": "Q7?", "answer": "A7"}])
     config.data.eval_fraction = 0.3
-    train, train_reports = splits.load_split(config, "train")
-    heldout, reports = splits.load_split(config, "heldout")
+    train, train_reports = load_split(config, "train")
+    heldout, reports = load_split(config, "heldout")
     train_tasks, heldout_tasks = train[0].tasks, heldout[0].tasks
     assert heldout_tasks and train_tasks
     assert not splits.shared_questions(train_tasks, heldout_tasks)
@@ -129,12 +136,12 @@ def test_an_eval_file_that_shares_a_question_with_training_is_refused(tmp_path):
     eval_rows = [{"id": "new-1", "question": "  q3? ", "answer": "A3"}] + ROWS[40:]
     config.data.eval_paths.frames = write_rows(tmp_path / "frames_test.jsonl", eval_rows)
     with pytest.raises(splits.SplitError) as e:
-        splits.load_split(config, "heldout")
+        load_split(config, "heldout")
     assert "shares 1 question(s) with training, e.g. ['new-1']" in str(e.value)
     assert "\n" not in str(e.value) and "data.eval_paths.frames" in str(e.value)
     config.data.eval_paths.frames = write_rows(tmp_path / "frames_test.jsonl", ROWS[40:])
-    heldout, _ = splits.load_split(config, "heldout")
-    train, _ = splits.load_split(config, "train")
+    heldout, _ = load_split(config, "heldout")
+    train, _ = load_split(config, "train")
     assert [t.id for t in heldout[0].tasks] == [r["id"] for r in ROWS[40:]]
     assert len(train[0].tasks) == 40
 
@@ -167,16 +174,14 @@ def test_a_whitelist_restricts_the_listed_questions_searches(tmp_path):
     path.write_text(json.dumps({"wiki____0": ["d1", 2], "wiki____3": []}))
     config.data.search_whitelist = str(path)
     every = {
-        t.id: t
-        for split in ("train", "heldout")
-        for t in splits.load_split(config, split)[0][0].tasks
+        t.id: t for split in ("train", "heldout") for t in load_split(config, split)[0][0].tasks
     }
     assert every["wiki____0"].metadata["allowed_doc_ids"] == ["d1", "2"]
     assert every["wiki____3"].metadata["allowed_doc_ids"] == []
     assert "allowed_doc_ids" not in every["wiki____1"].metadata
     path.write_text(json.dumps({"wiki____0": "d1"}))
     with pytest.raises(ValueError, match="question id"):
-        splits.load_split(config, "train")
+        load_split(config, "train")
 
 
 def test_every_file_reader_has_its_path_keys_in_every_variant():

@@ -19,6 +19,7 @@ import yaml
 from experiments.configs import grpo_hle
 from experiments.evaluate import evaluate_policies
 from orchestra_jax.agent.trajectory import read_jsonl
+from orchestra_jax.data.config import DataConfig
 from orchestra_jax.data.splits import load_split
 from orchestra_jax.rewards.outcome import normalize_answer
 from orchestra_jax.rl.samples import turn_samples
@@ -122,7 +123,8 @@ def tool_configs_of(config, files):
         **builders.tool_config_fields(config),
     )
     heldout = experiment.heldout_tool_configs(config, env, experiment.eval_tasks(config))
-    tasks = {t.id: t for s in load_split(config, "train")[0] for t in s.tasks}
+    data = DataConfig.from_config(config.data)
+    tasks = {t.id: t for s in load_split(data, "train", config.eval.num_tasks)[0] for t in s.tasks}
     out = {}
     for name, trajectories in files.items():
         if name.startswith("eval_"):

@@ -9,7 +9,7 @@ import pytest
 from experiments.configs import grpo_hle
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.config_section import ConfigError
-from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
+from orchestra_jax.parallel.mesh import make_mesh, num_batch_shards
 from orchestra_jax.rl.batching import build_train_batch
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
@@ -54,8 +54,12 @@ def episodes(config, seed=0):
     return out
 
 
+def device_errors(config, num_devices, num_processes=1):
+    return builders.device_errors(config, num_devices, num_processes)
+
+
 def one_step(config, devices):
-    assert mesh_errors(config, num_devices=len(devices)) == []
+    assert device_errors(config, num_devices=len(devices)) == []
     mesh = make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices=devices)
     model, _ = builders.build_model(config, mesh, load_tokenizer("demo"))
     learner_config = builders.build_learner_config(config, total_steps=config.num_steps, mesh=mesh)
@@ -94,26 +98,26 @@ def test_variants_on_1_2_4_devices_in_data_fsdp_tensor_layouts(variant, devices,
 
 def test_mesh_errors_name_the_fields_to_change():
     config = grpo_hle.get_config("qwen3_8b")
-    assert mesh_errors(config, num_devices=64, num_processes=16) == []
+    assert device_errors(config, num_devices=64, num_processes=16) == []
     config.mesh.update(data=2, fsdp=4, tensor=2)
-    [error] = mesh_errors(config, num_devices=8)
+    [error] = device_errors(config, num_devices=8)
     assert "mesh.data=2 x mesh.fsdp=4 x mesh.tensor=2 needs 16 devices" in error
     assert "change mesh.data, mesh.fsdp and mesh.tensor" in error
     config.mesh.update(data=3, fsdp=-1, tensor=1)
-    [error] = mesh_errors(config, num_devices=8)
+    [error] = device_errors(config, num_devices=8)
     assert "mesh.fsdp=-1" in error and "mesh.data=3" in error
     config.mesh.update(data=1, fsdp=-1, tensor=1)
     config.rl.tasks_per_step = 6
-    [error] = mesh_errors(config, num_devices=16, num_processes=4)
+    [error] = device_errors(config, num_devices=16, num_processes=4)
     assert error.startswith("rl.tasks_per_step=6 is not a multiple of the 4 hosts")
     # The JAX engine runs a copy per host: its tensor axis must fit a host.
     config.rl.tasks_per_step, config.rollout.engine = 8, "jax"
     config.mesh.update(fsdp=1, tensor=8)
-    [error] = mesh_errors(config, num_devices=8, num_processes=2)
+    [error] = device_errors(config, num_devices=8, num_processes=2)
     assert "mesh.tensor=8 does not divide a host's 4 devices" in error
     assert "rollout.engine='sglang'" in error
     config.rollout.engine = "sglang"
-    assert mesh_errors(config, num_devices=8, num_processes=2) == []
+    assert device_errors(config, num_devices=8, num_processes=2) == []
 
 
 def test_start_up_exits_with_the_mesh_errors():

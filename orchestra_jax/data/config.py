@@ -19,14 +19,19 @@ from orchestra_jax.config_section import (
 )
 from orchestra_jax.data.pipeline import STRATIFY_FIELDS
 from orchestra_jax.data.readers import READERS
-from orchestra_jax.data.splits import source_path_key
+from orchestra_jax.registry import is_import_path
+
+
+def source_path_key(source: str) -> str:
+    """The `data.paths` key of a source: its name, or an import path's attribute name."""
+    return source.rpartition(":")[2] if is_import_path(source) else source
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig(Section):
     """`data.*`, named as in the config file (experiments/configs/grpo_hle.py says
     what each field does); `paths` and `eval_paths` map a file source's key
-    (`splits.source_path_key`) to its file."""
+    (`source_path_key`) to its file."""
 
     SECTION = "data"
 

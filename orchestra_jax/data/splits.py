@@ -39,11 +39,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestra_jax.config_section import ConfigError, parse_sources
+from orchestra_jax.config_section import parse_sources
+from orchestra_jax.data.config import DataConfig, source_path_key
 from orchestra_jax.data.pipeline import WeightedSource
 from orchestra_jax.data.readers import read_tasks
 from orchestra_jax.data.sources import load_sources
-from orchestra_jax.registry import is_import_path
 from orchestra_jax.tasks import Task
 
 TRAIN = "train"
@@ -129,19 +129,6 @@ def attach_whitelist(tasks: Sequence[Task], whitelist: Mapping[str, Sequence[str
     ]
 
 
-def source_path_key(source: str) -> str:
-    """The `data.paths` key of a source: its name, or an import path's attribute name."""
-    return source.rpartition(":")[2] if is_import_path(source) else source
-
-
-def file_sources(config: Any) -> list[str]:
-    """The `data.sources` names other than "synthetic" (an unparsable list gives [])."""
-    try:
-        return [name for name, _ in parse_sources(config.data.sources) if name != "synthetic"]
-    except ConfigError:
-        return []
-
-
 def _report(name: str, report: Any, split_tasks: int) -> dict[str, Any]:
     """A `ReadReport` as a JSON-ready dict, with the source's name and its split's size."""
     fields = dataclasses.asdict(report)
@@ -153,17 +140,19 @@ def _report(name: str, report: Any, split_tasks: int) -> dict[str, Any]:
     }
 
 
-def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The tasks of `split` ("train", or the held-out split) of every `data.sources` entry.
+def load_split(
+    data: DataConfig, split: str, num_eval_tasks: int
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The tasks of `split` ("train", or the held-out split) of every source of the
+    `data` section; the synthetic world gives `data.num_train_tasks` training tasks
+    and `num_eval_tasks` (`eval.num_tasks`) held-out ones.
 
     Returns (`pipeline.WeightedSource` per source, one report dict per source:
     its file, rows read, tasks, rows skipped on purpose (e.g. HLE image
     questions) and malformed, and the tasks that fell in this split).
     """
-
-    data = config.data
     heldout = split != TRAIN
-    whitelist = read_whitelist(data.search_whitelist) if data.get("search_whitelist") else {}
+    whitelist = read_whitelist(data.search_whitelist) if data.search_whitelist else {}
     sources, reports = [], []
     for name, weight in parse_sources(data.sources):
         if name == "synthetic":
@@ -172,7 +161,7 @@ def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]
                 "weight": weight,
                 "seed": data.synthetic_seed,
                 "split": data.eval_split if heldout else TRAIN,
-                "n": config.eval.num_tasks if heldout else data.num_train_tasks,
+                "n": num_eval_tasks if heldout else data.num_train_tasks,
                 "num_entities": data.synthetic_num_entities,
             }
             [source], [report] = load_sources([spec])
@@ -181,7 +170,7 @@ def load_split(config: Any, split: str) -> tuple[list[Any], list[dict[str, Any]]
             continue
         key = source_path_key(name)
         tasks, report = read_tasks(name, data.paths[key])
-        eval_path = data.eval_paths.get(key) if "eval_paths" in data else None  # "": none
+        eval_path = data.eval_paths.get(key)  # "": none
         if eval_path:
             eval_tasks, eval_report = read_tasks(name, eval_path)
             check_disjoint(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
+from orchestra_jax.data.config import DataConfig
 from orchestra_jax.data.splits import load_split
 from orchestra_jax.envs import synthetic_models
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
@@ -244,8 +245,10 @@ def from_config(config: Any) -> QAEnvironment:
             count_tokens = lambda text: len(tokenizer.encode(text))  # noqa: E731
         charge = search_charge(t.search_pricing, t.search, count_tokens)
 
+    data = DataConfig.from_config(config.data)
+
     def load_tasks(split: str) -> list[Task]:
-        sources, _ = load_split(config, split)
+        sources, _ = load_split(data, split, config.eval.num_tasks)
         return [task for source in sources for task in source.tasks]
 
     return QAEnvironment(

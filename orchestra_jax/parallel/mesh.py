@@ -28,6 +28,7 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from orchestra_jax.parallel.axes import AXES, BATCH_AXES
+from orchestra_jax.parallel.config import MeshConfig
 
 _RULES: dict[tuple[str, ...], tuple[Any, ...]] = {  # (module, parameter) names
     ("embed_tokens", "embedding"): ("tensor", "fsdp"),
@@ -105,9 +106,17 @@ def num_batch_shards(mesh: Mesh) -> int:
     return math.prod(mesh.shape[a] for a in BATCH_AXES)
 
 
-def mesh_errors(config: Any, *, num_devices: int, num_processes: int = 1) -> list[str]:
-    """Start-up errors of an experiment config's mesh and batch shapes on a job of
-    `num_devices` devices over `num_processes` hosts (empty: it can run).
+def mesh_errors(
+    mesh: MeshConfig,
+    *,
+    tasks_per_step: int,
+    rollout_engine: str,
+    num_devices: int,
+    num_processes: int = 1,
+) -> list[str]:
+    """Start-up errors of the `mesh` section, with `rl.tasks_per_step` and
+    `rollout.engine`, on a job of `num_devices` devices over `num_processes` hosts
+    (empty: it can run).
 
     Each message names the config fields to change. Checked: the mesh covers the
     devices exactly; every host plays an equal share of a step's tasks
@@ -118,7 +127,6 @@ def mesh_errors(config: Any, *, num_devices: int, num_processes: int = 1) -> lis
     per batch shard.
     """
     errors: list[str] = []
-    mesh = config.mesh
     try:
         sizes = resolve_axes(mesh.data, mesh.fsdp, mesh.tensor, num_devices)
     except ValueError as e:
@@ -127,7 +135,7 @@ def mesh_errors(config: Any, *, num_devices: int, num_processes: int = 1) -> lis
     if num_processes > 1:
         if num_devices % num_processes:
             errors.append(f"{num_devices} devices are not spread evenly over {num_processes} hosts")
-        tasks = config.rl.tasks_per_step
+        tasks = tasks_per_step
         if tasks % num_processes:
             errors.append(
                 f"rl.tasks_per_step={tasks} is not a multiple of the {num_processes} hosts: "
@@ -135,7 +143,7 @@ def mesh_errors(config: Any, *, num_devices: int, num_processes: int = 1) -> lis
                 f"{num_processes}"
             )
         local = num_devices // num_processes
-        if sizes is not None and config.rollout.engine == "jax" and local % sizes["tensor"]:
+        if sizes is not None and rollout_engine == "jax" and local % sizes["tensor"]:
             errors.append(
                 f"mesh.tensor={sizes['tensor']} does not divide a host's {local} devices: "
                 "rollout.engine='jax' runs a copy of the policy on each host's own devices; "

@@ -21,15 +21,15 @@ from orchestra_jax.agent.config import AgentConfig
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.config_section import ConfigError
-from orchestra_jax.data.splits import (
-    load_split,
-)
+from orchestra_jax.data.config import DataConfig
+from orchestra_jax.data.splits import load_split
 from orchestra_jax.envs.environment import Environment, make_env
 from orchestra_jax.models.config import DTYPES, LoRAConfig, ModelConfig
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
 from orchestra_jax.models.qwen3.config import Qwen3Config
 from orchestra_jax.models.qwen3.model import Qwen3ForCausalLM, create_sharded_model
+from orchestra_jax.parallel.config import MeshConfig
 from orchestra_jax.parallel.mesh import make_mesh, mesh_errors, num_batch_shards
 from orchestra_jax.rewards.config import JudgeConfig, RewardConfig
 from orchestra_jax.rewards.judge import JUDGE_PROMPTS, JudgeCache, LLMJudge
@@ -57,10 +57,23 @@ def build_tokenizer(config: Any) -> ChatTokenizer:
 def build_mesh(config: Any) -> jax.sharding.Mesh:
     """The mesh over every device of the job; a config that cannot run on them fails
     naming the fields to change (`parallel/mesh.mesh_errors`)."""
-    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    errors = device_errors(config, jax.device_count(), jax.process_count())
     if errors:
         raise ConfigError("invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+
+
+def device_errors(config: Any, num_devices: int, num_processes: int) -> list[str]:
+    """What of `config` cannot run on `num_devices` devices over `num_processes` hosts
+    (`parallel/mesh.mesh_errors` on the mesh section, `rl.tasks_per_step` and
+    `rollout.engine`)."""
+    return mesh_errors(
+        MeshConfig.from_config(config.mesh),
+        tasks_per_step=config.rl.tasks_per_step,
+        rollout_engine=config.rollout.engine,
+        num_devices=num_devices,
+        num_processes=num_processes,
+    )
 
 
 def build_model(
@@ -180,7 +193,7 @@ def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[st
     sources for the pipeline, and a read report per source (`data/splits.load_split`:
     file sources are split by `data.eval_paths` or `data.eval_fraction`)."""
 
-    return load_split(config, split)
+    return load_split(DataConfig.from_config(config.data), split, config.eval.num_tasks)
 
 
 # --- the environment and its tools ------------------------------------------------

@@ -28,14 +28,14 @@ def validated(config):
     import jax
 
     from orchestra_jax.config_section import ConfigError
-    from orchestra_jax.parallel.mesh import mesh_errors
+    from orchestra_jax.training.builders import device_errors
     from orchestra_jax.training.experiment_config import validate
 
     try:
         validate(config)
     except ConfigError as e:
         sys.exit(f"error: {e}")
-    errors = mesh_errors(config, num_devices=jax.device_count(), num_processes=jax.process_count())
+    errors = device_errors(config, jax.device_count(), jax.process_count())
     if errors:
         sys.exit("error: invalid config for this job's devices:\n  " + "\n  ".join(errors))
     return config
