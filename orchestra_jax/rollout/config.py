@@ -19,20 +19,11 @@ from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings, 
 
 
 @dataclasses.dataclass(frozen=True)
-class ServerPoolConfig(Section):
-    """`rollout.server_pool.*`: the HTTP clients' `ServerPoolSettings`, one field each
-    (rollout/http/server_pool_settings.py says what each does)."""
+class ServerPoolConfig(Section, ServerPoolSettings):
+    """`rollout.server_pool.*`: the HTTP clients' `ServerPoolSettings`, its fields and
+    defaults (rollout/http/server_pool_settings.py says what each does)."""
 
     SECTION = "rollout.server_pool"
-
-    timeout_s: float = 600.0
-    max_retries: int = 4
-    backoff_s: float = 0.5
-    max_consecutive_errors: int = 3
-    recheck_s: float = 10.0
-    health_interval_s: float = 60.0
-    health_timeout_s: float = 30.0
-    max_in_flight: int = 0
 
     def problems(self) -> list[str]:
         return settings_problems(dataclasses.asdict(self), f"{self.SECTION}.")
