@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
+from orchestra_jax.config_section import split_list
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
 from orchestra_jax.tasks import Task
@@ -111,7 +112,7 @@ class RoutedEnvironment:
 
 def member_names(config: Any) -> list[str]:
     """`env.members`, comma-separated environment names."""
-    return [name.strip() for name in config.env.members.split(",") if name.strip()]
+    return split_list(config.env.members)
 
 
 def from_config(config: Any) -> RoutedEnvironment:

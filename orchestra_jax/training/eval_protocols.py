@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestra_jax.config_section import ExperimentConfig
+from orchestra_jax.envs.config import EnvConfig
 from orchestra_jax.envs.tau2.env import config_problems
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.judge import ANSWER_MATCHES
@@ -122,11 +123,7 @@ def _fields(settings: Mapping[str, Any]) -> str:
 
 
 def _env_names(config: ExperimentConfig) -> list[str]:
-    if config.env.name != "routed":
-        return [config.env.name]
-    from orchestra_jax.envs.routing import member_names
-
-    return member_names(config)
+    return EnvConfig.unchecked(config.env).played()
 
 
 def plays_tau2(config: ExperimentConfig) -> bool:
