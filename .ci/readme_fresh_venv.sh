@@ -22,9 +22,15 @@ python="$(command -v "${PYTHON:-python}")" || {
 }
 start=$(date +%s)
 
+# The PATH shim and the demo's run folder live in one scratch folder, removed on
+# exit (the venv stays, for the notebook test).
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
 # PATH without bwrap: directories holding one are replaced by a folder of links
 # to everything else in them.
-shim="$(mktemp -d)"
+shim="$scratch/shim"
+mkdir "$shim"
 clean_path=""
 IFS=: read -r -a dirs <<<"$PATH"
 for d in "${dirs[@]}"; do
@@ -48,7 +54,7 @@ fi
 installed=$(date +%s)
 echo "readme check: pip install -e . took $((installed - start)) s ($("$venv/bin/python" -c 'import platform, jax; print("Python", platform.python_version(), "jax", jax.__version__)'))"
 
-workdir="$(mktemp -d)/demo"
+workdir="$scratch/demo"
 log="$workdir.log"
 "$venv/bin/python" -m experiments.grpo_hle --config=experiments/configs/grpo_hle.py:demo \
   --config.workdir="$workdir" >"$log" 2>&1 &
