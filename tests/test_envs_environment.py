@@ -1,6 +1,7 @@
 """The Environment protocol as runs use it: per-episode state, grading, the other party."""
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -9,13 +10,17 @@ from experiments.configs import grpo_hle
 from orchestra_jax.agent.conversation import PartyReply
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.envs.environment import ENVIRONMENTS, Environment, make_env
+from orchestra_jax.config_section import ConfigError
+from orchestra_jax.envs.config import EnvConfig
+from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
+from orchestra_jax.envs.inputs import make_env
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rewards.judge import JudgeVerdict
 from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.tools.base import ToolResult, function_schema
 from orchestra_jax.tools.function_tools import PLAIN_TOOLS, PlainTool
+from orchestra_jax.training import builders
 from orchestra_jax.training.rollouts import Episodes, run_graded_episodes
 
 TOK = load_tokenizer("demo")
@@ -158,13 +163,17 @@ def test_an_environment_with_another_party_plays_conversations_graded_from_their
 def test_env_name_picks_the_environment():
     config = grpo_hle.get_config("micro")
     assert ENVIRONMENTS.names() == ["qa", "routed", "synthetic", "tau2"]
-    env = make_env(config)
+    inputs = builders.env_inputs(config)
+    env = make_env(inputs)
     assert isinstance(env, Environment) and isinstance(env, SyntheticOrchestrationEnv)
     assert env.seed == config.data.synthetic_seed
     assert env.reset(env.tasks("train", 1)[0]) is None
     assert env.other_party(env.tasks("train", 1)[0]) is None
     verdict = asyncio.run(env.grade(env.tasks("train", 1)[0], None))
     assert verdict.correct is False
+    # An unknown name: the env section's check says so, and so does the registry.
     config.env.name = "tau3"
+    with pytest.raises(ConfigError, match="env.name must be one of .* got 'tau3'"):
+        builders.env_inputs(config)
     with pytest.raises(ValueError, match="unknown environment 'tau3'"):
-        make_env(config)
+        make_env(dataclasses.replace(inputs, env=EnvConfig.unchecked({"name": "tau3"})))

@@ -9,7 +9,7 @@ from experiments.configs import grpo_hle
 from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.chat.tokenizer import load_tokenizer
 from orchestra_jax.config_section import ConfigError
-from orchestra_jax.envs.environment import make_env
+from orchestra_jax.envs.inputs import make_env
 from orchestra_jax.envs.routing import RoutedEnvironment
 from orchestra_jax.envs.synthetic import SyntheticOrchestrationEnv
 from orchestra_jax.rollout.engine import SamplingParams
@@ -81,7 +81,7 @@ def test_one_run_mixes_qa_tasks_and_tau2_conversations(tau2_data):
     ]
     qa = next(t for t in tasks if t.domain != "retail")
     conversation = next(t for t in tasks if t.id == "tau2/retail/70")
-    env = make_env(config)
+    env = make_env(builders.env_inputs(config))
     assert isinstance(env, RoutedEnvironment) and env.route(conversation) == "tau2"
     sampler = env.tool_config_sampler(seed=0, **builders.tool_config_fields(config))
     configs = [sampler.sample(qa, 0), sampler.sample(conversation, 0)]

@@ -168,7 +168,7 @@ def test_the_acting_experts_tool_call_runs_in_tau2_and_its_message_reaches_the_u
 
 
 def test_advising_is_the_default_and_the_modes_are_checked(tau2_data, task):
-    from orchestra_jax.envs.tau2.env import config_problems
+    from orchestra_jax.envs.tau2.config import config_problems
 
     env = make_env(tau2_data)
     assert env.expert_mode == "advise" and "transfer_to_human_agents" in env.tools(

@@ -171,6 +171,7 @@ def test_a_training_episode_asks_the_user_simulator_as_the_variant_says(
     from experiments.configs import grpo_hle
     from orchestra_jax.data.tau2_tasks import read_tau2_tasks
     from orchestra_jax.envs.tau2.env import from_config
+    from orchestra_jax.training.builders import env_inputs
 
     server, script, engine = user_server
     script.lines, script.fail_first, script.calls, script.verdict = (
@@ -184,7 +185,7 @@ def test_a_training_episode_asks_the_user_simulator_as_the_variant_says(
     t.user_url = t.judge_url = server.url + "/v1"
     t.user_model, t.user_api_key_env, t.judge_api_key_env = "user", "", ""
     t.judge_model, t.data_dir = "user", str(tau2_data)
-    env = from_config(config)
+    env = from_config(env_inputs(config))
     tasks, _ = read_tau2_tasks(tau2_data / "tau2" / "domains" / "retail")
     [released] = [t for t in tasks if t.id == TASK]  # DB + NL_ASSERTION, as released
     before = len(engine.requests)

@@ -117,9 +117,9 @@ critique = MetaToolSpec(name="critique", alias_prefix="critic", role="critic",
 BUILT = []
 
 
-def small_world(config):
-    BUILT.append(config.data.synthetic_seed)
-    return SyntheticOrchestrationEnv(config.data.synthetic_seed, num_entities=20)
+def small_world(inputs):  # envs/inputs.EnvInputs: the sections an environment reads
+    BUILT.append(inputs.data.synthetic_seed)
+    return SyntheticOrchestrationEnv(inputs.data.synthetic_seed, num_entities=20)
 '''
 
 

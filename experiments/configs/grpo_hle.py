@@ -245,7 +245,8 @@ def _base() -> ml_collections.ConfigDict:
     c.env = ml_collections.ConfigDict()
     # A registered environment (envs/environment.py; "synthetic": the offline world of
     # simulated experts, BM25 search and a sandbox; "tau2": τ²-bench conversations;
-    # "routed": several at once, see env.members) or "package.module:factory".
+    # "routed": several at once, see env.members) or "package.module:factory", a
+    # factory of one's own taking envs/inputs.EnvInputs (the sections it reads).
     c.env.name = "synthetic"
     # env.name="routed": the environments of a mixture, the default first. A task
     # names its own in metadata["env"] (τ² tasks: "tau2"); the others go to the default.

@@ -22,8 +22,9 @@ An environment gives everything about a task that is not the policy:
                                   `state`, the episode's state after it ran) what
                                   happened, e.g. a conversation's message history
 
-`ENVIRONMENTS` maps `env.name` to a factory `(experiment config) -> Environment`;
-`training/builders.build_env` goes through it, and `env.name` may also be
+`ENVIRONMENTS` maps `env.name` to a factory `(EnvInputs) -> Environment`
+(`envs/inputs.py`: the typed sections an environment reads, not the whole
+config); `training/builders.build_env` goes through it, and `env.name` may also be
 "package.module:factory" for an environment in one's own module. Registered:
 "synthetic" (the offline world, `envs/synthetic.py`), "qa" (question answering
 on benchmark files with live experts, search and judge, `envs/qa.py`), "tau2" (τ²-bench
@@ -83,6 +84,7 @@ class Environment(Protocol):
     ) -> JudgeVerdict: ...
 
 
+# `(envs/inputs.EnvInputs) -> Environment` (Any here: inputs.py imports this module).
 EnvironmentFactory = Callable[[Any], Environment]
 
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry("environment")
@@ -90,8 +92,3 @@ ENVIRONMENTS.register_lazy("synthetic", "orchestra_jax.envs.synthetic:from_confi
 ENVIRONMENTS.register_lazy("qa", "orchestra_jax.envs.qa:from_config")
 ENVIRONMENTS.register_lazy("tau2", "orchestra_jax.envs.tau2.env:from_config")
 ENVIRONMENTS.register_lazy("routed", "orchestra_jax.envs.routing:from_config")
-
-
-def make_env(config: Any) -> Environment:
-    """The environment `config.env.name` names, built from the experiment config."""
-    return ENVIRONMENTS.get(config.env.name)(config)

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestra_jax.chat.tokenizer import load_tokenizer
-from orchestra_jax.data.config import DataConfig
 from orchestra_jax.data.splits import load_split
 from orchestra_jax.envs import synthetic_models
+from orchestra_jax.envs.inputs import EnvInputs
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools import live_backends
@@ -202,8 +202,8 @@ class QAEnvironment:
         return await grade(final_answer, task, judge=judge)
 
 
-def from_config(config: Any) -> QAEnvironment:
-    """The "qa" environment of an experiment config.
+def from_config(inputs: EnvInputs) -> QAEnvironment:
+    """The "qa" environment.
 
     Reads the catalogue (`tools.catalogue`) for live tools, makes one HTTP client
     per catalogue model those tools offer and checks that every endpoint answers
@@ -212,7 +212,7 @@ def from_config(config: Any) -> QAEnvironment:
     the sandbox `tools.sandbox`; experts are asked as `tools.experts` says, each
     by its catalogue family. Tasks come from `data.*` (`data/splits.py`).
     """
-    t = config.tools
+    t = inputs.tools
     tools = enabled_tools(t.enabled)
     kinds = live_backends.parse_backends(t.backends, tools)
     live = live_backends.tools_of_kind(kinds, "live")
@@ -241,14 +241,12 @@ def from_config(config: Any) -> QAEnvironment:
         )
         count_tokens: Callable[[str], int] | None = None
         if t.search_pricing == "reference" and "tavily" not in t.search:
-            tokenizer = load_tokenizer(config.tokenizer)  # the orchestrator's, as the release's
+            tokenizer = load_tokenizer(inputs.tokenizer)  # the orchestrator's, as the release's
             count_tokens = lambda text: len(tokenizer.encode(text))  # noqa: E731
         charge = search_charge(t.search_pricing, t.search, count_tokens)
 
-    data = DataConfig.from_config(config.data)
-
     def load_tasks(split: str) -> list[Task]:
-        sources, _ = load_split(data, split, config.eval.num_tasks)
+        sources, _ = load_split(inputs.data, split, inputs.eval_num_tasks)
         return [task for source in sources for task in source.tasks]
 
     return QAEnvironment(
@@ -263,6 +261,6 @@ def from_config(config: Any) -> QAEnvironment:
         expert_temperature=t.expert_temperature,
         expert_protocol=EXPERT_PROTOCOLS.get(t.experts),
         families=families,
-        search_retries=config.rollout.infra_retries,
+        search_retries=inputs.infra_retries,
         search_charge=charge,
     )

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
-from orchestra_jax.config_section import split_list
 from orchestra_jax.envs.environment import ENVIRONMENTS, Environment
+from orchestra_jax.envs.inputs import EnvInputs
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
@@ -110,16 +110,11 @@ class RoutedEnvironment:
         return await self.member(task).grade(task, final_answer, judge=judge, state=state)
 
 
-def member_names(config: Any) -> list[str]:
-    """`env.members`, comma-separated environment names."""
-    return split_list(config.env.members)
-
-
-def from_config(config: Any) -> RoutedEnvironment:
-    """Each of `env.members` built from the same experiment config."""
-    names = member_names(config)
+def from_config(inputs: EnvInputs) -> RoutedEnvironment:
+    """Each of `env.members` built from the same inputs."""
+    names = inputs.env.member_names()
     if not names:
         raise ValueError("env.name='routed' needs env.members (e.g. 'synthetic,tau2')")
     if "routed" in names or len(set(names)) != len(names):
         raise ValueError(f"env.members must be distinct environments, got {names}")
-    return RoutedEnvironment({name: ENVIRONMENTS.get(name)(config) for name in names})
+    return RoutedEnvironment({name: ENVIRONMENTS.get(name)(inputs) for name in names})

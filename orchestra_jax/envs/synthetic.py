@@ -26,6 +26,7 @@ from typing import Any
 
 from orchestra_jax.data.synthetic_tasks import SyntheticTasks
 from orchestra_jax.envs import synthetic_models
+from orchestra_jax.envs.inputs import EnvInputs
 from orchestra_jax.rewards.judge import Judge, JudgeVerdict, grade
 from orchestra_jax.tasks import Task
 from orchestra_jax.tools.base import Tool
@@ -183,17 +184,16 @@ class SyntheticOrchestrationEnv(SyntheticTasks):
         return fixed_eval_configs(self.model_profiles(), ranges=ranges or SamplerRanges(), **fields)
 
 
-def from_config(config: Any) -> SyntheticOrchestrationEnv:
-    """The env of an experiment config: `data.synthetic_seed`, `data.synthetic_num_entities`,
+def from_config(inputs: EnvInputs) -> SyntheticOrchestrationEnv:
+    """The "synthetic" environment: `data.synthetic_seed`, `data.synthetic_num_entities`,
     the sandbox `tools.sandbox` (memoized where `tools.memoize_code`) and
     `tools.charge_measured_time`."""
+    data, tools = inputs.data, inputs.tools
     return SyntheticOrchestrationEnv(
-        seed=config.data.synthetic_seed,
-        num_entities=config.data.synthetic_num_entities,
+        seed=data.synthetic_seed,
+        num_entities=data.synthetic_num_entities,
         run_code=make_sandbox(
-            config.tools.sandbox,
-            code_is_trusted=config.tools.code_is_trusted,
-            memoize=config.tools.memoize_code,
+            tools.sandbox, code_is_trusted=tools.code_is_trusted, memoize=tools.memoize_code
         ),
-        charge_measured_time=config.tools.charge_measured_time,
+        charge_measured_time=tools.charge_measured_time,
     )

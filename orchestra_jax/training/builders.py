@@ -23,7 +23,9 @@ from orchestra_jax.chat.tokenizer import ChatTokenizer, load_tokenizer
 from orchestra_jax.config_section import ConfigError
 from orchestra_jax.data.config import DataConfig
 from orchestra_jax.data.splits import load_split
-from orchestra_jax.envs.environment import Environment, make_env
+from orchestra_jax.envs.config import EnvConfig
+from orchestra_jax.envs.environment import Environment
+from orchestra_jax.envs.inputs import EnvInputs, make_env
 from orchestra_jax.models.config import DTYPES, LoRAConfig, ModelConfig
 from orchestra_jax.models.hf_checkpoint import load_hf_checkpoint
 from orchestra_jax.models.lora import LoRAParam, LoRASpec
@@ -199,12 +201,25 @@ def build_task_sources(config: Any, split: str) -> tuple[list[Any], list[dict[st
 # --- the environment and its tools ------------------------------------------------
 
 
+def env_inputs(config: Any) -> EnvInputs:
+    """What the environment factory gets (`envs/inputs.EnvInputs`): the `env`, `data`
+    and `tools` sections, the tokenizer, `eval.num_tasks` and `rollout.infra_retries`."""
+    return EnvInputs(
+        env=EnvConfig.from_config(config.env),
+        data=DataConfig.from_config(config.data),
+        tools=ToolsConfig.from_config(config.tools),
+        tokenizer=config.tokenizer,
+        eval_num_tasks=config.eval.num_tasks,
+        infra_retries=config.rollout.infra_retries,
+    )
+
+
 def build_env(config: Any) -> Environment:
     """The environment `env.name` names (`envs/environment.ENVIRONMENTS`), e.g. the
     offline synthetic world with the sandbox `tools.sandbox`. An expert endpoint that
     does not answer, or a key that is not set, is a `ConfigError` naming it."""
     try:
-        return make_env(config)
+        return make_env(env_inputs(config))
     except ExpertError as e:
         raise ConfigError(f"env.name={config.env.name!r}: {e}") from None
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from orchestra_jax.config_section import ExperimentConfig
 from orchestra_jax.envs.config import EnvConfig
-from orchestra_jax.envs.tau2.env import config_problems
+from orchestra_jax.envs.tau2.config import config_problems
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.judge import ANSWER_MATCHES
 from orchestra_jax.tools import live_backends

@@ -52,6 +52,8 @@ from typing import Any
 
 from orchestra_jax.agent.conversation import OtherParty
 from orchestra_jax.data.tau2_tasks import read_tau2_tasks
+from orchestra_jax.envs.inputs import EnvInputs
+from orchestra_jax.envs.tau2.config import EXPERT_MODES, NL_ASSERTION_MODES, USER_KINDS
 from orchestra_jax.envs.tau2.domain_folder import (
     domain_folder,
     is_release_domain,
@@ -79,9 +81,6 @@ from orchestra_jax.tools.registry import Backends
 
 # tau2's success criterion: a reward of 1 (within float error).
 SUCCESS_TOLERANCE = 1e-6
-NL_ASSERTION_MODES = ("skip", "judge")
-USER_KINDS = ("simulator", "scripted")
-EXPERT_MODES = tuple(EXPERT_TOOLS)  # "advise", "act" (`envs/tau2/tools.py`)
 # `(tau2 task, tau2 environment of its domain) -> Speaker`: who plays the user.
 SpeakerFactory = Callable[[Any, Any], Speaker]
 
@@ -477,53 +476,10 @@ def _key(variable: str) -> str:
     return (os.environ.get(variable) if variable else None) or "EMPTY"
 
 
-def config_problems(config: Any) -> list[str]:
-    """One message per mistake in an experiment config's `env.tau2` (`tau2_problems`)."""
-    return tau2_problems(config.env.tau2)
-
-
-def tau2_problems(t: Any) -> list[str]:
-    """One message per mistake in an `env.tau2` section, `t` (its ConfigDict or
-    `envs/tau2/config.Tau2Config`), checked at start-up, before tau2 loads."""
-    from orchestra_jax.envs.tau2.setup import DATA_DIR_VARIABLE, INSTALL_HINT, tau2_installed
-
-    errors = []
-    if not tau2_installed():
-        errors.append(f"env: the tau2 environment needs tau2. {INSTALL_HINT}")
-    data_dir = t.data_dir or os.environ.get(DATA_DIR_VARIABLE, "")
-    if not data_dir:
-        errors.append(f"env.tau2.data_dir: set it or ${DATA_DIR_VARIABLE} (tau2's data folder)")
-    elif not os.path.isdir(os.path.join(data_dir, "tau2", "domains")):
-        errors.append(f"env.tau2.data_dir: {data_dir!r} is not a τ²-bench data folder")
-    if t.domains_dir and not os.path.isdir(t.domains_dir):
-        errors.append(f"env.tau2.domains_dir: {t.domains_dir!r} is not a folder")
-    if t.user not in USER_KINDS:
-        errors.append(f"env.tau2.user must be one of {USER_KINDS}, got {t.user!r}")
-    elif t.user == "simulator" and not (t.user_url and t.user_model):
-        errors.append("env.tau2.user='simulator' needs env.tau2.user_url and user_model")
-    if t.max_steps < 1 or t.max_errors < 1 or t.user_retries < 0:
-        errors.append("env.tau2: max_steps and max_errors must be >= 1, user_retries >= 0")
-    meta_tools = [s.strip() for s in t.meta_tools.split(",") if s.strip()]
-    if any(name != ASK_EXPERT.name for name in meta_tools):
-        errors.append(f"env.tau2.meta_tools: only {ASK_EXPERT.name!r}, got {meta_tools}")
-    if meta_tools and not t.expert_url:
-        errors.append("env.tau2.meta_tools needs env.tau2.expert_url (the experts' server)")
-    if t.expert_mode not in EXPERT_MODES:
-        errors.append(f"env.tau2.expert_mode must be one of {EXPERT_MODES}, got {t.expert_mode!r}")
-    elif t.expert_mode == "act" and not meta_tools:
-        errors.append(
-            "env.tau2.expert_mode='act' needs experts: set env.tau2.meta_tools=ask_expert"
-        )
-    if t.nl_assertions not in NL_ASSERTION_MODES:
-        errors.append(f"env.tau2.nl_assertions must be one of {NL_ASSERTION_MODES}")
-    elif t.nl_assertions == "judge" and not (t.judge_url and t.judge_model):
-        errors.append("env.tau2.nl_assertions='judge' needs env.tau2.judge_url and judge_model")
-    return errors
-
-
-def from_config(config: Any) -> Tau2Environment:
-    """The environment of an experiment config's `env.tau2` section."""
-    t = config.env.tau2
+def from_config(inputs: EnvInputs) -> Tau2Environment:
+    """The "tau2" environment of `env.tau2`, its domain code run in the sandbox
+    `tools.sandbox`."""
+    t = inputs.env.tau2
     if t.user == "simulator":
         if not (t.user_url and t.user_model):
             raise ValueError("env.tau2.user='simulator' needs env.tau2.user_url and user_model")
@@ -567,10 +523,10 @@ def from_config(config: Any) -> Tau2Environment:
         domain=t.domain,
         expert_mode=t.expert_mode,
         drop_tools=split_names(t.drop_tools),
-        evaluator_retries=config.rollout.infra_retries,
+        evaluator_retries=inputs.infra_retries,
         domains_dir=t.domains_dir or None,
-        sandbox=config.tools.sandbox,
-        code_is_trusted=config.tools.code_is_trusted,
+        sandbox=inputs.tools.sandbox,
+        code_is_trusted=inputs.tools.code_is_trusted,
         release_domains_in_process=t.release_domains_in_process,
     )
 
