@@ -23,6 +23,7 @@ from orchestra_jax.rollout.engine import SamplingParams
 from orchestra_jax.rollout.http.server_pool_settings import ServerPoolSettings
 from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training import builders, experiment_config
+from orchestra_jax.training.run_config import CheckpointConfig, RunConfig
 from orchestra_jax.training.sft_config import SFTConfig
 
 
@@ -36,15 +37,39 @@ def test_every_variant_builds_its_typed_sections_from_the_file():
     for variant in grpo_hle.VARIANTS:
         config = grpo_hle.get_config(variant)
         for name, cls in experiment_config.SECTION_CLASSES:
+            values = experiment_config.section_values(config, name)
             fields = {f.name for f in dataclasses.fields(cls)}
-            assert set(config[name].keys()) <= fields, (variant, name)
-            section = cls.unchecked(config[name])
-            for field in config[name].keys():  # the flag's name is the field's
+            assert set(values.keys()) <= fields, (variant, name)
+            section = cls.unchecked(values)
+            for field in values.keys():  # the flag's name is the field's
                 if field not in cls.NESTED and field != "overrides":
-                    assert getattr(section, field) == plain(config[name][field]), (name, field)
+                    assert getattr(section, field) == plain(values[field]), (name, field)
+        # Every top-level key is typed: a run value or a section (`distributed` is read,
+        # with the environment's fallbacks, by parallel/distributed.py).
+        typed = {f.name for f in dataclasses.fields(RunConfig)}
+        typed |= {name for name, _ in experiment_config.SECTION_CLASSES} | {"distributed"}
+        assert set(config.keys()) <= typed, variant
     sections = experiment_config.sections(grpo_hle.get_config("demo"))
     demo = grpo_hle.get_config("demo")
     assert sections.rl.lr == demo.rl.lr and sections.lora.rank == demo.lora.rank
+
+
+def test_the_runs_own_fields_are_checked_by_their_sections():
+    assert _problems(RunConfig, num_steps=0, seed=-1) == [
+        "num_steps must be > 0, got 0",
+        "seed must be >= 0, got -1",
+    ]
+    assert _problems(RunConfig, tokenizer="/nonexistent") == [
+        "tokenizer: 'demo' or a folder with tokenizer.json, got '/nonexistent'"
+    ]
+    assert _problems(CheckpointConfig, keep=0, every_steps=-1) == [
+        "checkpoint.keep must be > 0, got 0",
+        "checkpoint.every_steps must be >= 0, got -1",
+    ]
+    assert RunConfig(variant="micro").run_dir() == "runs/micro"
+    config = grpo_hle.get_config("micro")
+    config.log.trajectories = 2  # not a field: log.trajectories_every is
+    assert experiment_config.problems(config) == ["log.trajectories: no such field"]
 
 
 def test_a_section_refuses_its_bad_values_naming_the_config_field():

@@ -2,6 +2,7 @@
 stale groups, a dying producer restarted, a killed run resumed with every task once."""
 
 import asyncio
+import dataclasses
 import json
 import os
 
@@ -10,6 +11,8 @@ import pytest
 
 from orchestra_jax.agent.trajectory import Trajectory, Turn, read_jsonl
 from orchestra_jax.config_section import ConfigError
+from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.rollout.config import RolloutConfig
 from orchestra_jax.rollout.scripted import ScriptedEngine
 from orchestra_jax.training import async_loop, grpo_loop, loop_steps
 from orchestra_jax.training.async_loop import (
@@ -157,7 +160,7 @@ def test_killed_and_resumed_run_trains_on_every_task_once_per_epoch(tmp_path):
     for epoch in range(2):
         tasks = ids[2 * epoch] + ids[2 * epoch + 1]
         assert len(tasks) == 4 and len(set(tasks)) == 4, ids
-    iterator = loop_steps.train_task_iterator(run.config)  # what one uninterrupted run reads
+    iterator = loop_steps.train_task_iterator(run.sections)  # what one uninterrupted run reads
     assert ids == [sorted(t.id for t in next(iterator)) for _ in range(4)]
     for line in lines:
         assert line["async/versions_behind_max"] <= 1
@@ -216,11 +219,12 @@ def test_stale_groups_are_dropped_and_an_empty_step_is_skipped(tmp_path):
 def test_sglang_servers_on_several_hosts_are_refused_naming_the_fields(monkeypatch):
     monkeypatch.setattr(async_loop.jax, "process_count", lambda: 2)
     config = micro_config("unused", **{"rl.max_staleness": 1})
-    async_loop.check_async(config)  # the JAX engine: each host plays its own share
+    rl = RLConfig.from_config(config.rl)
+    async_loop.check_async(rl, RolloutConfig.from_config(config.rollout))  # each host plays
     with config.unlocked():
         config.rollout.engine = "sglang"
     with pytest.raises(async_loop.ConfigError, match="rl.max_staleness.*rollout.engine"):
-        async_loop.check_async(config)
+        async_loop.check_async(rl, RolloutConfig.unchecked(config.rollout))
 
 
 @pytest.mark.slow
@@ -236,8 +240,9 @@ def test_async_run_with_the_jax_engine_served_on_loopback(tmp_path):
     run = loop_steps.setup_run(config)
     run.reward_fn = ranked_reward
     engine = run.engine  # the in-process JAX engine, now behind the server
-    with run.config.unlocked():
-        run.config.rl.partial_rollouts = False  # the server swaps between requests
+    # The server swaps between requests: no partial rollouts.
+    rl = dataclasses.replace(run.sections.rl, partial_rollouts=False)
+    run.sections = dataclasses.replace(run.sections, rl=rl)
     server_config = ServerConfig(model_path="micro", tokenizer_path="demo")
     try:
         with serve_in_thread(

@@ -15,7 +15,7 @@ from orchestra_jax.config_section import ConfigError
 from orchestra_jax.rl.learner import make_schedule
 from orchestra_jax.training import builders, grpo_loop, loop_steps
 from orchestra_jax.training.experiment import run_experiment
-from orchestra_jax.training.experiment_config import validate
+from orchestra_jax.training.experiment_config import sections, validate
 
 
 def micro_config(workdir, **overrides):
@@ -137,7 +137,7 @@ def test_loss_mask_covers_exactly_the_generated_tokens(two_steps):
 def test_checkpoint_restores_the_same_parameters(two_steps):
     config, workdir, _, after = two_steps
     run = loop_steps.setup_run(config)
-    iterator = loop_steps.train_task_iterator(config)
+    iterator = loop_steps.train_task_iterator(run.sections)
     assert loop_steps.restore(run, iterator) == 2
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(_params(run.learner))):
         np.testing.assert_array_equal(a, b)
@@ -215,7 +215,7 @@ def test_data_stratify_by_reaches_the_training_iterator():
     config.data.num_train_tasks, config.rl.tasks_per_step = 90, 3
 
     def steps_with_every_domain():
-        iterator = loop_steps.train_task_iterator(config)
+        iterator = loop_steps.train_task_iterator(sections(config))
         return sum(len({task.domain for task in next(iterator)}) == 3 for _ in range(30))
 
     # The synthetic domains' shares are near, not exactly, a third each, so the
@@ -226,7 +226,7 @@ def test_data_stratify_by_reaches_the_training_iterator():
     config.data.stratify_by = "domain"
     assert steps_with_every_domain() >= 25
     config.data.stratum_weights = "logic:2"
-    iterator = loop_steps.train_task_iterator(config)
+    iterator = loop_steps.train_task_iterator(sections(config))
     logic = sum(task.domain == "logic" for _ in range(30) for task in next(iterator))
     assert 40 <= logic <= 50  # About half of 90, not a third.
 
@@ -239,7 +239,7 @@ def test_training_seed_keeps_the_world_and_the_heldout_test():
         env = builders.build_env(config)
         tasks = experiment.eval_tasks(config)
         configs = experiment.heldout_tool_configs(config, env, tasks)
-        first_step = next(loop_steps.train_task_iterator(config))
+        first_step = next(loop_steps.train_task_iterator(sections(config)))
         return (
             [(t.id, t.question, t.answer) for t in tasks],
             list(configs.values()),

@@ -97,9 +97,9 @@ def test_an_expert_outage_is_counted_and_the_rest_learns_unchanged(
                 group,
                 group_size=len(group),
                 reward_fn=ranked_reward,
-                adv_clip=run.config.rl.adv_clip,
-                filter_reward_std=run.config.rl.filter_reward_std,
-                format_filter=run.config.rl.format_filter,
+                adv_clip=run.sections.rl.adv_clip,
+                filter_reward_std=run.sections.rl.filter_reward_std,
+                format_filter=run.sections.rl.format_filter,
             )
             assert [t.advantage for t in group] == pytest.approx(alone.advantages.tolist())
         # The router answers on turn 0: one sample per episode under either unit.

@@ -16,6 +16,7 @@ Writes `experiments/benchmarks/results/async_loop.json`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import tempfile
@@ -65,7 +66,9 @@ def measure(args, placement: str, max_staleness: int, warm_start) -> dict:
     run_sync(loop_steps.sync_weights(run, 0))
     engine, server = run.engine, None
     if placement == "loopback":
-        run.config.rl.partial_rollouts = False  # the server swaps between requests
+        # The server swaps between requests: no partial rollouts.
+        rl = dataclasses.replace(run.sections.rl, partial_rollouts=False)
+        run.sections = dataclasses.replace(run.sections, rl=rl)
         from orchestra_jax.rollout.http.sglang_client import SGLangClient
         from orchestra_jax.rollout.server.app import ServerConfig, load_model, serve_in_thread
 

@@ -59,7 +59,7 @@ def main(argv=None):
         "ours": run.engine,
         "peer": JaxEngine(run.model, JaxEngineConfig(**shape, **PEER_SETTINGS)),
     }
-    tasks = list(itertools.islice(loop_steps.train_task_iterator(config), args.steps))
+    tasks = list(itertools.islice(loop_steps.train_task_iterator(run.sections), args.steps))
     seconds = {name: [] for name in engines}
     tokens = {name: [] for name in engines}
     load_before = os.getloadavg()[0]

@@ -126,7 +126,7 @@ def one_step(run, iterator, step: int) -> dict:
     run_sync(loop_steps.sync_weights(run, step + 1))
     end = time.perf_counter()
     trajs = experience.trajectories
-    samples = samples_of(run.config.rl.sample_unit, experience.kept)
+    samples = samples_of(run.sections.rl.sample_unit, experience.kept)
     rows, length = learner.get("learner/batch_rows", 0), learner.get("learner/batch_len", 0)
     return {
         "step_s": end - start,
@@ -161,7 +161,7 @@ def main():
             config = live_config(tmp, name, catalogue, url, args.steps)
             runs[name] = loop_steps.setup_run(config)
             runs[name].reward_fn = SeededReward()
-            iterators[name] = loop_steps.train_task_iterator(config)
+            iterators[name] = loop_steps.train_task_iterator(runs[name].sections)
         steps: dict[str, list[dict]] = {name: [] for name in SETTINGS}
         for step in range(args.steps):
             for name, run in runs.items():

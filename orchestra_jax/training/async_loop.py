@@ -93,6 +93,8 @@ import numpy as np
 from orchestra_jax.agent.trajectory import Trajectory
 from orchestra_jax.config_section import ConfigError
 from orchestra_jax.parallel import multihost
+from orchestra_jax.rl.config import RLConfig
+from orchestra_jax.rollout.config import RolloutConfig
 from orchestra_jax.rollout.engine import RolloutEngine
 from orchestra_jax.training import host_rollouts, loop_steps
 from orchestra_jax.training.metrics import MetricsWriter
@@ -444,36 +446,37 @@ class RolloutProducer:
             self._changed.notify_all()
 
 
-def check_async(config: Any) -> None:
-    """Start-up checks that need the running job (the config's own are in builders)."""
-    if jax.process_count() > 1 and config.rollout.engine != "jax":
+def check_async(rl: RLConfig, rollout: RolloutConfig) -> None:
+    """Start-up checks that need the running job (the config's own are in its sections)."""
+    if jax.process_count() > 1 and rollout.engine != "jax":
         raise ConfigError(
-            f"rl.max_staleness={config.rl.max_staleness} with rollout.engine="
-            f"{config.rollout.engine!r} on {jax.process_count()} hosts: asynchronous GRPO "
+            f"rl.max_staleness={rl.max_staleness} with rollout.engine="
+            f"{rollout.engine!r} on {jax.process_count()} hosts: asynchronous GRPO "
             "on several hosts needs rollout.engine='jax' (or set rl.max_staleness = 0)"
         )
 
 
 def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
-    """GRPO from the last checkpoint to `config.num_steps` with rollouts overlapping the
+    """GRPO from the last checkpoint to `num_steps` with rollouts overlapping the
     learner (see the module docstring); returns the final step."""
-    config = run.config
-    check_async(config)
-    k = config.rl.max_staleness
-    bound = config.rl.async_wait_timeout_s  # the watchdog: the learner's longest wait
-    iterator = loop_steps.train_task_iterator(config)
+    sections = run.sections
+    rl, num_steps = sections.rl, sections.run.num_steps
+    check_async(rl, sections.rollout)
+    k = rl.max_staleness
+    bound = rl.async_wait_timeout_s  # the watchdog: the learner's longest wait
+    iterator = loop_steps.train_task_iterator(sections)
     start = loop_steps.restore(run, iterator)
     writer = MetricsWriter(
         run.workdir,
-        total_steps=config.num_steps,
-        use_tensorboard=config.log.tensorboard,
+        total_steps=num_steps,
+        use_tensorboard=sections.log.tensorboard,
         resume_step=start,
         enabled=multihost.is_primary(),
     )
 
     # This host's tasks' places in the step (0, 1, … on one host): the producer names
     # tasks by their index in this host's share.
-    step_positions = host_rollouts.task_positions(config.rl.tasks_per_step)
+    step_positions = host_rollouts.task_positions(rl.tasks_per_step)
 
     def play(tasks, step, indices):
         return loop_steps.play_step(run, tasks, step, [step_positions[i] for i in indices])
@@ -487,27 +490,27 @@ def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
         run.engine,
         engine_version=start,
         max_staleness=k,
-        partial=config.rl.partial_rollouts,
+        partial=rl.partial_rollouts,
         after_sync=lambda: loop_steps.sync_report(run.engine),
     )
     # The engine plays on its own copy of the weights while the learner's step donates
     # (frees) the buffers it updates, which the model and an in-process engine may share.
     producer.result(producer.publish(_engine_copy(run), start), f"weights version {start}", bound)
     resume_state = iterator.get_state()  # before the next step to train
-    producer.start(start, config.num_steps, next_tasks)
+    producer.start(start, num_steps, next_tasks)
     timer, restarts, publishing = Timer(), 0, None
     step = start
     try:
-        while step < config.num_steps:
+        while step < num_steps:
             waited = time.perf_counter()
             item = producer.get(step, bound)
             learner_idle = time.perf_counter() - waited
             if isinstance(item, RolloutFailure):
                 restarts += 1
-                if restarts > config.rl.rollout_restarts:
+                if restarts > rl.rollout_restarts:
                     raise RuntimeError(
                         f"the rollout producer failed {restarts} times in a row at step {step} "
-                        f"(rl.rollout_restarts={config.rl.rollout_restarts})"
+                        f"(rl.rollout_restarts={rl.rollout_restarts})"
                     ) from item.error
                 log.warning(
                     "rollout producer died at step %d (%r); restarting it from step %d",
@@ -517,13 +520,13 @@ def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
                 )
                 producer.wait_stopped()
                 iterator.set_state(resume_state)
-                producer.start(step, config.num_steps, next_tasks)
+                producer.start(step, num_steps, next_tasks)
                 continue
             if item.step != step:
                 raise RuntimeError(f"rollouts of step {item.step} arrived for step {step}")
             restarts = 0
-            group_size = config.rl.group_size
-            if config.rl.stale_groups == "drop":  # every host drops the same groups
+            group_size = rl.group_size
+            if rl.stale_groups == "drop":  # every host drops the same groups
                 item = dataclasses.replace(
                     item, trajectories=host_rollouts.gather_step(item.trajectories, group_size)
                 )
@@ -554,7 +557,7 @@ def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
                 if publishing is not None:  # a failed weight update stops the run here
                     producer.result(publishing, f"weights version {step}", bound)
                 publishing = producer.publish(_engine_copy(run), step + 1)
-            if evaluate is not None and config.eval.every_steps:
+            if evaluate is not None and sections.eval.every_steps:
                 # evaluations see version step + 1
                 producer.result(publishing, f"weights version {step + 1}", bound)
             loop_steps.end_step(
@@ -578,7 +581,7 @@ def async_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
         producer.stop(bound)
         run.checkpointer.wait_until_finished()
         writer.close()
-    return config.num_steps
+    return num_steps
 
 
 def _engine_copy(run: loop_steps.Run) -> Any:
@@ -592,8 +595,8 @@ def _fresh_groups(
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """The step's trajectories with groups beyond the staleness bound regenerated on the
     current weights or dropped (`rl.stale_groups`), and how many were."""
-    config = run.config
-    group_size, k = config.rl.group_size, config.rl.max_staleness
+    rl = run.sections.rl
+    group_size, k = rl.group_size, rl.max_staleness
     trajectories = list(item.trajectories)
     stale = stale_groups(
         trajectories,
@@ -603,7 +606,7 @@ def _fresh_groups(
         fallback=item.started_version,
     )
     fraction = float(stale.mean()) if stale.size else 0.0
-    dropping = config.rl.stale_groups == "drop"
+    dropping = rl.stale_groups == "drop"
     metrics = {
         "async/dropped_fraction": fraction if dropping else 0.0,
         "async/regenerated_fraction": 0.0 if dropping else fraction,
@@ -615,7 +618,7 @@ def _fresh_groups(
     if dropping:
         kept = [g for g, s in zip(groups, stale) if not s]
         return [t for g in kept for t in g], metrics
-    bound = config.rl.async_wait_timeout_s
+    bound = rl.async_wait_timeout_s
     producer.wait_version(step, bound)  # regenerated by the policy being trained
     again = producer.play_now([item.tasks[i] for i in positions], step, positions, bound)
     for j, i in enumerate(positions):

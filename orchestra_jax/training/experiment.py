@@ -212,7 +212,7 @@ def collect_demonstrations(config: ExperimentConfig, run: loop_steps.Run) -> lis
     picks the episode kept. On several hosts each plays its share of a round and
     the hosts exchange the episodes, so every host keeps the same demonstrations.
     """
-    tasks = loop_steps.train_task_iterator(config, whole_steps=True)  # split below
+    tasks = loop_steps.train_task_iterator(run.sections, whole_steps=True)  # split below
     best_of = config.sft.demo_best_of if config.sft.demo_filter == "best" else 1
     utility = functools.partial(
         heldout_rewards,

@@ -11,7 +11,6 @@ and exit on.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,6 @@ from orchestra_jax.config_section import (
     Section,
     SectionError,
     choice,
-    positive,
 )
 from orchestra_jax.data.config import DataConfig
 from orchestra_jax.envs.config import EnvConfig
@@ -37,13 +35,18 @@ from orchestra_jax.rollout.config import RolloutConfig
 from orchestra_jax.tools.live_backends import backend_config_problems
 from orchestra_jax.tools.tools_config import ToolsConfig
 from orchestra_jax.training.eval_protocols import EVAL_PROTOCOLS
+from orchestra_jax.training.run_config import CheckpointConfig, LogConfig, RunConfig
 from orchestra_jax.training.sft_config import SFTConfig
 
 
 @dataclasses.dataclass(frozen=True)
 class Sections:
-    """The typed sections of an experiment config, each its package's class."""
+    """The typed sections of an experiment config, each its package's class, and
+    the run's own fields (`run`: the top-level values)."""
 
+    run: RunConfig
+    checkpoint: CheckpointConfig
+    log: LogConfig
     model: ModelConfig
     lora: LoRAConfig
     mesh: MeshConfig
@@ -60,6 +63,9 @@ class Sections:
 
 # The typed sections: (config field, class), built in this order.
 SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
+    ("run", RunConfig),  # the top-level values (RunConfig.top_level)
+    ("checkpoint", CheckpointConfig),
+    ("log", LogConfig),
     ("model", ModelConfig),
     ("mesh", MeshConfig),
     ("lora", LoRAConfig),
@@ -75,15 +81,22 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
 )
 
 
+def section_values(config: ExperimentConfig, name: str) -> Any:
+    """The part of `config` section `name` is built from: the top-level values for
+    "run", else the section of that name."""
+    return RunConfig.top_level(config) if name == "run" else config[name]
+
+
 def _build(config: ExperimentConfig) -> tuple[dict[str, Any], list[str]]:
     """Every typed section that builds, and every section's problems."""
     built, errors = {}, []
     for name, cls in SECTION_CLASSES:
+        values = section_values(config, name)
         try:
-            built[name] = cls.from_config(config[name])
+            built[name] = cls.from_config(values)
         except SectionError as e:
             errors += e.problems
-            built[name] = cls.unchecked(config[name])
+            built[name] = cls.unchecked(values)
     return built, errors
 
 
@@ -103,25 +116,6 @@ def sections(config: ExperimentConfig) -> Sections:
 # model itself, the SGLang and vLLM clients sync the adapters to their servers'
 # LoRA endpoints (`rollout/http/client.py`, weight sync by adapter).
 LORA_ENGINES = ("jax", "sglang", "vllm")
-
-
-def _run_problems(config: ExperimentConfig) -> list[str]:
-    """The run's own fields (num_steps, seed, tokenizer) and checkpoint.*."""
-    errors = positive({"num_steps": config.num_steps, "checkpoint.keep": config.checkpoint.keep})
-    errors += positive(
-        {
-            "checkpoint.every_steps": config.checkpoint.every_steps,
-            "seed": config.seed,
-        },
-        allow_zero=True,
-    )
-    if config.tokenizer != "demo" and not os.path.exists(
-        os.path.join(config.tokenizer, "tokenizer.json")
-    ):
-        errors.append(
-            f"tokenizer: 'demo' or a folder with tokenizer.json, got {config.tokenizer!r}"
-        )
-    return errors
 
 
 def _context_kv_cache(
@@ -339,7 +333,7 @@ def problems(config: ExperimentConfig) -> list[str]:
     """Every mistake of `config`, one message each: the run's fields, every section's
     check, and the rules between sections."""
     built, errors = _build(config)
-    return _run_problems(config) + errors + _cross_section_problems(config, built)
+    return errors + _cross_section_problems(config, built)
 
 
 def validate(config: ExperimentConfig) -> None:

@@ -29,29 +29,29 @@ from orchestra_jax.training.run_sync import run_sync
 
 
 def grpo_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
-    """Runs GRPO from the last checkpoint to `config.num_steps`; returns the final step.
+    """Runs GRPO from the last checkpoint to `num_steps`; returns the final step.
 
-    `evaluate(step)`, when given, runs after every `config.eval.every_steps`-th
+    `evaluate(step)`, when given, runs after every `eval.every_steps`-th
     step but the last (which the caller evaluates in full) and returns metrics
     logged with that step, e.g. the current policy's held-out reward.
     """
-    config = run.config
-    if config.rl.max_staleness > 0:  # rollouts overlap learning: training/async_loop.py
+    sections = run.sections
+    if sections.rl.max_staleness > 0:  # rollouts overlap learning: training/async_loop.py
         final = async_train(run, progress=progress, evaluate=evaluate)
         loop_steps.write_adapter(run)
         return final
-    iterator = loop_steps.train_task_iterator(config)
+    iterator = loop_steps.train_task_iterator(sections)
     start = loop_steps.restore(run, iterator)
     writer = MetricsWriter(
         run.workdir,
-        total_steps=config.num_steps,
-        use_tensorboard=config.log.tensorboard,
+        total_steps=sections.run.num_steps,
+        use_tensorboard=sections.log.tensorboard,
         resume_step=start,
         enabled=multihost.is_primary(),
     )
     timer = Timer()
     try:
-        for step in range(start, config.num_steps):
+        for step in range(start, sections.run.num_steps):
             with timer("data"):
                 tasks = next(iterator)
             with timer("rollout"):
@@ -77,4 +77,4 @@ def grpo_train(run: loop_steps.Run, *, progress=None, evaluate=None) -> int:
         run.checkpointer.wait_until_finished()
         writer.close()
     loop_steps.write_adapter(run)
-    return config.num_steps
+    return sections.run.num_steps

@@ -2,8 +2,10 @@
 
 `setup_run` builds a `Run` (environment, judge, tokenizer, mesh, model, tool
 configuration sampler, learner, rollout engine, batching, checkpointer) from its
-config; the steps below are what the synchronous loop (`training/grpo_loop.py`)
-and the asynchronous one (`training/async_loop.py`) each call in their own order:
+config, with the config's typed sections (`experiment_config.Sections`), all the
+steps read of it; the steps below are what the synchronous loop
+(`training/grpo_loop.py`) and the asynchronous one (`training/async_loop.py`) each
+call in their own order:
 
     train_task_iterator   the training task stream, a step's tasks at a time
     restore               the last checkpoint into learner, engine and iterator
@@ -25,10 +27,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from orchestra_jax.agent.loop import LoopLimits
 from orchestra_jax.agent.trajectory import write_jsonl
 from orchestra_jax.chat.tokenizer import ChatTokenizer
 from orchestra_jax.config_section import ExperimentConfig, parse_weighted
 from orchestra_jax.data.pipeline import task_iterator
+from orchestra_jax.data.splits import load_split
 from orchestra_jax.envs.environment import Environment
 from orchestra_jax.io import paths
 from orchestra_jax.models.peft_adapter import save_adapter
@@ -47,10 +51,11 @@ from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.minibatch_order import reorder_samples
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
-from orchestra_jax.rollout.engine import RolloutEngine, ServedEngine
+from orchestra_jax.rollout.engine import RolloutEngine, SamplingParams, ServedEngine
 from orchestra_jax.tools.config_sampler import ToolConfigSampler
-from orchestra_jax.training import builders, host_rollouts, infra_failures, seeds
+from orchestra_jax.training import builders, experiment_config, host_rollouts, infra_failures, seeds
 from orchestra_jax.training.checkpointing import Checkpointer
+from orchestra_jax.training.experiment_config import Sections
 from orchestra_jax.training.metrics import MetricsWriter
 from orchestra_jax.training.rollouts import (
     Episodes,
@@ -59,6 +64,7 @@ from orchestra_jax.training.rollouts import (
     run_graded_episodes,
     score_groups,
 )
+from orchestra_jax.training.run_config import RunConfig
 from orchestra_jax.training.run_sync import run_sync
 
 log = logging.getLogger(__name__)
@@ -68,7 +74,8 @@ log = logging.getLogger(__name__)
 class Run:
     """Everything a GRPO run holds between steps (built by `setup_run`)."""
 
-    config: ExperimentConfig
+    sections: Sections  # the config, typed: what the steps read of it
+    config_record: dict[str, Any]  # the config as written, saved with each checkpoint
     workdir: str
     tokenizer: ChatTokenizer
     mesh: jax.sharding.Mesh
@@ -77,6 +84,8 @@ class Run:
     env: Environment
     sampler: ToolConfigSampler
     reward_fn: GroupReward
+    sampling: SamplingParams  # training rollouts' (rollout.*, agent.max_new_tokens_per_turn)
+    limits: LoopLimits  # the agent loop's (agent.*)
     judge: LLMJudge | None  # grades "judge" tasks (reward.judge); None: none configured
     learner: Learner
     engine: RolloutEngine
@@ -89,8 +98,8 @@ class Run:
 
 def workdir_of(config: ExperimentConfig) -> str:
     """The run's folder: `config.workdir` (a local path or a `gs://` URI, see
-    `orchestra_jax/io/paths.py`), by default `runs/<variant>`."""
-    return config.workdir or os.path.join("runs", config.variant or "run")
+    `orchestra_jax/io/paths.py`), by default `runs/<variant>` (`RunConfig.run_dir`)."""
+    return RunConfig.unchecked(RunConfig.top_level(config)).run_dir()
 
 
 def judge_cache_path(config: ExperimentConfig, process: int | None = None) -> str:
@@ -108,8 +117,10 @@ def judge_cache_files(config: ExperimentConfig) -> list[str]:
 
 
 def setup_run(config: ExperimentConfig) -> Run:
-    """Builds every part of a run from its config."""
-    workdir = workdir_of(config)
+    """Builds every part of a run from its config (a `ConfigError` listing every
+    problem where it is invalid)."""
+    sections = experiment_config.sections(config)
+    workdir = sections.run.run_dir()
     paths.check_writable(workdir)  # a gs:// workdir without credentials fails here, clearly
     # The environment and the judge first: an endpoint that is down fails in seconds.
     env = builders.build_env(config)
@@ -120,17 +131,17 @@ def setup_run(config: ExperimentConfig) -> Run:
     mesh = builders.build_mesh(config)
     model, model_config = builders.build_model(config, mesh, tokenizer)
     sampler = env.tool_config_sampler(
-        seed=config.seed,
+        seed=sections.run.seed,
         ranges=builders.sampler_ranges(config),
         **builders.tool_config_fields(config),
     )
     learner = Learner(
         model,
-        builders.build_learner_config(config, total_steps=config.num_steps, mesh=mesh),
+        builders.build_learner_config(config, total_steps=sections.run.num_steps, mesh=mesh),
         mesh=mesh,
     )
     engine_model, engine_shardings = model, None
-    if jax.process_count() > 1 and config.rollout.engine == "jax":
+    if jax.process_count() > 1 and sections.rollout.engine == "jax":
         engine_model, engine_shardings = host_rollouts.host_local_engine_model(
             model, mesh.shape["tensor"]
         )
@@ -138,11 +149,12 @@ def setup_run(config: ExperimentConfig) -> Run:
     batching = builders.build_batching(config, learner.row_multiple())
     checkpointer = Checkpointer(
         paths.join(workdir, "checkpoints"),
-        max_to_keep=config.checkpoint.keep,
-        save_interval_steps=config.checkpoint.every_steps,  # 0: the final step only
+        max_to_keep=sections.checkpoint.keep,
+        save_interval_steps=sections.checkpoint.every_steps,  # 0: the final step only
     )
     return Run(
-        config=config,
+        sections=sections,
+        config_record=config.to_dict() if hasattr(config, "to_dict") else dict(config),
         workdir=workdir,
         tokenizer=tokenizer,
         mesh=mesh,
@@ -151,6 +163,8 @@ def setup_run(config: ExperimentConfig) -> Run:
         env=env,
         sampler=sampler,
         reward_fn=builders.build_reward(config),
+        sampling=builders.sampling_params(config),
+        limits=builders.loop_limits(config),
         judge=judge,
         learner=learner,
         engine=engine,
@@ -160,18 +174,19 @@ def setup_run(config: ExperimentConfig) -> Run:
     )
 
 
-def train_task_iterator(config: ExperimentConfig, *, whole_steps: bool = False):
+def train_task_iterator(sections: Sections, *, whole_steps: bool = False):
     """The training task stream, a step's tasks at a time: this host's share of each
     step, or with `whole_steps` every task of each step (the same on every host)."""
-    sources, _ = builders.build_task_sources(config, "train")
+    data = sections.data
+    sources, _ = load_split(data, "train", sections.eval.num_tasks)
     shard = {"shard_index": 0, "shard_count": 1} if whole_steps else {}
     return task_iterator(
         sources,
-        tasks_per_step=config.rl.tasks_per_step,
-        seed=config.seed,
+        tasks_per_step=sections.rl.tasks_per_step,
+        seed=sections.run.seed,
         **shard,
-        stratify_by=config.data.stratify_by or None,
-        stratum_weights=dict(parse_weighted(config.data.stratum_weights, "data.stratum_weights")),
+        stratify_by=data.stratify_by or None,
+        stratum_weights=dict(parse_weighted(data.stratum_weights, "data.stratum_weights")),
     )
 
 
@@ -194,7 +209,7 @@ def restore(run: Run, iterator, *, sync_engine: bool = True) -> int:
         step,
         params=run.learner.params,
         opt_state=run.learner.opt_state,
-        rng=jax.random.key(run.config.seed),
+        rng=jax.random.key(run.sections.run.seed),
     )
     run.learner.load_state(restored.params, restored.opt_state, step=restored.step)
     if sync_engine:
@@ -208,36 +223,36 @@ def restore(run: Run, iterator, *, sync_engine: bool = True) -> int:
 async def collect_experience(run: Run, tasks, step: int) -> StepExperience:
     """Rollouts of one step, graded and scored (see `training/rollouts.py`); on several
     hosts, this host's share of the step, exchanged (`training/host_rollouts.py`)."""
-    positions = host_rollouts.task_positions(run.config.rl.tasks_per_step)
+    positions = host_rollouts.task_positions(run.sections.rl.tasks_per_step)
     trajectories = await play_step(run, tasks, step, positions)
-    trajectories = host_rollouts.gather_step(trajectories, run.config.rl.group_size)
+    trajectories = host_rollouts.gather_step(trajectories, run.sections.rl.group_size)
     return score_step(run, trajectories)
 
 
 async def play_step(run: Run, tasks, step: int, positions) -> list:
     """G graded episodes for each of step `step`'s `tasks`, at their places `positions`
     in the step (which, with the step, seed their tool configs and episodes)."""
-    config = run.config
+    sections = run.sections
     tool_configs = [
-        run.sampler.sample(task, seeds.step_tool_config_seed(config.seed, step, i))
+        run.sampler.sample(task, seeds.step_tool_config_seed(sections.run.seed, step, i))
         for i, task in zip(positions, tasks)
     ]
     how = Episodes(
         env=run.env,
         engine=run.engine,
         tokenizer=run.tokenizer,
-        sampling=builders.sampling_params(config),
-        limits=builders.loop_limits(config),
-        group_size=config.rl.group_size,
-        tools_seed=seeds.step_backend_seed(config.seed, step),
-        sleep_scale=config.tools.sleep_scale,
+        sampling=run.sampling,
+        limits=run.limits,
+        group_size=sections.rl.group_size,
+        tools_seed=seeds.step_backend_seed(sections.run.seed, step),
+        sleep_scale=sections.tools.sleep_scale,
         judge=run.judge,
     )
     return await run_graded_episodes(
         tasks,
         tool_configs,
         how,
-        seed=seeds.step_episode_seed(config.seed, step),
+        seed=seeds.step_episode_seed(sections.run.seed, step),
         task_indices=positions,
     )
 
@@ -246,24 +261,24 @@ def score_step(run: Run, trajectories) -> StepExperience:
     """Rewards, advantages and filters of a step's graded episodes (`rl.*`); a step
     where more than `rl.max_infra_failure_fraction` of the episodes failed by
     infrastructure stops the run (`infra_failures.check_fraction`)."""
-    config = run.config
+    rl = run.sections.rl
     infra_failures.check_fraction(
-        trajectories, config.rl.max_infra_failure_fraction, what="the step's episodes"
+        trajectories, rl.max_infra_failure_fraction, what="the step's episodes"
     )
     return score_groups(
         trajectories,
-        group_size=config.rl.group_size,
+        group_size=rl.group_size,
         reward_fn=run.reward_fn,
-        adv_clip=config.rl.adv_clip,
-        filter_reward_std=config.rl.filter_reward_std,
-        format_filter=config.rl.format_filter,
-        format_penalty=config.rl.format_penalty,
-        filter_no_answer=config.rl.filter_no_answer,
-        advantage=config.rl.advantage,
-        advantage_boost=config.rl.advantage_boost,
-        drop_no_answer=config.rl.drop_no_answer,
-        train_message_turns=config.env.tau2.train_message_turns,
-        min_group_size_after_infra=config.rl.min_group_size_after_infra,
+        adv_clip=rl.adv_clip,
+        filter_reward_std=rl.filter_reward_std,
+        format_filter=rl.format_filter,
+        format_penalty=rl.format_penalty,
+        filter_no_answer=rl.filter_no_answer,
+        advantage=rl.advantage,
+        advantage_boost=rl.advantage_boost,
+        drop_no_answer=rl.drop_no_answer,
+        train_message_turns=run.sections.env.tau2.train_message_turns,
+        min_group_size_after_infra=rl.min_group_size_after_infra,
     )
 
 
@@ -275,7 +290,7 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     first put in the reference's order (`rl/minibatch_order.py`). With rl.pack each
     mini-batch's samples are packed into rows (`batching.pack_batch`): the same
     mini-batches, losses and gradients as one sample a row."""
-    rl = run.config.rl
+    rl = run.sections.rl
     samples = samples_of(rl.sample_unit, experience.kept)
     if not samples:
         return {"learner/skipped_no_signal": 1.0}
@@ -307,7 +322,7 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
         batching = dataclasses.replace(
             run.batching, row_multiple=run.learner.row_multiple(num_minibatches=n)
         )
-        build = build_shared_prompt_batch if run.config.rl.share_prompts else build_train_batch
+        build = build_shared_prompt_batch if rl.share_prompts else build_train_batch
         batch = build(samples, config=batching)
         metrics = run.learner.train_step(batch, num_minibatches=n)
     out = {f"learner/{k}": v for k, v in metrics.items()}
@@ -353,8 +368,8 @@ def end_step(
 ) -> None:
     """After step `step`'s update: trajectories, checkpoint (with the data iterator's
     state `data_state` after the step's tasks), evaluation when due, metrics."""
-    config = run.config
-    traj_every = config.log.trajectories_every
+    sections = run.sections
+    traj_every = sections.log.trajectories_every
     if traj_every and (step + 1) % traj_every == 0 and multihost.is_primary():
         write_jsonl(
             paths.join(run.workdir, "trajectories", f"step_{step + 1:06d}.jsonl"),
@@ -365,14 +380,19 @@ def end_step(
             step + 1,
             params=run.learner.params,
             opt_state=run.learner.opt_state,
-            rng=jax.random.key(config.seed),
+            rng=jax.random.key(sections.run.seed),
             data_state=data_state,
-            config=config,
-            force=step + 1 == config.num_steps,
+            config=run.config_record,
+            force=step + 1 == sections.run.num_steps,
         )
     eval_metrics = {}
-    every = config.eval.every_steps
-    if evaluate is not None and every and (step + 1) % every == 0 and step + 1 < config.num_steps:
+    every = sections.eval.every_steps
+    if (
+        evaluate is not None
+        and every
+        and (step + 1) % every == 0
+        and step + 1 < sections.run.num_steps
+    ):
         with timer("eval"):
             eval_metrics = evaluate(step + 1)
     if run.judge is not None:
@@ -404,5 +424,6 @@ def write_adapter(run: Run) -> None:
     <adapter>` load it. Every host calls it; process 0 writes."""
     if not run.learner.lora:
         return
-    base = run.config.model.hf_path or run.config.model.preset
-    save_adapter(run.model, adapter_dir(run.config), base_model_name_or_path=base)
+    model = run.sections.model
+    base = model.hf_path or model.preset
+    save_adapter(run.model, paths.join(run.workdir, "adapter"), base_model_name_or_path=base)
