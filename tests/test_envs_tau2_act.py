@@ -168,7 +168,7 @@ def test_the_acting_experts_tool_call_runs_in_tau2_and_its_message_reaches_the_u
 
 
 def test_advising_is_the_default_and_the_modes_are_checked(tau2_data, task):
-    from orchestra_jax.envs.tau2.config import config_problems
+    from orchestra_jax.envs.tau2.config import tau2_problems
 
     env = make_env(tau2_data)
     assert env.expert_mode == "advise" and "transfer_to_human_agents" in env.tools(
@@ -179,9 +179,9 @@ def test_advising_is_the_default_and_the_modes_are_checked(tau2_data, task):
     config = grpo_hle.get_config("tau2_demo")
     config.env.tau2.data_dir = str(tau2_data)
     config.env.tau2.expert_mode = "relay"
-    assert any("expert_mode must be one of" in p for p in config_problems(config))
+    assert any("expert_mode must be one of" in p for p in tau2_problems(config.env.tau2))
     config.env.tau2.expert_mode = "act"
-    assert any("needs experts" in p for p in config_problems(config))
+    assert any("needs experts" in p for p in tau2_problems(config.env.tau2))
     # At start-up, with everything else the run checks: relaying routers need advice.
     config.env.tau2.meta_tools = "ask_expert"
     config.env.tau2.expert_url = "http://127.0.0.1:9/v1"

@@ -38,7 +38,7 @@ from typing import Any
 
 from orchestra_jax.config_section import ExperimentConfig
 from orchestra_jax.envs.config import EnvConfig
-from orchestra_jax.envs.tau2.config import config_problems
+from orchestra_jax.envs.tau2.config import tau2_problems
 from orchestra_jax.registry import Registry
 from orchestra_jax.rewards.judge import ANSWER_MATCHES
 from orchestra_jax.tools import live_backends
@@ -109,10 +109,10 @@ class EvalProtocol:
         if self.catalogue and "qa" in _env_names(config):
             errors += _catalogue_problems(self, config)
         if self.tau2_settings and plays_tau2(config):
-            known = set(config_problems(config))  # the env section reports those
+            known = set(tau2_problems(config.env.tau2))  # the env section reports those
             errors += [
                 f"eval.protocol={self.name!r} sets {_fields(self.tau2_settings)}: {problem}"
-                for problem in config_problems(self.apply(config))
+                for problem in tau2_problems(self.apply(config).env.tau2)
                 if problem not in known
             ]
         return errors

@@ -9,7 +9,7 @@ import dataclasses
 import os
 from typing import Any
 
-from orchestra_jax.config_section import ExperimentConfig, Section
+from orchestra_jax.config_section import Section
 from orchestra_jax.envs.tau2 import setup
 from orchestra_jax.envs.tau2.tools import ASK_EXPERT, EXPERT_TOOLS
 
@@ -54,11 +54,6 @@ class Tau2Config(Section):
     def played_problems(self) -> list[str]:
         """Every problem of these values, where τ² tasks are played."""
         return tau2_problems(self)
-
-
-def config_problems(config: ExperimentConfig) -> list[str]:
-    """One message per mistake in an experiment config's `env.tau2` (`tau2_problems`)."""
-    return tau2_problems(config.env.tau2)
 
 
 def tau2_problems(t: Any) -> list[str]:
