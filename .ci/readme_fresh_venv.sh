@@ -26,6 +26,8 @@ start=$(date +%s)
 # exit (the venv stays, for the notebook test).
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM  # a stopped run removes it too
 
 # PATH without bwrap: directories holding one are replaced by a folder of links
 # to everything else in them.
