@@ -44,10 +44,9 @@ def test_every_variant_builds_its_typed_sections_from_the_file():
             for field in values.keys():  # the flag's name is the field's
                 if field not in cls.NESTED and field != "overrides":
                     assert getattr(section, field) == plain(values[field]), (name, field)
-        # Every top-level key is typed: a run value or a section (`distributed` is read,
-        # with the environment's fallbacks, by parallel/distributed.py).
+        # Every top-level key is typed: a run value or a section.
         typed = {f.name for f in dataclasses.fields(RunConfig)}
-        typed |= {name for name, _ in experiment_config.SECTION_CLASSES} | {"distributed"}
+        typed |= {name for name, _ in experiment_config.SECTION_CLASSES}
         assert set(config.keys()) <= typed, variant
     sections = experiment_config.sections(grpo_hle.get_config("demo"))
     demo = grpo_hle.get_config("demo")

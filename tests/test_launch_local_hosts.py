@@ -7,6 +7,7 @@ import pytest
 
 from launch import local_hosts
 from orchestra_jax.parallel import distributed
+from orchestra_jax.parallel.config import DistributedConfig
 
 
 def test_host_env_sets_coordinator_id_and_replaces_the_device_count():
@@ -57,6 +58,11 @@ def test_bad_arguments_are_one_line_errors(capsys):
     assert "put it after `--`" in capsys.readouterr().err
 
 
+def _section(values):
+    """The `distributed` section of these values (None: no section)."""
+    return None if values is None else DistributedConfig.from_config(values)
+
+
 @pytest.mark.parametrize(
     "section, env, want",
     [
@@ -75,7 +81,7 @@ def test_bad_arguments_are_one_line_errors(capsys):
     ],
 )
 def test_distributed_args_from_config_then_environment(section, env, want):
-    got = distributed.distributed_args(section, env)
+    got = distributed.distributed_args(_section(section), env)
     assert got == (None if want is None else distributed.DistributedArgs(*want))
 
 
@@ -89,4 +95,4 @@ def test_distributed_args_from_config_then_environment(section, env, want):
 )
 def test_distributed_args_errors_name_the_setting(section, env, message):
     with pytest.raises(ValueError, match=message):
-        distributed.distributed_args(section, env)
+        distributed.distributed_args(_section(section), env)

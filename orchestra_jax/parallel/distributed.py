@@ -25,6 +25,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from orchestra_jax.parallel.config import DistributedConfig
+
 log = logging.getLogger(__name__)
 
 ENV_ADDRESS = "JAX_COORDINATOR_ADDRESS"
@@ -56,21 +58,21 @@ def _env_int(environ: Mapping[str, str], name: str) -> int | None:
 
 
 def distributed_args(
-    section: Any = None, environ: Mapping[str, str] | None = None
+    section: DistributedConfig | None = None, environ: Mapping[str, str] | None = None
 ) -> DistributedArgs | None:
     """How this process joins the job (see module docstring); None for a single process.
 
-    `section` is the config's `distributed` section (or None). Raises ValueError
-    naming the field or variable when the settings contradict each other.
+    `section` is the config's `distributed` section (None: every field unset). Raises
+    ValueError naming the field or variable when the settings contradict each other.
     """
     environ = os.environ if environ is None else environ
-    get = (lambda name, default: section.get(name, default)) if section is not None else None
-    address = (get("coordinator_address", "") if get else "") or environ.get(ENV_ADDRESS, "")
-    count = (get("num_processes", 0) if get else 0) or _env_int(environ, ENV_COUNT)
-    process_id = get("process_id", -1) if get else -1
+    section = section or DistributedConfig()
+    address = section.coordinator_address or environ.get(ENV_ADDRESS, "")
+    count = section.num_processes or _env_int(environ, ENV_COUNT)
+    process_id = section.process_id
     if process_id is None or process_id < 0:
         process_id = _env_int(environ, ENV_ID)
-    auto = bool(get("auto_detect", False) if get else False) or environ.get(ENV_AUTO) == "1"
+    auto = section.auto_detect or environ.get(ENV_AUTO) == "1"
     if not address and not auto:
         if count not in (None, 1) or process_id not in (None, 0):
             raise ValueError(
@@ -88,7 +90,9 @@ def distributed_args(
     return DistributedArgs(address or None, count, process_id)
 
 
-def initialize(section: Any = None, environ: Mapping[str, str] | None = None) -> bool:
+def initialize(
+    section: DistributedConfig | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
     """Joins the multi-host job if one is configured; returns whether it did.
 
     Call before anything else touches JAX's devices. Calling it again in a

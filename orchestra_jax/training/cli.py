@@ -45,9 +45,12 @@ def init_distributed(config=None):
     """Joins a multi-host job configured in `config.distributed` or the environment
     (orchestra_jax/parallel/distributed.py); a bad setting exits with one line."""
     from orchestra_jax.parallel import distributed
+    from orchestra_jax.parallel.config import DistributedConfig
 
-    section = config.get("distributed") if config is not None else None
     try:
+        section = None
+        if config is not None and "distributed" in config:
+            section = DistributedConfig.from_config(config.distributed)
         distributed.initialize(section)
     except ValueError as e:
         sys.exit(f"error: {e}")

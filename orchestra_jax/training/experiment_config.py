@@ -27,7 +27,7 @@ from orchestra_jax.envs.config import EnvConfig
 from orchestra_jax.eval.config import EvalConfig
 from orchestra_jax.eval.routers import CONVERSATION_ROUTERS, is_router
 from orchestra_jax.models.config import LoRAConfig, ModelConfig
-from orchestra_jax.parallel.config import MeshConfig
+from orchestra_jax.parallel.config import DistributedConfig, MeshConfig
 from orchestra_jax.rewards.config import RewardConfig
 from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.learner import SCHEDULES
@@ -50,6 +50,7 @@ class Sections:
     model: ModelConfig
     lora: LoRAConfig
     mesh: MeshConfig
+    distributed: DistributedConfig
     rl: RLConfig
     sft: SFTConfig
     reward: RewardConfig
@@ -68,6 +69,7 @@ SECTION_CLASSES: tuple[tuple[str, type[Section]], ...] = (
     ("log", LogConfig),
     ("model", ModelConfig),
     ("mesh", MeshConfig),
+    ("distributed", DistributedConfig),
     ("lora", LoRAConfig),
     ("rl", RLConfig),
     ("sft", SFTConfig),
