@@ -13,6 +13,7 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.rl.batching import BatchingConfig
+from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.rl.minibatch_order import release_order, reorder_samples
 from orchestra_jax.rl.samples import Sample
 from orchestra_jax.training import experiment_config, loop_steps
@@ -210,7 +211,8 @@ def test_the_learner_trains_the_samples_in_the_release_order():
     )
     learner = RecordingLearner(config.rl.minibatch_size)
     batching = BatchingConfig(seq_buckets=(32,))
-    run = types.SimpleNamespace(config=config, learner=learner, batching=batching)
+    sections = types.SimpleNamespace(rl=RLConfig.from_config(config.rl))  # what train_step reads
+    run = types.SimpleNamespace(sections=sections, learner=learner, batching=batching)
     loop_steps.train_step(run, experience)
     [batch] = learner.batches
     first = np.asarray(batch.input_ids)[:, 0] - 100

@@ -161,10 +161,10 @@ def _step_run(max_fraction, min_group=2):
         max_infra_failure_fraction=max_fraction,
         min_group_size_after_infra=min_group,
     )
-    config = types.SimpleNamespace(
+    sections = types.SimpleNamespace(
         rl=rl, env=types.SimpleNamespace(tau2=types.SimpleNamespace(train_message_turns=True))
     )
-    return types.SimpleNamespace(config=config, reward_fn=make_reward({"type": "outcome"}))
+    return types.SimpleNamespace(sections=sections, reward_fn=make_reward({"type": "outcome"}))
 
 
 def test_a_step_past_the_fraction_fails_naming_the_endpoint():

@@ -8,7 +8,9 @@ import pytest
 
 from experiments.configs import grpo_hle
 from orchestra_jax.agent.trajectory import Trajectory, Turn
+from orchestra_jax.envs.config import EnvConfig
 from orchestra_jax.rewards.registry import make_reward
+from orchestra_jax.rl.config import RLConfig
 from orchestra_jax.training import builders, loop_steps
 from orchestra_jax.training.rollouts import score_groups
 
@@ -266,7 +268,10 @@ def test_score_step_reads_the_reference_settings():
     config.rl.format_filter = "turn"
     config.rl.advantage_boost = 0.1
     config.rl.drop_no_answer = True
-    run = types.SimpleNamespace(config=config, reward_fn=builders.build_reward(config))
+    sections = types.SimpleNamespace(  # what score_step reads
+        rl=RLConfig.from_config(config.rl), env=EnvConfig.from_config(config.env)
+    )
+    run = types.SimpleNamespace(sections=sections, reward_fn=builders.build_reward(config))
     unanswered = dict(finish_reason="max_turns", final_answer=None)
     trajs = [
         _traj("a", True, 0.1),
