@@ -13,6 +13,9 @@ q's dtype, with scores and softmax in float32.
               sequence then padding (checked at run time), else "flash".
     "splash"  the Pallas splash-attention kernel (TPU): causal within segments
               for self-attention with T a multiple of 128, else "flash".
+
+Rows with shared prefixes (`AttentionMask.q_prefix`, `rl/prefix_packing.py`) run
+"flash" under "cudnn" and "splash": neither fused kernel takes that mask.
     "auto"    "cudnn" on GPU in bf16/fp16, "splash" on TPU, "flash" otherwise.
 
 Any other key may be "package.module:attr" naming a function of the same signature.
@@ -113,7 +116,11 @@ def cudnn_causal(
 @ATTENTION.register("cudnn")
 def cudnn(q, k, v, mask: AttentionMask, *, self_attention: bool, block_size: int):
     """cuDNN's fused attention for one-sequence rows (see `cudnn_causal`), else "flash"."""
-    if not self_attention or q.dtype not in (jnp.bfloat16, jnp.float16):
+    if (
+        not self_attention
+        or q.dtype not in (jnp.bfloat16, jnp.float16)
+        or mask.q_prefix is not None
+    ):
         return flash(q, k, v, mask, self_attention=self_attention, block_size=block_size)
     return cudnn_causal(q, k, v, mask, implementation="cudnn", block_size=block_size)
 
@@ -165,7 +172,7 @@ def splash_causal(q, k, v, mask: AttentionMask, *, interpret: bool = False):
 @ATTENTION.register("splash")
 def splash(q, k, v, mask: AttentionMask, *, self_attention: bool, block_size: int):
     """The splash kernel for self-attention with T % 128 == 0, else "flash"."""
-    if not self_attention or q.shape[1] % 128:
+    if not self_attention or q.shape[1] % 128 or mask.q_prefix is not None:
         return flash(q, k, v, mask, self_attention=self_attention, block_size=block_size)
     return splash_causal(q, k, v, mask)
 

@@ -6,7 +6,10 @@ q [B, T, H, D]; k, v [B, K, S, D] with K key/value heads, G = H / K query heads
 each; `mask` an `AttentionMask` (coordinates and segment ids, never a dense
 [T, S] array): query t sees key s iff
 
-    kv_coord[s] <= q_coord[t]  and  kv_segment[s] == q_segment[t] != 0.
+    kv_coord[s] <= q_coord[t]  and  kv_segment[s] == q_segment[t] != 0,
+
+or, where the mask names a shared prefix's segment for query t (`q_prefix[t]`
+!= 0, `rl/prefix_packing.py`), kv_segment[s] == q_prefix[t] as well.
 
 Forward: for each block of `block_q` queries, an online softmax runs over the
 blocks of `block_k` keys, keeping per row the running maximum m, the running
@@ -14,8 +17,9 @@ sum l of exp(scores − m) and the running weighted sum of values; the output is
 that sum / l, and the pass keeps only the output and lse = m + log l per row.
 Key blocks whose smallest coordinate exceeds every coordinate of the query
 block are skipped (a causal mask's upper triangle), and so are key blocks whose
-segments the query block does not hold (earlier sequences of a packed row): each
-query block reads one range of key blocks, the union over the batch's rows.
+segments the query block does not hold or read as its prefix (earlier sequences
+of a packed row): each query block reads one range of key blocks, the union over
+the batch's rows.
 
 Backward (FlashAttention-2, Dao 2023): each block's probabilities are
 recomputed as P = exp(S − lse), then with dO the output's cotangent and
@@ -64,6 +68,11 @@ class _Blocks:
         # Padded queries have segment 0 (see nothing); padded keys segment -1 (seen by none).
         self.q_coord = _pad_to(mask.q_coord, 1, tp, -1).reshape(b, self.nq, self.bq)
         self.q_seg = _pad_to(mask.q_segment, 1, tp, 0).reshape(b, self.nq, self.bq)
+        self.q_prefix = (
+            None
+            if mask.q_prefix is None
+            else _pad_to(mask.q_prefix, 1, tp, 0).reshape(b, self.nq, self.bq)
+        )
         self.kv_coord = _pad_to(mask.kv_coord, 1, sp, 0)
         self.kv_seg = _pad_to(mask.kv_segment, 1, sp, -1)
         self.first_kv, self.num_kv = self._key_block_range(b)
@@ -72,14 +81,18 @@ class _Blocks:
         """int32 [nq] each: the first key block a query block reads and one past the
         last. Key block j can matter to query block i in a row only if its smallest
         coordinate is <= the query block's largest (causal) and its segment ids
-        (those > 0) overlap the query block's (those != 0): packed sequences never
-        read each other's blocks. Blocks outside [first, last] in every row are
-        skipped; the blocks between are read and masked as usual."""
+        (those > 0) overlap the range of the query block's own and prefix segments
+        (those != 0): packed sequences never read each other's blocks. Blocks
+        outside [first, last] in every row are skipped; the blocks between are read
+        and masked as usual."""
         big = jnp.iinfo(jnp.int32).max
         q_live = self.q_seg != 0  # [B, nq, bq]
         q_max = jnp.where(q_live, self.q_coord, -1).max(axis=2)  # [B, nq]
         q_seg_min = jnp.where(q_live, self.q_seg, big).min(axis=2)
         q_seg_max = jnp.where(q_live, self.q_seg, -1).max(axis=2)
+        if self.q_prefix is not None:  # a shared prefix comes before its continuations
+            reads = q_live & (self.q_prefix != 0)
+            q_seg_min = jnp.minimum(q_seg_min, jnp.where(reads, self.q_prefix, big).min(axis=2))
         kv_coord = self.kv_coord.reshape(b, self.nk, self.bk)
         kv_seg = self.kv_seg.reshape(b, self.nk, self.bk)
         k_live = kv_seg > 0
@@ -97,6 +110,10 @@ class _Blocks:
         first = jnp.minimum(first, last + 1)  # a query block that needs nothing reads nothing
         return first.astype(jnp.int32), (last + 1).astype(jnp.int32)
 
+    def prefix_blocks(self) -> jax.Array | None:
+        """The query blocks' prefix segments [nq, B, bq] (scanned with them), or None."""
+        return None if self.q_prefix is None else self.q_prefix.transpose(1, 0, 2)
+
     def query_blocks(self, x: jax.Array) -> jax.Array:
         """[B, T, H, D] -> [nq, B, K, G, bq, D] (padded with zeros)."""
         b, _, h, d = x.shape
@@ -113,12 +130,15 @@ class _Blocks:
         """Key block j of padded [B, K, S', D] keys or values."""
         return jax.lax.dynamic_slice_in_dim(x, j * self.bk, self.bk, axis=2)
 
-    def visible(self, j, q_coord, q_seg) -> jax.Array:
-        """bool [B, 1, 1, bq, bk]: the mask of a query block (its coordinates and segments
-        [B, bq]) against key block j."""
+    def visible(self, j, q_coord, q_seg, q_prefix=None) -> jax.Array:
+        """bool [B, 1, 1, bq, bk]: the mask of a query block (its coordinates, segments
+        and prefix segments or None, [B, bq]) against key block j."""
         kc = jax.lax.dynamic_slice_in_dim(self.kv_coord, j * self.bk, self.bk, axis=1)
         ks = jax.lax.dynamic_slice_in_dim(self.kv_seg, j * self.bk, self.bk, axis=1)
-        vis = (kc[:, None, :] <= q_coord[:, :, None]) & (ks[:, None, :] == q_seg[:, :, None])
+        same = ks[:, None, :] == q_seg[:, :, None]
+        if q_prefix is not None:
+            same = same | ((ks[:, None, :] == q_prefix[:, :, None]) & (q_prefix[:, :, None] != 0))
+        vis = (kc[:, None, :] <= q_coord[:, :, None]) & same
         vis = vis & (q_seg[:, :, None] != 0)
         return vis[:, None, None]
 
@@ -134,13 +154,13 @@ def _forward(q, k, v, mask, block_q, block_k):
     qb = blocks.query_blocks(q)
 
     def query_block(_, xs):
-        qi, q_coord, q_seg, first_kv, num_kv = xs
+        qi, q_coord, q_seg, q_prefix, first_kv, num_kv = xs
         shape = qi.shape[:-1]  # [B, K, G, bq]
 
         def key_block(j, carry):
             m, total, acc = carry
             s = _scores(blocks, qi, blocks.key_block(kp, j))
-            s = jnp.where(blocks.visible(j, q_coord, q_seg), s, -jnp.inf)
+            s = jnp.where(blocks.visible(j, q_coord, q_seg, q_prefix), s, -jnp.inf)
             m_new = jnp.maximum(m, s.max(axis=-1))
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
             p = jnp.exp(s - m_safe[..., None])
@@ -169,6 +189,7 @@ def _forward(q, k, v, mask, block_q, block_k):
         qb,
         blocks.q_coord.transpose(1, 0, 2),
         blocks.q_seg.transpose(1, 0, 2),
+        blocks.prefix_blocks(),
         blocks.first_kv,
         blocks.num_kv,
     )
@@ -201,13 +222,13 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
 
     def query_block(carry, xs):
         dk, dv = carry
-        qi, doi, lse_i, delta_i, q_coord, q_seg, first_kv, num_kv = xs
+        qi, doi, lse_i, delta_i, q_coord, q_seg, q_prefix, first_kv, num_kv = xs
 
         def key_block(j, inner):
             dq, dk, dv = inner
             kj, vj = blocks.key_block(kp, j), blocks.key_block(vp, j)
             s = _scores(blocks, qi, kj)
-            vis = blocks.visible(j, q_coord, q_seg)
+            vis = blocks.visible(j, q_coord, q_seg, q_prefix)
             p = jnp.where(vis, jnp.exp(s - lse_i[..., None]), 0.0)
             dv_j = jnp.einsum(
                 "bkgqs,bkgqd->bksd", p.astype(q.dtype), doi, preferred_element_type=_F32
@@ -236,6 +257,7 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
         delta,
         blocks.q_coord.transpose(1, 0, 2),
         blocks.q_seg.transpose(1, 0, 2),
+        blocks.prefix_blocks(),
         blocks.first_kv,
         blocks.num_kv,
     )

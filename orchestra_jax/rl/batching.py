@@ -64,6 +64,9 @@ class TrainBatch:
     advantages: Any  # float32, the sequence's advantage on loss tokens, else 0
     old_logprobs: Any  # float32, rollout log-prob of target_ids[t] (0 off the mask)
     loss_index: Any  # int32 [B, K], positions t with loss_mask 1, then -1 (see below)
+    # int32 [B, T] or None: the segment of a shared prefix position t also sees, 0 for
+    # none (rows of `rl/prefix_packing.py`); None: no row shares a prefix.
+    prefix_segment_ids: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -305,6 +308,10 @@ def place_minibatches(
         out[real] = x[source[real]]
         return out
 
-    fields = {f.name: place(getattr(batch, f.name), 0) for f in dataclasses.fields(batch)}
+    fields = {
+        f.name: place(getattr(batch, f.name), 0)
+        for f in dataclasses.fields(batch)
+        if getattr(batch, f.name) is not None
+    }
     fields["loss_index"] = place(batch.loss_index, -1)
     return TrainBatch(**fields)

@@ -37,7 +37,12 @@ def model_logprobs(
     model: nnx.Module, batch: TrainBatch, temperature: float = 1.0
 ) -> tuple[jax.Array, jax.Array]:
     """(log softmax(logits / T)[target] [B, T], logits [B, T, V]) for a TrainBatch."""
-    logits = model(batch.input_ids, batch.positions, segment_ids=batch.segment_ids)
+    logits = model(
+        batch.input_ids,
+        batch.positions,
+        segment_ids=batch.segment_ids,
+        prefix_segment_ids=batch.prefix_segment_ids,
+    )
     return grpo.token_logprobs(logits, batch.target_ids, temperature), logits
 
 
@@ -62,6 +67,7 @@ def at_loss_positions(batch: TrainBatch) -> TrainBatch:
         target_ids=take(batch.target_ids),
         segment_ids=jnp.where(valid, dense, 0).astype(segments.dtype),
         positions=take(batch.positions),
+        prefix_segment_ids=None,  # attention's, not the loss's
         loss_mask=take(batch.loss_mask) * valid,
         advantages=take(batch.advantages) * valid,
         old_logprobs=take(batch.old_logprobs) * valid,
@@ -89,7 +95,10 @@ def loss_position_logprobs(
         hidden, batch = shared_prompt_hidden_states(model, batch)
     else:
         hidden = model.hidden_states(
-            batch.input_ids, batch.positions, segment_ids=batch.segment_ids
+            batch.input_ids,
+            batch.positions,
+            segment_ids=batch.segment_ids,
+            prefix_segment_ids=batch.prefix_segment_ids,
         )
     index = jnp.where(batch.loss_index >= 0, batch.loss_index, 0)
     view = at_loss_positions(batch)

@@ -172,7 +172,15 @@ class Qwen3ForCausalLM(nnx.Module):
         return rope_tables(jnp.arange(length, dtype=jnp.int32), c.head_dim, c.rope_theta)
 
     def hidden_states(
-        self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None, rope_table=None
+        self,
+        input_ids,
+        positions,
+        *,
+        segment_ids=None,
+        prefix_segment_ids=None,
+        cache=None,
+        kv_len=None,
+        rope_table=None,
     ):
         """Final normed hidden states [B, T, H]; with a cache, (hidden, new_cache).
 
@@ -183,7 +191,8 @@ class Qwen3ForCausalLM(nnx.Module):
         rotary angles' cos/sin by a lookup, with the same values: XLA fuses the
         tables into each layer's q and k rotation and so evaluates cos and sin
         once per element of q and k; a decode loop computes the table once,
-        outside the loop.
+        outside the loop. `prefix_segment_ids` (no cache): the segment of a shared
+        prefix each token also attends to (`AttentionMask.causal`).
         """
         _check_inputs(input_ids, positions)
         c = self.config
@@ -195,9 +204,11 @@ class Qwen3ForCausalLM(nnx.Module):
             if kv_len is not None:
                 raise ValueError("kv_len only applies when a cache is given")
             seg = jnp.ones_like(input_ids) if segment_ids is None else segment_ids
-            mask = AttentionMask.causal(seg)
+            mask = AttentionMask.causal(seg, prefix_segment_ids)
             x, _, _ = self.model(input_ids, cos, sin, mask, None, None, None, None)
             return x
+        if prefix_segment_ids is not None:
+            raise ValueError("prefix_segment_ids apply without a cache only")
         kv_len = cache.max_len if kv_len is None else int(kv_len)
         if not 0 < kv_len <= cache.max_len:
             raise ValueError(f"kv_len must be in (0, {cache.max_len}], got {kv_len}")
@@ -212,12 +223,21 @@ class Qwen3ForCausalLM(nnx.Module):
         return x, KVCache(cache_k, cache_v)
 
     def __call__(
-        self, input_ids, positions, *, segment_ids=None, cache=None, kv_len=None, rope_table=None
+        self,
+        input_ids,
+        positions,
+        *,
+        segment_ids=None,
+        prefix_segment_ids=None,
+        cache=None,
+        kv_len=None,
+        rope_table=None,
     ):
         """Float32 logits [B, T, V] for int32 input_ids / positions [B, T].
 
         Without a cache: `segment_ids` [B, T] (0 = padding) keeps packed sequences
-        apart; attention is causal within a segment. With `cache`: each token is
+        apart; attention is causal within a segment, and `prefix_segment_ids` [B, T]
+        (0: none) names a shared prefix's segment each token also sees. With `cache`: each token is
         written to slot `positions[b, t]` of row b and attends to slots
         s <= positions[b, t] and s < kv_len (a static int, default the cache length,
         so cost follows the current length bucket; it must exceed every position in
@@ -229,6 +249,7 @@ class Qwen3ForCausalLM(nnx.Module):
             input_ids,
             positions,
             segment_ids=segment_ids,
+            prefix_segment_ids=prefix_segment_ids,
             cache=cache,
             kv_len=kv_len,
             rope_table=rope_table,
