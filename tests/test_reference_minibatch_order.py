@@ -191,6 +191,7 @@ def test_the_learner_trains_the_samples_in_the_release_order():
     config = grpo_hle.get_config("qwen3_8b")
     config.rl.sample_unit = "episode"  # one sample an episode: its first token names it
     config.rl.pack = False  # one sample a row, to read the order (packing: test_rl_packing)
+    config.rl.share_prefixes = False
     lengths = [3 + (7 * i) % 23 for i in range(32)]
     episodes = [
         graded_episode(

@@ -23,9 +23,9 @@ REFERENCE = {
 }
 
 
-@pytest.mark.parametrize("pack", [False, True])
-def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path, pack):
-    config = micro_config(tmp_path, **REFERENCE, **{"rl.pack": pack})
+@pytest.mark.parametrize("pack, share", [(False, False), (True, False), (True, True)])
+def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path, pack, share):
+    config = micro_config(tmp_path, **REFERENCE, **{"rl.pack": pack, "rl.share_prefixes": share})
     run = loop_steps.setup_run(config)
     assert isinstance(builders.loop_limits(config).context, RebuildContext)
     run.reward_fn = NoiseReward()
@@ -44,6 +44,11 @@ def test_a_step_with_rebuilt_prompts_trains_turn_samples(tmp_path, pack):
     assert (
         line["learner/batch_rows"] % (line["learner/updates"] * run.learner.num_batch_shards) == 0
     )
+    # Each sample's positions once, or (shared prefixes) its rebuilt prompt's common
+    # start with the step's other turns once.
+    positions = sum(len(s.token_ids) - 1 for s in samples)
+    assert (line["learner/written_positions"] < positions) == share
+    assert line["learner/written_positions"] <= positions
     rebuilt = [t for t in trajs if len(t.turns) > 1]
     assert rebuilt, "no episode reached a second turn"
     for traj in rebuilt:

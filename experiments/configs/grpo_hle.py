@@ -422,6 +422,10 @@ def _base() -> ml_collections.ConfigDict:
     # rl.seq_buckets' best-fitting length and rl.micro_batch_size counts packed rows.
     # Not with rl.share_prompts (its rows are groups) nor "seq-mean-token-sum-norm".
     c.rl.pack = False
+    # With rl.pack: samples that begin alike (a rebuilt prompt's turns, a group's
+    # episodes) are written once up to where they part, each sample's rest after it
+    # seeing that copy (rl/prefix_packing.py): exact, and fewer positions to run.
+    c.rl.share_prefixes = False
     # PPO mini-batches: each rollout batch is split into num_minibatches mini-batches,
     # each one optimizer update, gone over num_epochs times; 1 and 1: one update a
     # step (the PPO ratio stays 1 and the clips never act; the paper's setting).
@@ -847,6 +851,7 @@ def _qwen3_8b(c):
     c.tools.search_price_per_document = pricing.SEARCH_PRICE_PER_DOCUMENT  # Tavily's extract.
     c.rl.sample_unit = "turn"  # Each turn a sample, its episode's advantage (gen).
     c.rl.pack = True  # Turns of uneven lengths share rows (exact; verl removes padding too).
+    c.rl.share_prefixes = True  # A step's turns share their rebuilt prompts' starts (exact).
     c.rl.minibatch_size = 16  # Samples per update over all GPUs (sh PPO_MINI_BATCH_SIZE).
     c.rl.balance_partitions = 16  # _balance_batch over its 16 GPUs (ray_trainer.py 906-917),
     c.rl.balance_group_size = 2  # Ulysses pairs (sh ulysses_sequence_parallel_size).

@@ -31,6 +31,7 @@ class RLConfig(Section):
     micro_batch_size: int = 8
     share_prompts: bool = False
     pack: bool = False
+    share_prefixes: bool = False
     num_minibatches: int = 1
     num_epochs: int = 1
     minibatch_size: int = 0
@@ -103,6 +104,13 @@ class RLConfig(Section):
             errors.append(
                 "rl.pack packs samples into rows, rl.share_prompts makes each row a group's "
                 "prompt and its episodes (rl/shared_prompts.py); they do not combine: set one"
+            )
+        if not isinstance(self.share_prefixes, bool):
+            errors.append(f"rl.share_prefixes must be True or False, got {self.share_prefixes!r}")
+        elif self.share_prefixes and not self.pack:
+            errors.append(
+                "rl.share_prefixes packs samples that begin alike with one copy of their "
+                "common prefix (rl/prefix_packing.py); it needs rl.pack = True"
             )
         if self.pack and self.loss_agg == "seq-mean-token-sum-norm":
             errors.append(
@@ -212,7 +220,8 @@ class RLConfig(Section):
         )
 
     def batching(self, row_multiple: int) -> BatchingConfig:
-        """How trajectories become learner rows: `seq_buckets`, `pack`."""
+        """How trajectories become learner rows: `seq_buckets`, `pack` (with
+        `share_prefixes` the loop packs by `rl/prefix_packing.py` instead)."""
         return BatchingConfig(
             seq_buckets=tuple(self.seq_buckets), row_multiple=row_multiple, pack=bool(self.pack)
         )

@@ -43,12 +43,14 @@ from orchestra_jax.rewards.judge import LLMJudge
 from orchestra_jax.rewards.registry import GroupReward
 from orchestra_jax.rl.batching import (
     BatchingConfig,
+    TrainBatch,
     build_train_batch,
     pack_batch,
     place_minibatches,
 )
 from orchestra_jax.rl.learner import Learner
 from orchestra_jax.rl.minibatch_order import reorder_samples
+from orchestra_jax.rl.prefix_packing import pack_shared_prefixes
 from orchestra_jax.rl.samples import samples_of
 from orchestra_jax.rl.shared_prompts import build_shared_prompt_batch
 from orchestra_jax.rollout.engine import RolloutEngine, SamplingParams, ServedEngine
@@ -288,8 +290,10 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
     samples in order, the remainder last (`Learner.minibatch_sizes`); otherwise
     rl.num_minibatches strided mini-batches. With rl.balance_partitions the samples are
     first put in the reference's order (`rl/minibatch_order.py`). With rl.pack each
-    mini-batch's samples are packed into rows (`batching.pack_batch`): the same
-    mini-batches, losses and gradients as one sample a row."""
+    mini-batch's samples are packed into rows (`batching.pack_batch`; with
+    rl.share_prefixes, samples that begin alike share one copy of their common start:
+    `prefix_packing.pack_shared_prefixes`): the same mini-batches, losses and
+    gradients as one sample a row."""
     rl = run.sections.rl
     samples = samples_of(rl.sample_unit, experience.kept)
     if not samples:
@@ -309,7 +313,8 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
         batching = dataclasses.replace(
             run.batching, row_multiple=run.learner.row_multiple(num_minibatches=1)
         )
-        batch = pack_batch(samples, config=batching, minibatches=groups)
+        pack = pack_shared_prefixes if rl.share_prefixes else pack_batch
+        batch = pack(samples, config=batching, minibatches=groups)
         metrics = run.learner.train_step(batch, num_minibatches=n, minibatch_sizes=sizes)
     elif sizes is not None:  # m, m, …, the remainder: each mini-batch its samples in order
         batch = build_train_batch(
@@ -327,6 +332,8 @@ def train_step(run: Run, experience: StepExperience) -> dict[str, float]:
         metrics = run.learner.train_step(batch, num_minibatches=n)
     out = {f"learner/{k}": v for k, v in metrics.items()}
     out["learner/batch_rows"], out["learner/batch_len"] = batch.shape
+    if isinstance(batch, TrainBatch):  # positions holding a token (shared prefixes once)
+        out["learner/written_positions"] = float((np.asarray(batch.segment_ids) > 0).sum())
     out["learner/samples"] = float(len(samples))
     return out
 
