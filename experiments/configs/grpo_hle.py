@@ -422,9 +422,10 @@ def _base() -> ml_collections.ConfigDict:
     # rl.seq_buckets' best-fitting length and rl.micro_batch_size counts packed rows.
     # Not with rl.share_prompts (its rows are groups) nor "seq-mean-token-sum-norm".
     c.rl.pack = False
-    # With rl.pack: samples that begin alike (a rebuilt prompt's turns, a group's
-    # episodes) are written once up to where they part, each sample's rest after it
-    # seeing that copy (rl/prefix_packing.py): exact, and fewer positions to run.
+    # With rl.pack, the GRPO learner's samples that begin alike (a rebuilt prompt's
+    # turns, a group's episodes) are written once up to where they part, each sample's
+    # rest after it seeing that copy (rl/prefix_packing.py): exact, and fewer positions
+    # to run. The warm start packs without it.
     c.rl.share_prefixes = False
     # PPO mini-batches: each rollout batch is split into num_minibatches mini-batches,
     # each one optimizer update, gone over num_epochs times; 1 and 1: one update a
