@@ -207,3 +207,28 @@ def test_model_refuses_prefix_segments_with_a_cache():
     ids = jnp.zeros((1, 4), jnp.int32)
     with pytest.raises(ValueError, match="without a cache"):
         model(ids, ids, prefix_segment_ids=ids, cache=model.init_cache(1, 8))
+
+
+def test_flash_skips_the_other_continuations_of_a_prefix():
+    """[prefix (seg 1)][a (2, reads 1)][b (3, reads 1)][lone (4)], 64 positions each,
+    blocks of 32: b's query blocks read the prefix's blocks and their own, never a's
+    (NaN values there change nothing)."""
+    from orchestra_jax.models.flash_attention import _Blocks
+
+    seg = jnp.asarray(np.repeat(np.arange(1, 5), 64)[None].astype(np.int32))
+    pre = jnp.asarray(np.where((seg == 2) | (seg == 3), 1, 0).astype(np.int32))
+    mask = AttentionMask.causal(seg, pre)
+    rng = np.random.default_rng(1)
+    q = jnp.asarray(rng.normal(size=(1, 256, 2, 8)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(1, 1, 256, 8)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(1, 1, 256, 8)), jnp.float32)
+    blocks = _Blocks(q, k, mask, 32, 32)
+    np.testing.assert_array_equal(blocks.first_kv, [0, 0, 2, 2, 4, 4, 6, 6])
+    np.testing.assert_array_equal(blocks.num_kv, [1, 2, 3, 4, 5, 6, 7, 8])
+    np.testing.assert_array_equal(blocks.first_prefix, [0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(blocks.end_prefix, [0, 0, 2, 2, 2, 2, 0, 0])
+    poisoned = v.at[:, :, 64:128].set(jnp.nan)  # a's values
+    out = flash_attention(q, k, poisoned, mask, block_q=32, block_k=32)
+    assert np.all(np.isfinite(np.asarray(out[:, 128:])))
+    want = flash_attention(q, k, v, mask, block_q=256, block_k=256)  # one block: all read
+    np.testing.assert_allclose(out[:, 128:], want[:, 128:], atol=2e-6)

@@ -17,9 +17,10 @@ sum l of exp(scores − m) and the running weighted sum of values; the output is
 that sum / l, and the pass keeps only the output and lse = m + log l per row.
 Key blocks whose smallest coordinate exceeds every coordinate of the query
 block are skipped (a causal mask's upper triangle), and so are key blocks whose
-segments the query block does not hold or read as its prefix (earlier sequences
-of a packed row): each query block reads one range of key blocks, the union over
-the batch's rows.
+segments the query block does not hold (earlier sequences of a packed row): each
+query block reads one range of key blocks, the union over the batch's rows. With
+shared prefixes, it reads a second range before that one, the blocks of the
+prefixes it sees, and skips the other continuations of its prefix between them.
 
 Backward (FlashAttention-2, Dao 2023): each block's probabilities are
 recomputed as P = exp(S − lse), then with dO the output's cotangent and
@@ -75,40 +76,58 @@ class _Blocks:
         )
         self.kv_coord = _pad_to(mask.kv_coord, 1, sp, 0)
         self.kv_seg = _pad_to(mask.kv_segment, 1, sp, -1)
-        self.first_kv, self.num_kv = self._key_block_range(b)
+        self.first_kv, self.num_kv, self.first_prefix, self.end_prefix = self._key_block_ranges(b)
 
-    def _key_block_range(self, b: int) -> tuple[jax.Array, jax.Array]:
+    def _key_block_ranges(self, b: int):
         """int32 [nq] each: the first key block a query block reads and one past the
-        last. Key block j can matter to query block i in a row only if its smallest
-        coordinate is <= the query block's largest (causal) and its segment ids
-        (those > 0) overlap the range of the query block's own and prefix segments
-        (those != 0): packed sequences never read each other's blocks. Blocks
-        outside [first, last] in every row are skipped; the blocks between are read
-        and masked as usual."""
+        last; then the same for the blocks of the shared prefixes it sees (None
+        without prefixes), a range that ends before the first. Key block j can
+        matter to query block i in a row only if its smallest coordinate is <= the
+        query block's largest (causal) and its segment ids (those > 0) overlap the
+        query block's (those != 0), or its prefix segments: packed sequences never
+        read each other's blocks. Blocks outside the ranges in every row are
+        skipped; the blocks inside are read and masked as usual."""
         big = jnp.iinfo(jnp.int32).max
         q_live = self.q_seg != 0  # [B, nq, bq]
         q_max = jnp.where(q_live, self.q_coord, -1).max(axis=2)  # [B, nq]
         q_seg_min = jnp.where(q_live, self.q_seg, big).min(axis=2)
         q_seg_max = jnp.where(q_live, self.q_seg, -1).max(axis=2)
-        if self.q_prefix is not None:  # a shared prefix comes before its continuations
-            reads = q_live & (self.q_prefix != 0)
-            q_seg_min = jnp.minimum(q_seg_min, jnp.where(reads, self.q_prefix, big).min(axis=2))
         kv_coord = self.kv_coord.reshape(b, self.nk, self.bk)
         kv_seg = self.kv_seg.reshape(b, self.nk, self.bk)
         k_live = kv_seg > 0
         k_min = jnp.where(k_live, kv_coord, big).min(axis=2)  # [B, nk]
         k_seg_min = jnp.where(k_live, kv_seg, big).min(axis=2)
         k_seg_max = jnp.where(k_live, kv_seg, -1).max(axis=2)
-        needed = (
-            (k_min[:, None, :] <= q_max[:, :, None])
-            & (k_seg_min[:, None, :] <= q_seg_max[:, :, None])
-            & (q_seg_min[:, :, None] <= k_seg_max[:, None, :])
-        ).any(axis=0)  # [nq, nk]
-        j = jnp.arange(self.nk)[None, :]
-        first = jnp.min(jnp.where(needed, j, self.nk), axis=1)
-        last = jnp.max(jnp.where(needed, j, -1), axis=1)
-        first = jnp.minimum(first, last + 1)  # a query block that needs nothing reads nothing
-        return first.astype(jnp.int32), (last + 1).astype(jnp.int32)
+        causal = k_min[:, None, :] <= q_max[:, :, None]
+
+        def block_range(seg_min, seg_max):
+            needed = (
+                causal
+                & (k_seg_min[:, None, :] <= seg_max[:, :, None])
+                & (seg_min[:, :, None] <= k_seg_max[:, None, :])
+            ).any(axis=0)  # [nq, nk]
+            j = jnp.arange(self.nk)[None, :]
+            first = jnp.min(jnp.where(needed, j, self.nk), axis=1)
+            last = jnp.max(jnp.where(needed, j, -1), axis=1)
+            first = jnp.minimum(first, last + 1)  # a block that needs nothing reads nothing
+            return first.astype(jnp.int32), (last + 1).astype(jnp.int32)
+
+        first, end = block_range(q_seg_min, q_seg_max)
+        if self.q_prefix is None:
+            return first, end, None, None
+        reads = q_live & (self.q_prefix != 0)
+        prefix_min = jnp.where(reads, self.q_prefix, big).min(axis=2)
+        prefix_max = jnp.where(reads, self.q_prefix, -1).max(axis=2)
+        first_prefix, end_prefix = block_range(prefix_min, prefix_max)
+        end_prefix = jnp.minimum(end_prefix, first)  # blocks of the first range are read there
+        return first, end, jnp.minimum(first_prefix, end_prefix), end_prefix
+
+    def read_key_blocks(self, body, init, first_kv, num_kv, first_prefix, end_prefix):
+        """`body(j, carry)` over the key blocks a query block reads: its prefixes'
+        range (when the mask has prefixes), then its own."""
+        if first_prefix is not None:
+            init = jax.lax.fori_loop(first_prefix, end_prefix, body, init)
+        return jax.lax.fori_loop(first_kv, num_kv, body, init)
 
     def prefix_blocks(self) -> jax.Array | None:
         """The query blocks' prefix segments [nq, B, bq] (scanned with them), or None."""
@@ -154,7 +173,7 @@ def _forward(q, k, v, mask, block_q, block_k):
     qb = blocks.query_blocks(q)
 
     def query_block(_, xs):
-        qi, q_coord, q_seg, q_prefix, first_kv, num_kv = xs
+        qi, q_coord, q_seg, q_prefix, first_kv, num_kv, first_prefix, end_prefix = xs
         shape = qi.shape[:-1]  # [B, K, G, bq]
 
         def key_block(j, carry):
@@ -178,7 +197,9 @@ def _forward(q, k, v, mask, block_q, block_k):
             jnp.zeros(shape, _F32),
             jnp.zeros(qi.shape, _F32),
         )
-        m, total, acc = jax.lax.fori_loop(first_kv, num_kv, key_block, init)
+        m, total, acc = blocks.read_key_blocks(
+            key_block, init, first_kv, num_kv, first_prefix, end_prefix
+        )
         seen = total > 0
         total = jnp.where(seen, total, 1.0)
         out = jnp.where(seen[..., None], acc / total[..., None], 0.0)
@@ -192,6 +213,8 @@ def _forward(q, k, v, mask, block_q, block_k):
         blocks.prefix_blocks(),
         blocks.first_kv,
         blocks.num_kv,
+        blocks.first_prefix,
+        blocks.end_prefix,
     )
     _, (out_b, lse) = jax.lax.scan(query_block, None, xs)
     return blocks.unblock_queries(out_b), (out_b, lse)
@@ -222,7 +245,8 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
 
     def query_block(carry, xs):
         dk, dv = carry
-        qi, doi, lse_i, delta_i, q_coord, q_seg, q_prefix, first_kv, num_kv = xs
+        qi, doi, lse_i, delta_i, q_coord, q_seg, q_prefix = xs[:7]
+        first_kv, num_kv, first_prefix, end_prefix = xs[7:]
 
         def key_block(j, inner):
             dq, dk, dv = inner
@@ -247,7 +271,9 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
             return dq, dk, dv
 
         dq = jnp.zeros(qi.shape, _F32)
-        dq, dk, dv = jax.lax.fori_loop(first_kv, num_kv, key_block, (dq, dk, dv))
+        dq, dk, dv = blocks.read_key_blocks(
+            key_block, (dq, dk, dv), first_kv, num_kv, first_prefix, end_prefix
+        )
         return (dk, dv), dq * blocks.scale
 
     xs = (
@@ -260,6 +286,8 @@ def _flash_bwd(block_q, block_k, residuals, d_out):
         blocks.prefix_blocks(),
         blocks.first_kv,
         blocks.num_kv,
+        blocks.first_prefix,
+        blocks.end_prefix,
     )
     zeros = jnp.zeros(kp.shape, _F32)
     (dk, dv), dq_b = jax.lax.scan(query_block, (zeros, zeros), xs)

@@ -31,11 +31,10 @@ Row length and rows are chosen as in `batching.packed_shape`: among the buckets
 that hold the longest sample, the length T whose rows (the most a mini-batch
 needs, rounded up to a multiple of `row_multiple`) hold the fewest positions.
 
-Attention: the "flash" kernel reads, for each query block, the range of key
-blocks from its prefix's start, so a family's later samples read (and mask)
-their earlier siblings' blocks: attention costs a family what one sequence of
-its length costs; the layers' matmuls, most of a step at these lengths, run
-once per position. "cudnn" and "splash" run "flash" on such rows.
+Attention: the "flash" kernel reads, for each query block, the key blocks of
+the prefix it sees and those of its own sample, skipping the family's other
+samples between them (`flash_attention.py`). "cudnn" and "splash" run "flash"
+on such rows.
 """
 
 from __future__ import annotations
