@@ -20,7 +20,9 @@ each, which compiles, is left out of the medians. Per setting: tokens per episod
 (its token ids: the growing sequence, or its turns' prompts and replies end to end)
 and generated tokens per episode, the learner's samples, tokens (the samples' own)
 the positions the learner runs (written, and rows x length) per step, updates per step, the learner's compiled steps so far,
-and the step's, the rollouts' and the learner's seconds. Writes
+and the step's, the rollouts' and the learner's seconds (a step whose batch
+has a shape not seen before compiles the learner again: the learner's median is
+also given over the timed steps without a compile). Writes
 `experiments/benchmarks/results/reference_recipe.json`.
 """
 
@@ -128,6 +130,7 @@ def live_config(tmp: str, name: str, catalogue: str, url: str, steps: int):
 
 def one_step(run, iterator, step: int) -> dict:
     """One GRPO step as `grpo_loop.grpo_train` makes it, with its figures."""
+    compiles = sum(f._cache_size() for f in run.learner._compiled.values())
     start = time.perf_counter()
     tasks = next(iterator)
     experience = run_sync(loop_steps.collect_experience(run, tasks, step))
@@ -155,6 +158,9 @@ def one_step(run, iterator, step: int) -> dict:
         "learner_padded_tokens": int(rows * length),
         "updates": learner.get("learner/updates", 0.0),
         "learner_compiles": sum(f._cache_size() for f in run.learner._compiled.values()),
+        "learner_compiled": float(
+            sum(f._cache_size() for f in run.learner._compiled.values()) > compiles
+        ),
     }
 
 
@@ -188,9 +194,15 @@ def main():
     results = {}
     for name, rows in steps.items():
         timed = rows[1:] or rows
+        warm = [r for r in timed if not r["learner_compiled"]]
         results[name] = {
             "first_step_s": rows[0]["step_s"],
             **{f"median {k}": statistics.median(r[k] for r in timed) for k in timed[0]},
+            # A new batch shape compiles the learner's steps again: those steps left out.
+            "timed steps without a learner compile": len(warm),
+            "median learner_s without a compile": statistics.median(r["learner_s"] for r in warm)
+            if warm
+            else float("nan"),
             "steps": rows,
         }
     base = results["history/episode"]
@@ -207,6 +219,9 @@ def main():
         for name, r in results.items()
         if name != "history/episode"
     }
+    for name, ratio in ratios.items():
+        key = "median learner_s without a compile"
+        ratio["learner_s without a compile"] = results[name][key] / base[key]
     for name, ratio in ratios.items():
         print({f"{name} over history/episode": {k: round(v, 2) for k, v in ratio.items()}})
     path = common.write_result(
