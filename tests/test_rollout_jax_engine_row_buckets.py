@@ -267,6 +267,12 @@ def test_a_request_cancelled_in_a_compacted_call(model, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(engine._steps, "decode", recorded)
+    # Admit the three together: the worker may wake between two submissions (a
+    # loaded machine), and would then start decoding the first alone.
+    take = engine._take_admissions
+    monkeypatch.setattr(
+        engine, "_take_admissions", lambda: take() if len(engine._queue) >= 3 else []
+    )
 
     async def run():
         tasks = [asyncio.ensure_future(engine.generate([r])) for r in requests]
