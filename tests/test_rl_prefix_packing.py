@@ -7,8 +7,6 @@ uneven lengths. Every aggregation with KL, truncated importance sampling and the
 entropy bonus on; the `xla` and blocked `flash` attention; one device and 8.
 """
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,17 +25,9 @@ from orchestra_jax.rl.batching import (
     shifted_sequences,
 )
 from orchestra_jax.rl.prefix_packing import families, pack_shared_prefixes, shareable_length
-from tests.test_rl_packing import _learner_config, _models, assert_same, loss_and_grads
+from tests.test_rl_packing import _learner_config, _models, _Sample, assert_same, loss_and_grads
 
 BUCKETS = (32, 64, 128, 256)
-
-
-@dataclasses.dataclass
-class _Sample:
-    token_ids: list
-    loss_mask: list
-    rollout_logprobs: list
-    advantage: float
 
 
 def rebuilt_turns(seed=0, tasks=2, episodes=2, turns=3):

@@ -42,7 +42,7 @@ renumbers segment ids at the gathered positions: `objectives.at_loss_positions`)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -216,12 +216,25 @@ def packed_shape(
     longest sequence, the T with the fewest positions n · R · T (R the most rows a
     mini-batch needs, rounded up to a multiple of `row_multiple`), the shorter on a tie."""
     longest = max(max(group, default=0) for group in lengths)
+    return best_row_shape(
+        longest,
+        buckets,
+        row_multiple,
+        lambda seq_len: max(len(_pack(group, seq_len)) for group in lengths),
+    )
+
+
+def best_row_shape(
+    longest: int, buckets: Sequence[int], row_multiple: int, rows_at: Callable[[int], int]
+) -> tuple[int, int]:
+    """(T, R): among the buckets T >= `longest`, the one whose R = `rows_at(T)` (the
+    most rows a mini-batch needs), rounded up to a multiple of `row_multiple`, gives
+    the fewest positions R · T; the shorter on a tie."""
     best: tuple[int, int, int] | None = None
     for seq_len in buckets:
         if seq_len < longest:
             continue
-        rows = max(len(_pack(group, seq_len)) for group in lengths)
-        rows = -(-rows // row_multiple) * row_multiple
+        rows = -(-rows_at(seq_len) // row_multiple) * row_multiple
         if best is None or rows * seq_len < best[0]:
             best = (rows * seq_len, seq_len, rows)
     if best is None:

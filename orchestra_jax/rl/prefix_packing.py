@@ -47,7 +47,7 @@ import numpy as np
 from orchestra_jax.rl.batching import (
     BatchingConfig,
     TrainBatch,
-    bucket_length,
+    best_row_shape,
     loss_positions,
     shifted_sequences,
 )
@@ -186,18 +186,14 @@ def shared_prefix_shape(
     """(row length T, rows per mini-batch R) for mini-batches `groups` of `seqs` packed
     as families (module docstring)."""
     longest = max(len(seqs[i]["input_ids"]) for group in groups for i in group)
-    best: tuple[int, int, int] | None = None
-    for seq_len in buckets:
-        if seq_len < longest:
-            continue
-        rows = max(len(_pack_families(families(seqs, g, seq_len), seq_len)) for g in groups)
-        rows = -(-rows // row_multiple) * row_multiple
-        if best is None or rows * seq_len < best[0]:
-            best = (rows * seq_len, seq_len, rows)
-    if best is None:
-        bucket_length(longest, buckets)  # raises: no bucket holds the longest sequence
-        raise AssertionError("unreachable")
-    return best[1], best[2]
+    return best_row_shape(
+        longest,
+        buckets,
+        row_multiple,
+        lambda seq_len: max(
+            len(_pack_families(families(seqs, g, seq_len), seq_len)) for g in groups
+        ),
+    )
 
 
 def pack_shared_prefixes(
