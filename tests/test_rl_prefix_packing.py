@@ -24,7 +24,12 @@ from orchestra_jax.rl.batching import (
     pack_batch,
     shifted_sequences,
 )
-from orchestra_jax.rl.prefix_packing import families, pack_shared_prefixes, shareable_length
+from orchestra_jax.rl.prefix_packing import (
+    by_tokens,
+    families,
+    pack_shared_prefixes,
+    shareable_length,
+)
 from tests.test_rl_packing import _learner_config, _models, _Sample, assert_same, loss_and_grads
 
 BUCKETS = (32, 64, 128, 256)
@@ -61,7 +66,7 @@ def _config(**kw):
 def test_families_share_their_common_prefix_and_hold_every_sample_once():
     samples = rebuilt_turns()
     seqs = shifted_sequences(samples)
-    fams = families(seqs, range(len(seqs)), capacity=256)
+    fams = families(seqs, by_tokens(seqs, range(len(seqs))), capacity=256)
     assert sorted(m for f in fams for m in f.members) == list(range(len(seqs)))
     assert any(len(f.members) > 1 for f in fams)
     for f in fams:

@@ -13,10 +13,10 @@ q's dtype, with scores and softmax in float32.
               sequence then padding (checked at run time), else "flash".
     "splash"  the Pallas splash-attention kernel (TPU): causal within segments
               for self-attention with T a multiple of 128, else "flash".
+    "auto"    "cudnn" on GPU in bf16/fp16, "splash" on TPU, "flash" otherwise.
 
 Rows with shared prefixes (`AttentionMask.q_prefix`, `rl/prefix_packing.py`) run
 "flash" under "cudnn" and "splash": neither fused kernel takes that mask.
-    "auto"    "cudnn" on GPU in bf16/fp16, "splash" on TPU, "flash" otherwise.
 
 Any other key may be "package.module:attr" naming a function of the same signature.
 """

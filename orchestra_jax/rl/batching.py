@@ -132,7 +132,7 @@ def _shifted(traj: Any, advantage: float, index: int) -> dict[str, np.ndarray]:
     }
 
 
-def _pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
     """First-fit decreasing: lists of sequence indices whose lengths fit in `capacity`."""
     rows: list[list[int]] = []
     free: list[int] = []
@@ -168,7 +168,7 @@ def shifted_sequences(
     return [_shifted(t, float(a), i) for i, (t, a) in enumerate(zip(trajectories, advantages))]
 
 
-def _empty_rows(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
+def empty_rows(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
     ints = ("input_ids", "positions", "segment_ids", "target_ids")
     floats = ("loss_mask", "advantages", "old_logprobs")
     return {
@@ -201,7 +201,7 @@ def build_train_batch(
         return pack_batch(trajectories, advantages, config)
     seqs = shifted_sequences(trajectories, advantages)
     seq_len = bucket_length(max(len(s["input_ids"]) for s in seqs), config.seq_buckets)
-    out = _empty_rows(bucket_rows(len(seqs), config.row_multiple), seq_len)
+    out = empty_rows(bucket_rows(len(seqs), config.row_multiple), seq_len)
     for r, seq in enumerate(seqs):
         _write_row(out, r, [seq])
     out["loss_index"] = loss_positions(out["loss_mask"])
@@ -220,7 +220,7 @@ def packed_shape(
         longest,
         buckets,
         row_multiple,
-        lambda seq_len: max(len(_pack(group, seq_len)) for group in lengths),
+        lambda seq_len: max(len(first_fit_decreasing(group, seq_len)) for group in lengths),
     )
 
 
@@ -269,9 +269,9 @@ def pack_batch(
         [[lengths[i] for i in group] for group in groups], config.seq_buckets, config.row_multiple
     )
     n = len(groups)
-    out = _empty_rows(n * rows, seq_len)
+    out = empty_rows(n * rows, seq_len)
     for i, group in enumerate(groups):
-        for r, packed in enumerate(_pack([lengths[j] for j in group], seq_len)):
+        for r, packed in enumerate(first_fit_decreasing([lengths[j] for j in group], seq_len)):
             _write_row(out, i + n * r, [seqs[group[k]] for k in packed])
     out["loss_index"] = loss_positions(out["loss_mask"])
     return TrainBatch(**out)

@@ -48,6 +48,8 @@ from orchestra_jax.rl.batching import (
     BatchingConfig,
     TrainBatch,
     best_row_shape,
+    empty_rows,
+    first_fit_decreasing,
     loss_positions,
     shifted_sequences,
 )
@@ -82,8 +84,6 @@ class Family:
     def length(self) -> int:
         """Positions the family takes in a row: its prefix once, then each member's rest
         (a family of one: its sample)."""
-        if len(self.members) == 1:
-            return self.lengths[0]
         return self.prefix + sum(n - self.prefix for n in self.lengths)
 
     def joined_length(self, length: int, prefix: int) -> int:
@@ -102,47 +102,33 @@ class Family:
         self.lengths.append(length)
 
 
-def families(seqs: Sequence[dict[str, np.ndarray]], group: Sequence[int], capacity: int):
-    """The families of the sequences `group` (indices), each at most `capacity` long
-    (module docstring, "Families")."""
-    order = sorted(group, key=lambda i: (seqs[i]["input_ids"].tolist(), i))
+def by_tokens(seqs: Sequence[dict[str, np.ndarray]], group: Sequence[int]) -> list[int]:
+    """The indices `group` ordered by their sequences' tokens (module docstring,
+    "Families"): samples with a long common start become neighbours."""
+    return sorted(group, key=lambda i: (seqs[i]["input_ids"].tolist(), i))
+
+
+def families(seqs: Sequence[dict[str, np.ndarray]], order: Sequence[int], capacity: int):
+    """The families of the sequences `order` (indices, ordered by `by_tokens`), each at
+    most `capacity` long (module docstring, "Families")."""
     out: list[Family] = []
     for i in order:
-        n = len(seqs[i]["input_ids"])
+        n, shareable = len(seqs[i]["input_ids"]), shareable_length(seqs[i])
         if out:
             last = out[-1]
             previous = seqs[last.members[-1]]
-            common = common_length(previous, seqs[i], min(last.prefix, shareable_length(seqs[i])))
+            common = common_length(previous, seqs[i], min(last.prefix, shareable))
             if last.worth_joining(common, n, capacity):
                 last.join(i, n, common)
                 continue
-        out.append(Family(i, n, shareable_length(seqs[i])))
+        out.append(Family(i, n, shareable))
     return out
 
 
 def _pack_families(fams: Sequence[Family], capacity: int) -> list[list[Family]]:
-    """First-fit decreasing over the families' lengths."""
-    rows: list[list[Family]] = []
-    free: list[int] = []
-    for fam in sorted(fams, key=lambda f: -f.length):
-        for r, space in enumerate(free):
-            if fam.length <= space:
-                rows[r].append(fam)
-                free[r] -= fam.length
-                break
-        else:
-            rows.append([fam])
-            free.append(capacity - fam.length)
-    return rows
-
-
-def _empty_rows(num_rows: int, seq_len: int) -> dict[str, np.ndarray]:
-    ints = ("input_ids", "positions", "segment_ids", "target_ids", "prefix_segment_ids")
-    floats = ("loss_mask", "advantages", "old_logprobs")
-    return {
-        name: np.zeros((num_rows, seq_len), np.int32 if name in ints else np.float32)
-        for name in ints + floats
-    }
+    """The families in rows of `capacity`, first-fit decreasing by length."""
+    rows = first_fit_decreasing([f.length for f in fams], capacity)
+    return [[fams[i] for i in row] for row in rows]
 
 
 def _write_row(
@@ -179,19 +165,19 @@ def _write_row(
 
 def shared_prefix_shape(
     seqs: Sequence[dict[str, np.ndarray]],
-    groups: Sequence[Sequence[int]],
+    orders: Sequence[Sequence[int]],
     buckets: Sequence[int],
     row_multiple: int = 1,
 ) -> tuple[int, int]:
-    """(row length T, rows per mini-batch R) for mini-batches `groups` of `seqs` packed
-    as families (module docstring)."""
-    longest = max(len(seqs[i]["input_ids"]) for group in groups for i in group)
+    """(row length T, rows per mini-batch R) for mini-batches of `seqs` (their indices
+    ordered by `by_tokens`) packed as families (module docstring)."""
+    longest = max(len(seqs[i]["input_ids"]) for order in orders for i in order)
     return best_row_shape(
         longest,
         buckets,
         row_multiple,
         lambda seq_len: max(
-            len(_pack_families(families(seqs, g, seq_len), seq_len)) for g in groups
+            len(_pack_families(families(seqs, order, seq_len), seq_len)) for order in orders
         ),
     )
 
@@ -212,11 +198,13 @@ def pack_shared_prefixes(
         raise ValueError(
             f"mini-batches {groups} must hold each of the {len(seqs)} trajectories once"
         )
-    seq_len, rows = shared_prefix_shape(seqs, groups, config.seq_buckets, config.row_multiple)
+    orders = [by_tokens(seqs, group) for group in groups]
+    seq_len, rows = shared_prefix_shape(seqs, orders, config.seq_buckets, config.row_multiple)
     n = len(groups)
-    out = _empty_rows(n * rows, seq_len)
-    for i, group in enumerate(groups):
-        for r, fams in enumerate(_pack_families(families(seqs, group, seq_len), seq_len)):
+    out = empty_rows(n * rows, seq_len)
+    out["prefix_segment_ids"] = np.zeros_like(out["segment_ids"])
+    for i, order in enumerate(orders):
+        for r, fams in enumerate(_pack_families(families(seqs, order, seq_len), seq_len)):
             _write_row(out, i + n * r, fams, seqs)
     out["loss_index"] = loss_positions(out["loss_mask"])
     return TrainBatch(**out)
